@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Enforces who may include whom (docs/architecture.md, "Layout and who may use whom").
+# Usage: check-layering.sh ROOT   — prints each violation as file:line: reason; exits 1 if any.
+set -uo pipefail
+root=${1:?usage: check-layering.sh ROOT}
+cd "$root" || exit 2
+
+# libc, POSIX and Linux headers: the only <...> includes buffer/ may use.
+libc_re='^(assert|complex|ctype|errno|fenv|float|inttypes|iso646|limits|locale|math|setjmp|signal|stdalign|stdarg|stdatomic|stdbool|stddef|stdint|stdio|stdlib|stdnoreturn|string|tgmath|threads|time|uchar|wchar|wctype|pthread|sched|unistd|fcntl|poll|dirent|dlfcn|fnmatch|ftw|limits|semaphore|spawn|strings|syslog|termios|alloca|byteswap|endian|features|malloc|link|elf|execinfo)\.h$|^(sys|linux|asm|bits|netinet|arpa)/'
+
+fail=0
+report() {
+    echo "$1: $2"
+    fail=1
+}
+
+while IFS= read -r file; do
+    module=${file%%/*}
+    sub=${file#*/}
+    unitmod=""
+    case "$file" in
+    tests/unit/*/*) unitmod=${sub#unit/}; unitmod=${unitmod%%/*} ;;
+    esac
+    lineno=0
+    while IFS= read -r line; do
+        lineno=$((lineno + 1))
+        [[ $line =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*([\<\"])([^\>\"]+)[\>\"] ]] || continue
+        kind=${BASH_REMATCH[1]}
+        inc=${BASH_REMATCH[2]}
+        where="$file:$lineno"
+        incmod=${inc%%/*}
+
+        # Another module's internal header. A unit test may use its own module's; fuzz
+        # targets exercise internals by design.
+        if [[ $inc == *-internal.h ]]; then
+            if [[ $inc == */* && $incmod != "$module" && $incmod != "$unitmod" && $file != tests/fuzz/* ]]; then
+                report "$where" "includes another module's internal header $inc"
+            fi
+        fi
+
+        case "$module" in
+        buffer)
+            if [[ $kind == "<" && ! $inc =~ $libc_re ]]; then
+                report "$where" "buffer/ may include only libc headers, not <$inc>"
+            elif [[ $kind == '"' && $inc == */* && $incmod != buffer && $incmod != common ]]; then
+                report "$where" "buffer/ may include only buffer/ and common/, not \"$inc\""
+            fi
+            ;;
+        ipc)
+            if [[ $inc == child/* || $inc == daemon/* || $inc == tools/* ]]; then
+                report "$where" "ipc/ must not depend on $incmod/"
+            fi
+            # The codec is sans-I/O: only the uv transport (ipc/uv-*.c) touches libuv.
+            if [[ $inc == uv.h && $(basename "$file") != uv-* ]]; then
+                report "$where" "only ipc/uv-*.[ch] may include <uv.h>; the codec is sans-I/O"
+            fi
+            ;;
+        proto)
+            [[ $inc == */* && $incmod != proto && $inc != protobuf-c/* ]] &&
+                report "$where" "proto/ may include only protobuf-c"
+            ;;
+        child)
+            if [[ $sub == profile/* ]]; then
+                if [[ $inc == child/* && $inc != child/profile/* ]] || [[ $inc == uv.h || $inc == libunwind* ]]; then
+                    report "$where" "child/profile/ must not use the runtime ($inc)"
+                fi
+            fi
+            [[ $inc == daemon/* || $inc == tools/* ]] && report "$where" "child/ must not depend on $incmod/"
+            ;;
+        daemon)
+            if [[ $inc == child/* && $inc != child/profile/* && $inc != child/include/* ]] || [[ $inc == libunwind* ]]; then
+                report "$where" "daemon/ must not use the child runtime ($inc)"
+            fi
+            [[ $inc == tools/* ]] && report "$where" "daemon/ must not depend on tools/"
+            ;;
+        tools)
+            [[ $inc == child/* && $inc != child/include/* ]] && report "$where" "tools/ may use only public headers ($inc)"
+            ;;
+        esac
+    done <"$file"
+done < <(find buffer proto ipc child daemon tools common tests -type f \( -name '*.c' -o -name '*.h' \) \
+    -not -path 'tests/lint/fixtures/*' 2>/dev/null | sort)
+
+exit $fail

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages fleetprof needs to build and test, only those missing.
+# Uses sudo when not root. Prints nothing and changes nothing when all are present.
+set -euo pipefail
+
+packages=(
+    meson ninja-build pkg-config gcc python3
+    libuv1-dev libunwind-dev libprotobuf-c-dev protobuf-c-compiler libdw-dev libelf-dev
+    libcmocka-dev clang libclang-rt-14-dev clang-format
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    # dpkg-query prints "install ok installed" only for fully installed packages.
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: missing packages (${missing[*]}) and no apt-get: install them by hand" >&2
+    exit 1
+fi
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || {
+        echo "bootstrap: need root or sudo to install: ${missing[*]}" >&2
+        exit 1
+    }
+    sudo=(sudo)
+fi
+echo "bootstrap: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
