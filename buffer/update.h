@@ -1,0 +1,76 @@
+/* buffer/update.h - controlled chunk-manager updates, their fold, and the slot they wait in.
+ *
+ * The local-limit manager reports every change of its memory as an Update (bytes in use,
+ * bytes released, oldest released done time, chunks newly released) or a Final (manager
+ * gone). The child folds updates into a mutex-guarded slot; its IPC thread takes the folded
+ * update and sends it to the daemon, whose global controller folds them per process.
+ *
+ * Fold rules (fold(older, newer)), from Gecko's ProfileBufferControlledChunkManager:
+ *   - older is None, or newer is Final: the result is newer;
+ *   - newer is None: the result is older (Final stays Final);
+ *   - otherwise byte counts come from newer; if newer has an oldest done time it replaces
+ *     older's, and older's newly-released entries done before it are pruned; newer's
+ *     newly-released entries are appended.
+ * Fold is associative for sequences whose oldest done time never decreases, which the
+ * local-limit manager guarantees (it destroys from the oldest end only).
+ */
+#ifndef FLEETPROF_BUFFER_UPDATE_H
+#define FLEETPROF_BUFFER_UPDATE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum buf_update_kind {
+    BUF_UPDATE_NONE,   /* nothing to report */
+    BUF_UPDATE_CHANGE, /* counts + newly released chunks */
+    BUF_UPDATE_FINAL,  /* the manager is gone: forget everything about it */
+};
+
+struct buf_released_chunk {
+    uint64_t done_ns; /* identity of the chunk in its process */
+    uint64_t bytes;   /* its buffer bytes */
+};
+
+struct buf_update {
+    enum buf_update_kind kind;
+    uint64_t unreleased_bytes; /* chunks handed out and not released (current + next) */
+    uint64_t released_bytes;   /* chunks released and not yet destroyed */
+    uint64_t oldest_done_ns;   /* oldest released chunk still alive; 0 = none */
+    struct buf_released_chunk *newly_released; /* see `owned` */
+    size_t newly_released_count;
+    size_t newly_released_cap; /* > 0 only when this update owns the array (malloc'd) */
+};
+
+/* Empties u (None) without freeing; for a fresh, caller-embedded update. */
+void buf_update_init(struct buf_update *u);
+/* Frees an owned array and resets u to None. */
+void buf_update_done(struct buf_update *u);
+
+/* Folds newer (borrowed, unchanged) into older (which owns its array afterwards).
+ * Returns 0, or -ENOMEM when the newly-released list could not grow: older then has newer's
+ * counts but lacks newer's entries (the caller should count the loss). */
+int buf_update_fold(struct buf_update *older, const struct buf_update *newer);
+
+/* Called by a manager on every change, under the buffer's lock: must not block or do I/O. */
+typedef void (*buf_update_cb)(const struct buf_update *update, void *userdata);
+
+/* A mutex-guarded pending update: the manager's callback folds into it from the writing
+ * thread, the IPC thread takes it. */
+struct buf_update_slot {
+    pthread_mutex_t lock;
+    struct buf_update pending; /* owned, guarded by lock */
+    uint64_t lost_entries;     /* newly-released entries dropped on -ENOMEM */
+};
+
+int buf_update_slot_init(struct buf_update_slot *s);
+void buf_update_slot_done(struct buf_update_slot *s);
+/* Folds update into the slot (thread-safe). Suitable as a buf_update_cb with the slot as
+ * userdata: see buf_update_slot_cb. */
+void buf_update_slot_fold(struct buf_update_slot *s, const struct buf_update *update);
+void buf_update_slot_cb(const struct buf_update *update, void *slot);
+/* Moves the pending update into *ret_update (the caller owns it, and must call
+ * buf_update_done) and leaves None behind. Returns 1 if there was something, 0 if None. */
+int buf_update_slot_take(struct buf_update_slot *s, struct buf_update *ret_update);
+
+#endif /* FLEETPROF_BUFFER_UPDATE_H */
