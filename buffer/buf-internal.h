@@ -35,7 +35,7 @@ struct buf_chunk {
 void buf__chunk_set_in_use(struct buf_chunk *c, uint64_t range_start, uint64_t now_ns);
 /* InUse -> Done. */
 void buf__chunk_mark_done(struct buf_chunk *c, uint64_t done_ns);
-/* Done or InUse -> Recycled (its contents are forgotten). */
+/* Any state -> Recycled (its contents are forgotten). */
 void buf__chunk_mark_recycled(struct buf_chunk *c);
 
 /* One chunk seen by the block walker: a header and its bytes, possibly untrusted. */

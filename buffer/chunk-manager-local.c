@@ -18,6 +18,7 @@ struct local_manager {
     uint64_t unreleased_bytes;
     uint64_t released_bytes;
     uint64_t released_count;
+    uint64_t destroyed_through_ns;   /* done_ns of the newest chunk destroyed so far */
     struct buf_chunk *released_head; /* owned list, sorted by done_ns, oldest first */
     struct buf_chunk *released_tail; /* borrowed: last of that list */
     struct buf_chunk *recycled;      /* owned list of at most BUF_MANAGER_MAX_RECYCLED */
@@ -31,6 +32,16 @@ static struct local_manager *to_local(struct buf_chunk_manager *m)
     return container_of(m, struct local_manager, base);
 }
 
+/* The oldest done time still alive. With no released chunk left, one past the newest
+ * destroyed one: "everything at or before that is gone", so folds prune stale entries.
+ * It never decreases, because chunks are destroyed oldest first. */
+static uint64_t oldest_done_ns(const struct local_manager *l)
+{
+    if (l->released_head)
+        return l->released_head->header.done_ns;
+    return l->destroyed_through_ns ? l->destroyed_through_ns + 1 : 0;
+}
+
 static void notify(struct local_manager *l, const struct buf_chunk *newly_released)
 {
     struct buf_released_chunk entry;
@@ -38,7 +49,7 @@ static void notify(struct local_manager *l, const struct buf_chunk *newly_releas
             .kind = BUF_UPDATE_CHANGE,
             .unreleased_bytes = l->unreleased_bytes,
             .released_bytes = l->released_bytes,
-            .oldest_done_ns = l->released_head ? l->released_head->header.done_ns : 0,
+            .oldest_done_ns = oldest_done_ns(l),
     };
 
     if (!l->update_cb)
@@ -75,6 +86,8 @@ static void destroy_oldest(struct local_manager *l)
         l->released_tail = NULL;
     l->released_bytes -= c->header.buffer_bytes;
     l->released_count--;
+    if (c->header.done_ns > l->destroyed_through_ns)
+        l->destroyed_through_ns = c->header.done_ns;
     l->base.destroyed_blocks += c->header.block_count;
     l->base.destroyed_chunks++;
     recycle_or_free(l, c);

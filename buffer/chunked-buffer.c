@@ -335,6 +335,22 @@ int buf_chunked_buffer_read_each(struct buf_chunked_buffer *b, buf_read_cb cb, v
     return r;
 }
 
+int buf_chunked_buffer_each_chunk(struct buf_chunked_buffer *b,
+                                  int (*cb)(const struct buf_chunk *chunk, void *userdata),
+                                  void *userdata)
+{
+    int r = 0;
+
+    (void)pthread_mutex_lock(&b->lock);
+    for (const struct buf_chunk *c = b->manager->ops->released_head(b->manager); c && r == 0;
+         c = c->next)
+        r = cb(c, userdata);
+    if (r == 0 && b->current)
+        r = cb(b->current, userdata);
+    (void)pthread_mutex_unlock(&b->lock);
+    return r;
+}
+
 int buf_chunked_buffer_prepare_next(struct buf_chunked_buffer *b)
 {
     int r = 0;

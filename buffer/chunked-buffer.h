@@ -72,6 +72,13 @@ int buf_chunked_buffer_put_bytes(struct buf_chunked_buffer *b, const void *data,
  * (memory corruption: a bug). */
 int buf_chunked_buffer_read_each(struct buf_chunked_buffer *b, buf_read_cb cb, void *userdata);
 
+/* Calls cb for every chunk holding data, oldest first (released chunks, then the current
+ * one), under the buffer's lock; e.g. to copy chunk images out (buf_chunk_image). A
+ * non-zero return stops the walk and is returned. */
+int buf_chunked_buffer_each_chunk(struct buf_chunked_buffer *b,
+                                  int (*cb)(const struct buf_chunk *chunk, void *userdata),
+                                  void *userdata);
+
 /* Takes a chunk from the manager now for the next switch, so that puts rarely allocate.
  * Returns 0 (also when one is already prepared), -ENOSPC or -ENOMEM. */
 int buf_chunked_buffer_prepare_next(struct buf_chunked_buffer *b);

@@ -36,7 +36,9 @@ struct buf_update {
     enum buf_update_kind kind;
     uint64_t unreleased_bytes; /* chunks handed out and not released (current + next) */
     uint64_t released_bytes;   /* chunks released and not yet destroyed */
-    uint64_t oldest_done_ns;   /* oldest released chunk still alive; 0 = none */
+    uint64_t oldest_done_ns;   /* oldest released chunk still alive; if none is, one past
+                                  the newest destroyed (all before it are gone); 0 = none
+                                  was ever destroyed nor is released */
     struct buf_released_chunk *newly_released; /* see `owned` */
     size_t newly_released_count;
     size_t newly_released_cap; /* > 0 only when this update owns the array (malloc'd) */
