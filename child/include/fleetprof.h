@@ -1,0 +1,135 @@
+/* fleetprof.h - the API of libfleetprof, the runtime inside every profiled process.
+ *
+ * Link with -lfleetprof, or LD_PRELOAD libfleetprof.so with FLEETPROF_STARTUP=1 to profile
+ * a program without changing it. Every function is safe to call at any time, from any
+ * thread, whether or not the profiler runs (then it is a cheap no-op), and never aborts or
+ * prints (except one line on stderr for a bad FLEETPROF_* setting). Plain C99; usable from
+ * C++.
+ *
+ * Settings (environment, read by fleetprof_init):
+ *   FLEETPROF_STARTUP=1        start from the library constructor
+ *   FLEETPROF_INTERVAL_MS=1    sampling interval (0.05 .. 1000)
+ *   FLEETPROF_BUFFER_MB=64     per-process buffer limit
+ *   FLEETPROF_STACKWALK=dwarf  fp | dwarf | copy
+ *   FLEETPROF_OUTPUT=FILE      write this process's profile there at exit (%p = pid)
+ *   FLEETPROF_DEBUG=1          diagnostics on stderr
+ */
+#ifndef FLEETPROF_H
+#define FLEETPROF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLEETPROF_EXPORT __attribute__((visibility("default")))
+
+/* Categories of labels and markers (colours in the Firefox Profiler). */
+enum fleetprof_category {
+    FLEETPROF_CATEGORY_OTHER = 0,
+    FLEETPROF_CATEGORY_IDLE = 1,
+    FLEETPROF_CATEGORY_NATIVE = 2,
+    FLEETPROF_CATEGORY_IO = 3,
+    FLEETPROF_CATEGORY_NETWORK = 4,
+    FLEETPROF_CATEGORY_MEMORY = 5,
+    FLEETPROF_CATEGORY_LOCK = 6,
+    FLEETPROF_CATEGORY_APP = 7,
+};
+
+/* Starts profiling with the environment's settings; registers the calling thread as the
+ * main thread. Returns 0 (also when already running) or a negative errno. */
+FLEETPROF_EXPORT int fleetprof_init(void);
+/* Stops profiling, writes FLEETPROF_OUTPUT if set, frees everything. */
+FLEETPROF_EXPORT void fleetprof_shutdown(void);
+/* 1 while the profiler is running and not paused, else 0. */
+FLEETPROF_EXPORT int fleetprof_is_active(void);
+/* Pausing stops sampling (recorded as a paused range); markers are still recorded. */
+FLEETPROF_EXPORT void fleetprof_pause(void);
+FLEETPROF_EXPORT void fleetprof_resume(void);
+/* Writes this process's profile now to path (NULL: FLEETPROF_OUTPUT). 0 or -errno. */
+FLEETPROF_EXPORT int fleetprof_write_profile(const char *path);
+
+/* Registers the calling thread for sampling under name (NULL: its current name).
+ * Threads made by pthread_create register themselves when the library is preloaded. */
+FLEETPROF_EXPORT int fleetprof_register_thread(const char *name);
+FLEETPROF_EXPORT void fleetprof_unregister_thread(void);
+
+/* Current time on the profiler's clock (CLOCK_MONOTONIC ns). */
+FLEETPROF_EXPORT uint64_t fleetprof_now_ns(void);
+
+/* Labels: pseudo-frames pushed on the current thread's label stack, shown in the call tree
+ * among the native frames. name must be a string that outlives the label (a literal). */
+FLEETPROF_EXPORT void *fleetprof_label_push(const char *name, enum fleetprof_category category);
+FLEETPROF_EXPORT void fleetprof_label_pop(void *token);
+static inline void fleetprof__label_cleanup(void **token)
+{
+    fleetprof_label_pop(*token);
+}
+#define FLEETPROF__CAT2(a, b) a##b
+#define FLEETPROF__CAT(a, b)  FLEETPROF__CAT2(a, b)
+/* Pushes a label for the rest of the enclosing scope. */
+#define FLEETPROF_LABEL(name, category)                                  \
+    void *FLEETPROF__CAT(fleetprof_label_, __LINE__)                     \
+            __attribute__((cleanup(fleetprof__label_cleanup), unused)) = \
+                    fleetprof_label_push((name), (category))
+
+/* Markers. Times are fleetprof_now_ns() values; text may be NULL. */
+FLEETPROF_EXPORT void fleetprof_marker(const char *name, enum fleetprof_category category,
+                                       const char *text);
+FLEETPROF_EXPORT void fleetprof_marker_interval(const char *name, enum fleetprof_category category,
+                                                uint64_t start_ns, uint64_t end_ns,
+                                                const char *text);
+FLEETPROF_EXPORT void fleetprof_marker_start(const char *name, enum fleetprof_category category);
+FLEETPROF_EXPORT void fleetprof_marker_end(const char *name, enum fleetprof_category category);
+/* Like fleetprof_marker, with the calling thread's stack attached (a "cause" in the UI). */
+FLEETPROF_EXPORT void
+fleetprof_marker_with_stack(const char *name, enum fleetprof_category category, const char *text);
+
+/* Typed markers: declare a schema once, then record markers carrying its fields. */
+enum fleetprof_field_kind {
+    FLEETPROF_FIELD_INT = 1,
+    FLEETPROF_FIELD_UINT = 2,
+    FLEETPROF_FIELD_DOUBLE = 3,
+    FLEETPROF_FIELD_STRING = 4,
+};
+struct fleetprof_field_schema {
+    const char *key;    /* name in the marker's data */
+    const char *label;  /* column title; NULL = key */
+    const char *format; /* Firefox Profiler format: "string", "integer", "bytes", ... */
+    enum fleetprof_field_kind kind;
+};
+struct fleetprof_field_value {
+    enum fleetprof_field_kind kind;
+    union {
+        int64_t i;
+        uint64_t u;
+        double d;
+        const char *s;
+    } v;
+};
+/* Returns a schema id (> 0) or a negative errno. Labels are templates such as
+ * "{marker.data.key}"; any may be NULL. Up to 16 fields. */
+FLEETPROF_EXPORT int fleetprof_marker_schema(const char *name, const char *table_label,
+                                             const struct fleetprof_field_schema *fields,
+                                             size_t field_count);
+/* end_ns = 0 records an instant marker. */
+FLEETPROF_EXPORT void fleetprof_marker_typed(int schema_id, const char *name,
+                                             enum fleetprof_category category, uint64_t start_ns,
+                                             uint64_t end_ns,
+                                             const struct fleetprof_field_value *values,
+                                             size_t value_count);
+
+/* Counters: a value sampled by the profiler (as a delta per sample). category is a
+ * Firefox Profiler counter category such as "Memory" or "Bandwidth". Returns an id (>= 0)
+ * or a negative errno; fleetprof_counter_add is lock-free. */
+FLEETPROF_EXPORT int fleetprof_counter_create(const char *name, const char *category,
+                                              const char *description);
+FLEETPROF_EXPORT void fleetprof_counter_add(int counter_id, int64_t delta);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLEETPROF_H */

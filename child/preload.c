@@ -1,0 +1,172 @@
+/* child/preload.c - what makes LD_PRELOAD=libfleetprof.so profile an unchanged program.
+ *
+ * Interposed libc functions (exported next to fleetprof_*, see libfleetprof.map):
+ *   pthread_create       new threads register themselves for sampling, and unregister
+ *                        when they end (a thread-specific key's destructor);
+ *   dlopen, dlclose,     mark the calling thread as inside the loader, so its signal
+ *   dl_iterate_phdr      handler does not unwind with libunwind there (stackwalk.c);
+ *   _exit, _Exit         write the exit profile first (forked workers often end so).
+ * The real functions are looked up once with dlsym(RTLD_NEXT), in the constructor,
+ * before any signal handler could need them.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "child/include/fleetprof.h"
+#include "child/runtime-internal.h"
+
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+typedef void *(*dlopen_fn)(const char *, int);
+typedef int (*dlclose_fn)(void *);
+typedef int (*dl_iterate_phdr_fn)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
+typedef void (*exit_fn)(int);
+
+static pthread_create_fn real_pthread_create;
+static dlopen_fn real_dlopen;
+static dlclose_fn real_dlclose;
+static dl_iterate_phdr_fn real_dl_iterate_phdr;
+static exit_fn real__exit;
+static exit_fn real__Exit;
+
+static void resolve_real_functions(void)
+{
+    /* ISO C has no cast from void * to a function pointer; POSIX's dlsym documentation
+     * gives this assignment through a void ** as the portable form. */
+    if (!real_pthread_create)
+        *(void **)&real_pthread_create = dlsym(RTLD_NEXT, "pthread_create");
+    if (!real_dlopen)
+        *(void **)&real_dlopen = dlsym(RTLD_NEXT, "dlopen");
+    if (!real_dlclose)
+        *(void **)&real_dlclose = dlsym(RTLD_NEXT, "dlclose");
+    if (!real_dl_iterate_phdr)
+        *(void **)&real_dl_iterate_phdr = dlsym(RTLD_NEXT, "dl_iterate_phdr");
+    if (!real__exit)
+        *(void **)&real__exit = dlsym(RTLD_NEXT, "_exit");
+    if (!real__Exit)
+        *(void **)&real__Exit = dlsym(RTLD_NEXT, "_Exit");
+}
+
+struct thread_start {
+    void *(*start)(void *);
+    void *arg;
+};
+
+static void *registered_start(void *p)
+{
+    struct thread_start ts = *(struct thread_start *)p;
+
+    free(p);
+    if (atomic_load(&rt.running))
+        (void)rt_threads_register(NULL, false);
+    return ts.start(ts.arg);
+}
+
+FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                    void *(*start)(void *), void *arg)
+{
+    struct thread_start *ts;
+    int r;
+
+    if (!real_pthread_create)
+        resolve_real_functions();
+    if (!real_pthread_create)
+        return EAGAIN;
+    if (!atomic_load(&rt.running))
+        return real_pthread_create(thread, attr, start, arg);
+    ts = malloc(sizeof(*ts));
+    if (!ts) /* still create the thread: profiling must not change the program */
+        return real_pthread_create(thread, attr, start, arg);
+    ts->start = start;
+    ts->arg = arg;
+    r = real_pthread_create(thread, attr, registered_start, ts);
+    if (r != 0)
+        free(ts);
+    return r;
+}
+
+int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg)
+{
+    sigset_t all, old;
+    int r;
+
+    if (!real_pthread_create)
+        resolve_real_functions();
+    if (!real_pthread_create)
+        return -ENOSYS;
+    /* The new thread inherits a full mask: the program's signals, ours included, are
+     * never delivered to the profiler's threads. */
+    (void)sigfillset(&all);
+    (void)pthread_sigmask(SIG_SETMASK, &all, &old);
+    r = real_pthread_create(thread, NULL, start, arg);
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return -r;
+}
+
+FLEETPROF_EXPORT void *dlopen(const char *file, int mode)
+{
+    void *handle;
+
+    if (!real_dlopen)
+        resolve_real_functions();
+    rt_in_loader++;
+    handle = real_dlopen(file, mode);
+    rt_in_loader--;
+    return handle;
+}
+
+FLEETPROF_EXPORT int dlclose(void *handle)
+{
+    int r;
+
+    if (!real_dlclose)
+        resolve_real_functions();
+    rt_in_loader++;
+    r = real_dlclose(handle);
+    rt_in_loader--;
+    return r;
+}
+
+FLEETPROF_EXPORT int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
+                                     void *data)
+{
+    int r;
+
+    if (!real_dl_iterate_phdr)
+        resolve_real_functions();
+    rt_in_loader++;
+    r = real_dl_iterate_phdr(callback, data);
+    rt_in_loader--;
+    return r;
+}
+
+FLEETPROF_EXPORT void _exit(int status)
+{
+    rt_on_process_exit();
+    if (!real__exit)
+        resolve_real_functions();
+    real__exit(status);
+    __builtin_unreachable();
+}
+
+FLEETPROF_EXPORT void _Exit(int status)
+{
+    rt_on_process_exit();
+    if (!real__Exit)
+        resolve_real_functions();
+    real__Exit(status);
+    __builtin_unreachable();
+}
+
+__attribute__((constructor)) static void on_library_load(void)
+{
+    const char *startup = getenv("FLEETPROF_STARTUP");
+
+    resolve_real_functions();
+    if (startup && strcmp(startup, "1") == 0)
+        (void)fleetprof_init();
+}

@@ -1,0 +1,1094 @@
+/* child/profile/gecko.c - buffer entries -> one Gecko process profile (see gecko.h).
+ *
+ * One pass over the buffer builds, per thread: a frame table keyed by address (or label),
+ * a stack table keyed by (prefix, frame), and the rows of its samples and markers, written
+ * at once into memory writers. Stack indexes never depend on symbols (labels were placed
+ * by the sampler), so symbolization can wait: after the pass every unique address is
+ * resolved in one batch, then each thread's tables are written and its rows spliced in.
+ * Format: shared/gecko-format.md; every rule in its section 13 is checked by the tests.
+ */
+#include "child/profile/gecko.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "buffer/chunked-buffer.h"
+#include "buffer/entry.h"
+#include "buffer/json-writer.h"
+#include "buffer/progress.h"
+#include "child/profile/entries.h"
+#include "child/profile/libs.h"
+
+#define GECKO_VERSION 36
+#define NO_INDEX      UINT32_MAX
+
+static const struct {
+    const char *name, *color;
+} categories[PROF_CATEGORY_COUNT] = {
+        [PROF_CATEGORY_OTHER] = {"Other", "grey"},
+        [PROF_CATEGORY_IDLE] = {"Idle", "transparent"},
+        [PROF_CATEGORY_NATIVE] = {"Native", "yellow"},
+        [PROF_CATEGORY_IO] = {"I/O", "lightblue"},
+        [PROF_CATEGORY_NETWORK] = {"Network", "blue"},
+        [PROF_CATEGORY_MEMORY] = {"Memory", "orange"},
+        [PROF_CATEGORY_LOCK] = {"Lock", "red"},
+        [PROF_CATEGORY_APP] = {"Application", "green"},
+        [PROF_CATEGORY_PROFILER] = {"Profiler", "magenta"},
+};
+
+/* Open-addressing map from non-zero u64 keys to u32 values. */
+struct u64map {
+    uint64_t *keys;
+    uint32_t *values;
+    size_t cap, count;
+};
+
+static size_t slot_of(uint64_t key, size_t cap)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdu;
+    key ^= key >> 33;
+    return (size_t)key & (cap - 1);
+}
+
+static int u64map_grow(struct u64map *m)
+{
+    size_t cap = m->cap ? m->cap * 2 : 256;
+    uint64_t *keys = calloc(cap, sizeof(*keys));
+    uint32_t *values = malloc(cap * sizeof(*values));
+
+    if (!keys || !values) {
+        free(keys);
+        free(values);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        size_t s;
+
+        if (!m->keys[i])
+            continue;
+        for (s = slot_of(m->keys[i], cap); keys[s]; s = (s + 1) & (cap - 1))
+            ;
+        keys[s] = m->keys[i];
+        values[s] = m->values[i];
+    }
+    free(m->keys);
+    free(m->values);
+    m->keys = keys;
+    m->values = values;
+    m->cap = cap;
+    return 0;
+}
+
+/* Returns the value for key, inserting next_value if absent (*inserted = true). */
+static int u64map_intern(struct u64map *m, uint64_t key, uint32_t next_value, uint32_t *ret_value,
+                         bool *inserted)
+{
+    size_t s;
+
+    if ((m->count + 1) * 4 > m->cap * 3 && u64map_grow(m) < 0)
+        return -ENOMEM;
+    for (s = slot_of(key, m->cap); m->keys[s]; s = (s + 1) & (m->cap - 1)) {
+        if (m->keys[s] == key) {
+            *ret_value = m->values[s];
+            *inserted = false;
+            return 0;
+        }
+    }
+    m->keys[s] = key;
+    m->values[s] = next_value;
+    m->count++;
+    *ret_value = next_value;
+    *inserted = true;
+    return 0;
+}
+
+static void u64map_done(struct u64map *m)
+{
+    free(m->keys);
+    free(m->values);
+    memset(m, 0, sizeof(*m));
+}
+
+/* Grows *array (of elem bytes) to hold at least n elements. */
+static int reserve(void **array, size_t *cap, size_t n, size_t elem)
+{
+    void *grown;
+    size_t c = *cap ? *cap : 64;
+
+    if (n <= *cap)
+        return 0;
+    while (c < n)
+        c *= 2;
+    grown = realloc(*array, c * elem);
+    if (!grown)
+        return -ENOMEM;
+    *array = grown;
+    *cap = c;
+    return 0;
+}
+
+struct gframe {
+    uint64_t address;    /* as captured (0 for labels) */
+    uint32_t request;    /* index into the symbolization batch, or NO_INDEX */
+    uint32_t label_name; /* string index, labels only */
+    uint32_t category;
+    bool is_label;
+};
+
+struct gstack {
+    uint32_t prefix; /* NO_INDEX = root */
+    uint32_t frame;
+};
+
+struct gthread {
+    int32_t tid;
+    const struct prof_thread_info *info; /* NULL: seen only in entries */
+    struct json_unique_strings *strings;
+    struct u64map frame_map;
+    struct gframe *frames;
+    size_t frame_count, frame_cap;
+    struct u64map stack_map;
+    struct gstack *stacks;
+    size_t stack_count, stack_cap;
+    struct json_writer *samples; /* an open array of rows */
+    struct json_writer *markers; /* an open array of rows */
+    uint32_t last_stack;         /* for same-samples; NO_INDEX = none yet */
+    uint64_t last_sample_ns;
+};
+
+struct gcounter {
+    struct json_writer *rows; /* NULL until the first sample */
+};
+
+struct gecko {
+    const struct prof_process_info *info;
+    const struct progress_logger *progress;
+    struct gthread *threads;
+    size_t thread_count, thread_cap;
+    struct u64map request_map; /* normalized address -> request index */
+    struct prof_frame_request *requests;
+    size_t request_count, request_cap;
+    struct prof_frame_result *results;
+    struct gcounter *counters;
+    struct json_writer *overhead; /* open array of rows */
+    uint64_t *pauses;             /* pairs (start, end); end 0 = open */
+    size_t pause_count, pause_cap;
+    uint64_t range_start, range_span;
+    uint64_t entries, decode_errors, unknown_kinds, samples, same_samples, markers;
+    uint64_t unknown_counters, unresolved_frames, label_frames;
+    int symbolizer_error;
+    int error;
+    struct prof_entry entry; /* decode scratch (large) */
+};
+
+static int64_t rel_ns(const struct gecko *g, uint64_t t)
+{
+    return (int64_t)(t - g->info->start_ns);
+}
+
+static int new_array_writer(struct json_writer **ret)
+{
+    int r = json_writer_new_memory(ret);
+
+    if (r == 0)
+        json_writer_array_begin(*ret, NULL);
+    return r;
+}
+
+static struct gthread *thread_for(struct gecko *g, int32_t tid)
+{
+    struct gthread *t;
+
+    for (size_t i = 0; i < g->thread_count; i++)
+        if (g->threads[i].tid == tid)
+            return &g->threads[i];
+    if (reserve((void **)&g->threads, &g->thread_cap, g->thread_count + 1, sizeof(*t)) < 0)
+        return NULL;
+    t = &g->threads[g->thread_count];
+    memset(t, 0, sizeof(*t));
+    t->tid = tid;
+    t->last_stack = NO_INDEX;
+    for (size_t i = 0; i < g->info->thread_count; i++)
+        if (g->info->threads[i].tid == tid)
+            t->info = &g->info->threads[i];
+    if (json_unique_strings_new(&t->strings) < 0 || new_array_writer(&t->samples) < 0 ||
+        new_array_writer(&t->markers) < 0) {
+        t->strings = json_unique_strings_free(t->strings);
+        t->samples = json_writer_free(t->samples);
+        t->markers = json_writer_free(t->markers);
+        return NULL;
+    }
+    g->thread_count++;
+    return t;
+}
+
+static int intern_string(struct gthread *t, const char *s, size_t len, uint32_t *ret)
+{
+    return json_unique_strings_index(t->strings, s, len, ret);
+}
+
+/* A native frame: keyed by the address looked up (return addresses minus 1). */
+static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, bool is_return,
+                         uint32_t *ret_frame)
+{
+    uint64_t lookup = is_return ? address - 1 : address;
+    struct gframe *f;
+    bool inserted;
+    int r;
+
+    if (lookup == 0 || lookup >> 63) /* not a user-space code address */
+        lookup = 1;
+    r = u64map_intern(&t->frame_map, lookup, (uint32_t)t->frame_count, ret_frame, &inserted);
+    if (r < 0 || !inserted)
+        return r;
+    if (reserve((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
+        return -ENOMEM;
+    f = &t->frames[t->frame_count++];
+    memset(f, 0, sizeof(*f));
+    f->address = address;
+    f->category = PROF_CATEGORY_NATIVE;
+    f->request = NO_INDEX;
+
+    /* One symbolization request per unique address in the whole process. */
+    const struct prof_lib *lib = g->info->libs ? prof_libs_lookup(g->info->libs, lookup) : NULL;
+
+    if (lib) {
+        uint32_t req;
+
+        r = u64map_intern(&g->request_map, lookup, (uint32_t)g->request_count, &req, &inserted);
+        if (r < 0)
+            return r;
+        if (inserted) {
+            if (reserve((void **)&g->requests, &g->request_cap, g->request_count + 1,
+                        sizeof(*g->requests)) < 0)
+                return -ENOMEM;
+            g->requests[g->request_count++] = (struct prof_frame_request){lib, lookup - lib->bias};
+        }
+        f->request = req;
+    }
+    return 0;
+}
+
+static int intern_label(struct gthread *t, const struct prof_label *l, uint32_t *ret_frame)
+{
+    uint32_t category = l->category < PROF_CATEGORY_COUNT ? l->category : PROF_CATEGORY_OTHER;
+    uint32_t name;
+    struct gframe *f;
+    bool inserted;
+    int r;
+
+    r = intern_string(t, l->name.data, l->name.len, &name);
+    if (r < 0)
+        return r;
+    /* Label keys have the top bit set: never a user-space address. */
+    r = u64map_intern(&t->frame_map, (1ull << 63) | ((uint64_t)name << 8) | category,
+                      (uint32_t)t->frame_count, ret_frame, &inserted);
+    if (r < 0 || !inserted)
+        return r;
+    if (reserve((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
+        return -ENOMEM;
+    f = &t->frames[t->frame_count++];
+    memset(f, 0, sizeof(*f));
+    f->is_label = true;
+    f->label_name = name;
+    f->category = category;
+    f->request = NO_INDEX;
+    return 0;
+}
+
+static int intern_stack(struct gthread *t, uint32_t prefix, uint32_t frame, uint32_t *ret_stack)
+{
+    /* Bit 63 keeps the key non-zero (0 marks an empty map slot) for (root, frame 0). */
+    uint64_t key = (1ull << 63) | ((uint64_t)(prefix == NO_INDEX ? 0 : prefix + 1) << 32) | frame;
+    bool inserted;
+    int r;
+
+    r = u64map_intern(&t->stack_map, key, (uint32_t)t->stack_count, ret_stack, &inserted);
+    if (r < 0 || !inserted)
+        return r;
+    if (reserve((void **)&t->stacks, &t->stack_cap, t->stack_count + 1, sizeof(*t->stacks)) < 0)
+        return -ENOMEM;
+    t->stacks[t->stack_count++] = (struct gstack){prefix, frame};
+    return 0;
+}
+
+/* Builds the stack of native frames (innermost first) with labels merged in; NO_INDEX for
+ * an empty stack. Prefixes always point to earlier stacks (parents first). */
+static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frames,
+                       uint32_t frame_count, const struct prof_label *labels, uint32_t label_count,
+                       uint32_t *ret_stack)
+{
+    uint32_t stack = NO_INDEX, frame, next_label = 0;
+    int r;
+
+    for (uint32_t depth = 1; depth <= frame_count; depth++) {
+        uint32_t i = frame_count - depth; /* root first */
+
+        r = intern_native(g, t, frames[i], i != 0, &frame);
+        if (r < 0)
+            return r;
+        r = intern_stack(t, stack, frame, &stack);
+        if (r < 0)
+            return r;
+        while (next_label < label_count && labels[next_label].native_depth != 0 &&
+               labels[next_label].native_depth <= depth) {
+            r = intern_label(t, &labels[next_label++], &frame);
+            if (r < 0)
+                return r;
+            r = intern_stack(t, stack, frame, &stack);
+            if (r < 0)
+                return r;
+            g->label_frames++;
+        }
+    }
+    /* Labels whose function was not found go on top: they are active at the sample. */
+    while (next_label < label_count) {
+        r = intern_label(t, &labels[next_label++], &frame);
+        if (r < 0)
+            return r;
+        r = intern_stack(t, stack, frame, &stack);
+        if (r < 0)
+            return r;
+        g->label_frames++;
+    }
+    *ret_stack = stack;
+    return 0;
+}
+
+static void write_stack_or_null(struct json_writer *w, uint32_t stack)
+{
+    if (stack == NO_INDEX)
+        json_writer_null(w, NULL);
+    else
+        json_writer_uint(w, NULL, stack);
+}
+
+static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
+{
+    struct gthread *t = thread_for(g, s->tid);
+    uint32_t stack;
+    uint64_t time;
+    int r;
+
+    if (!t)
+        return -ENOMEM;
+    if (same) {
+        stack = t->last_stack;
+        g->same_samples++;
+    } else {
+        r = build_stack(g, t, s->frames, s->frame_count, s->labels, s->label_count, &stack);
+        if (r < 0)
+            return r;
+        t->last_stack = stack;
+        g->samples++;
+    }
+    /* The front-end stores time deltas and never re-sorts: keep them non-decreasing. */
+    time = s->time_ns < t->last_sample_ns ? t->last_sample_ns : s->time_ns;
+    t->last_sample_ns = time;
+    json_writer_array_begin(t->samples, NULL);
+    write_stack_or_null(t->samples, stack);
+    json_writer_time_ms(t->samples, NULL, rel_ns(g, time));
+    json_writer_int(t->samples, NULL, 0);
+    json_writer_uint(t->samples, NULL, same ? 0 : s->cpu_delta_ns);
+    json_writer_array_end(t->samples);
+    return json_writer_error(t->samples);
+}
+
+static const struct prof_marker_schema *schema_for(const struct gecko *g, uint32_t id)
+{
+    for (size_t i = 0; i < g->info->schema_count; i++)
+        if (g->info->schemas[i].id == id)
+            return &g->info->schemas[i];
+    return NULL;
+}
+
+static int write_typed_fields(struct gthread *t, const struct prof_marker_schema *schema,
+                              const struct prof_marker *m)
+{
+    struct json_writer *w = t->markers;
+
+    for (uint32_t i = 0; i < m->field_count && i < schema->field_count; i++) {
+        const struct prof_field *f = &m->fields[i];
+        const char *key = schema->fields[i].key;
+        uint32_t index;
+
+        switch (f->kind) {
+        case PROF_FIELD_INT:
+            json_writer_int(w, key, f->v.i);
+            break;
+        case PROF_FIELD_UINT:
+            json_writer_uint(w, key, f->v.u);
+            break;
+        case PROF_FIELD_DOUBLE:
+            json_writer_double(w, key, f->v.d);
+            break;
+        case PROF_FIELD_STRING:
+            /* unique-string fields hold an index into the thread's string table. */
+            if (schema->fields[i].format && !strcmp(schema->fields[i].format, "unique-string")) {
+                if (intern_string(t, f->v.s.data, f->v.s.len, &index) < 0)
+                    return -ENOMEM;
+                json_writer_uint(w, key, index);
+            } else {
+                json_writer_string_len(w, key, f->v.s.data, f->v.s.len);
+            }
+            break;
+        }
+    }
+    return 0;
+}
+
+static int add_marker(struct gecko *g, const struct prof_marker *m)
+{
+    struct gthread *t = thread_for(g, m->tid);
+    const struct prof_marker_schema *schema = NULL;
+    struct json_writer *w;
+    uint32_t name, stack = NO_INDEX;
+    uint64_t time = m->phase == PROF_PHASE_END ? m->end_ns : m->start_ns;
+    int r;
+
+    if (!t)
+        return -ENOMEM;
+    w = t->markers;
+    r = intern_string(t, m->name.data, m->name.len, &name);
+    if (r < 0)
+        return r;
+    if (m->frame_count > 0) {
+        r = build_stack(g, t, m->frames, m->frame_count, NULL, 0, &stack);
+        if (r < 0)
+            return r;
+    }
+    if (m->payload_kind == PROF_PAYLOAD_TYPED)
+        schema = schema_for(g, m->schema_id);
+    g->markers++;
+
+    json_writer_array_begin(w, NULL);
+    json_writer_uint(w, NULL, name);
+    if (m->phase == PROF_PHASE_END)
+        json_writer_null(w, NULL);
+    else
+        json_writer_time_ms(w, NULL, rel_ns(g, m->start_ns));
+    if (m->phase == PROF_PHASE_INTERVAL || m->phase == PROF_PHASE_END)
+        json_writer_time_ms(w, NULL, rel_ns(g, m->end_ns));
+    else
+        json_writer_null(w, NULL);
+    json_writer_int(w, NULL, m->phase);
+    json_writer_uint(w, NULL, m->category < PROF_CATEGORY_COUNT ? m->category : 0);
+    if (m->payload_kind == PROF_PAYLOAD_NONE && stack == NO_INDEX) {
+        json_writer_null(w, NULL);
+    } else {
+        json_writer_object_begin(w, NULL);
+        if (schema) {
+            json_writer_string(w, "type", schema->name);
+            r = write_typed_fields(t, schema, m);
+            if (r < 0)
+                return r;
+        } else {
+            /* Text, a typed marker whose schema is unknown, or a bare stack. */
+            json_writer_string(w, "type", "Text");
+            json_writer_string_len(w, "name", m->text.data, m->text.len);
+        }
+        if (stack != NO_INDEX) {
+            json_writer_object_begin(w, "stack");
+            json_writer_string(w, "name", "SyncProfile");
+            json_writer_null(w, "registerTime");
+            json_writer_null(w, "unregisterTime");
+            json_writer_string(w, "processType", g->info->process_type);
+            json_writer_int(w, "tid", t->tid);
+            json_writer_int(w, "pid", g->info->pid);
+            json_writer_object_begin(w, "markers");
+            json_writer_object_begin(w, "schema");
+            json_writer_int(w, "name", 0);
+            json_writer_int(w, "startTime", 1);
+            json_writer_int(w, "endTime", 2);
+            json_writer_int(w, "phase", 3);
+            json_writer_int(w, "category", 4);
+            json_writer_int(w, "data", 5);
+            json_writer_object_end(w);
+            json_writer_array_begin(w, "data");
+            json_writer_array_end(w);
+            json_writer_object_end(w);
+            json_writer_object_begin(w, "samples");
+            json_writer_object_begin(w, "schema");
+            json_writer_int(w, "stack", 0);
+            json_writer_int(w, "time", 1);
+            json_writer_int(w, "responsiveness", 2);
+            json_writer_object_end(w);
+            json_writer_array_begin(w, "data");
+            json_writer_array_begin(w, NULL);
+            json_writer_uint(w, NULL, stack);
+            json_writer_time_ms(w, NULL, rel_ns(g, time));
+            json_writer_int(w, NULL, 0);
+            json_writer_array_end(w);
+            json_writer_array_end(w);
+            json_writer_object_end(w);
+            json_writer_object_end(w);
+        }
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+    return json_writer_error(w);
+}
+
+static int add_counter(struct gecko *g, const struct prof_counter_sample *c)
+{
+    struct gcounter *gc;
+    int r;
+
+    if (c->counter_id >= g->info->counter_count) {
+        g->unknown_counters++;
+        return 0;
+    }
+    gc = &g->counters[c->counter_id];
+    if (!gc->rows) {
+        r = new_array_writer(&gc->rows);
+        if (r < 0)
+            return r;
+    }
+    json_writer_array_begin(gc->rows, NULL);
+    json_writer_time_ms(gc->rows, NULL, rel_ns(g, c->time_ns));
+    json_writer_int(gc->rows, NULL, c->delta);
+    json_writer_uint(gc->rows, NULL, c->number);
+    json_writer_array_end(gc->rows);
+    return json_writer_error(gc->rows);
+}
+
+/* Microseconds from nanoseconds, exactly: time_ms prints n / 1e6, so pass ns * 1000. */
+static void write_us(struct json_writer *w, uint64_t ns)
+{
+    json_writer_time_ms(w, NULL, (int64_t)(ns * 1000));
+}
+
+static int add_overhead(struct gecko *g, const struct prof_overhead *o)
+{
+    struct json_writer *w = g->overhead;
+
+    json_writer_array_begin(w, NULL);
+    json_writer_time_ms(w, NULL, rel_ns(g, o->time_ns));
+    write_us(w, o->locking_ns);
+    write_us(w, o->cleaning_ns);
+    write_us(w, o->counters_ns);
+    write_us(w, o->threads_ns);
+    json_writer_array_end(w);
+    return json_writer_error(w);
+}
+
+static int add_pause(struct gecko *g, bool paused, uint64_t time_ns)
+{
+    if (paused) {
+        if (reserve((void **)&g->pauses, &g->pause_cap, g->pause_count * 2 + 2,
+                    sizeof(*g->pauses) * 1) < 0)
+            return -ENOMEM;
+        g->pauses[g->pause_count * 2] = time_ns;
+        g->pauses[g->pause_count * 2 + 1] = 0;
+        g->pause_count++;
+    } else if (g->pause_count > 0 && g->pauses[g->pause_count * 2 - 1] == 0) {
+        g->pauses[g->pause_count * 2 - 1] = time_ns;
+    }
+    return 0;
+}
+
+static int on_entry(struct buf_entry_reader *reader, uint64_t index, void *userdata)
+{
+    struct gecko *g = userdata;
+    struct prof_entry *e = &g->entry;
+    int r = prof_entry_decode(reader, e);
+
+    g->entries++;
+    if (g->progress && (g->entries & 4095) == 0 && g->range_span)
+        progress_logger_set_local(
+                g->progress,
+                proportion_mul(proportion_from_ratio(index - g->range_start, g->range_span),
+                               proportion_from_double(0.6)),
+                "reading the buffer");
+    if (r == -ENOTSUP) {
+        g->unknown_kinds++;
+        return 0;
+    }
+    if (r < 0) {
+        g->decode_errors++;
+        return 0;
+    }
+    switch (e->kind) {
+    case BUF_ENTRY_SAMPLE:
+        r = add_sample(g, &e->u.sample, false);
+        break;
+    case BUF_ENTRY_SAME_SAMPLE:
+        r = add_sample(g, &e->u.sample, true);
+        break;
+    case BUF_ENTRY_MARKER:
+        r = add_marker(g, &e->u.marker);
+        break;
+    case BUF_ENTRY_COUNTER:
+        r = add_counter(g, &e->u.counter);
+        break;
+    case BUF_ENTRY_OVERHEAD:
+        r = add_overhead(g, &e->u.overhead);
+        break;
+    case BUF_ENTRY_PAUSE:
+    case BUF_ENTRY_RESUME:
+        r = add_pause(g, e->kind == BUF_ENTRY_PAUSE, e->u.pause_time_ns);
+        break;
+    default:
+        g->unknown_kinds++;
+        r = 0;
+        break;
+    }
+    /* Out of memory stops the walk; the error is reported by the caller. */
+    return r < 0 ? r : 0;
+}
+
+static void write_schema_table(struct json_writer *w, const char *key, const char *const *names,
+                               size_t count)
+{
+    json_writer_object_begin(w, key);
+    json_writer_object_begin(w, "schema");
+    for (size_t i = 0; i < count; i++)
+        json_writer_uint(w, names[i], i);
+    json_writer_object_end(w);
+}
+
+static void write_categories(struct json_writer *w)
+{
+    json_writer_array_begin(w, "categories");
+    for (size_t i = 0; i < PROF_CATEGORY_COUNT; i++) {
+        json_writer_object_begin(w, NULL);
+        json_writer_string(w, "name", categories[i].name);
+        json_writer_string(w, "color", categories[i].color);
+        json_writer_array_begin(w, "subcategories");
+        json_writer_string(w, NULL, "Other");
+        json_writer_array_end(w);
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+}
+
+static void write_marker_schemas(struct json_writer *w, const struct prof_process_info *info)
+{
+    json_writer_array_begin(w, "markerSchema");
+    /* Text markers: our own schema says "name" is a plain string (not unique-string). */
+    json_writer_object_begin(w, NULL);
+    json_writer_string(w, "name", "Text");
+    json_writer_string(w, "tooltipLabel", "{marker.name}");
+    json_writer_string(w, "tableLabel", "{marker.data.name}");
+    json_writer_string(w, "chartLabel", "{marker.data.name}");
+    json_writer_array_begin(w, "display");
+    json_writer_string(w, NULL, "marker-chart");
+    json_writer_string(w, NULL, "marker-table");
+    json_writer_array_end(w);
+    json_writer_array_begin(w, "data");
+    json_writer_object_begin(w, NULL);
+    json_writer_string(w, "key", "name");
+    json_writer_string(w, "label", "Details");
+    json_writer_string(w, "format", "string");
+    json_writer_bool(w, "searchable", true);
+    json_writer_object_end(w);
+    json_writer_array_end(w);
+    json_writer_object_end(w);
+
+    for (size_t i = 0; i < info->schema_count; i++) {
+        const struct prof_marker_schema *s = &info->schemas[i];
+
+        if (!s->name || !strcmp(s->name, "Text"))
+            continue;
+        json_writer_object_begin(w, NULL);
+        json_writer_string(w, "name", s->name);
+        json_writer_string(w, "tooltipLabel",
+                           s->tooltip_label ? s->tooltip_label : "{marker.name}");
+        json_writer_string(w, "tableLabel", s->table_label ? s->table_label : "{marker.name}");
+        json_writer_string(w, "chartLabel", s->chart_label ? s->chart_label : "{marker.name}");
+        json_writer_array_begin(w, "display");
+        json_writer_string(w, NULL, "marker-chart");
+        json_writer_string(w, NULL, "marker-table");
+        json_writer_string(w, NULL, "timeline-overview");
+        json_writer_array_end(w);
+        json_writer_array_begin(w, "data");
+        for (size_t f = 0; f < s->field_count; f++) {
+            json_writer_object_begin(w, NULL);
+            json_writer_string(w, "key", s->fields[f].key);
+            json_writer_string(w, "label",
+                               s->fields[f].label ? s->fields[f].label : s->fields[f].key);
+            json_writer_string(w, "format", s->fields[f].format ? s->fields[f].format : "string");
+            json_writer_bool(w, "searchable", s->fields[f].searchable);
+            json_writer_object_end(w);
+        }
+        json_writer_array_end(w);
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+}
+
+static void write_meta(struct gecko *g, struct json_writer *w)
+{
+    const struct prof_process_info *info = g->info;
+    struct utsname u;
+    char oscpu[200];
+
+    json_writer_object_begin(w, "meta");
+    json_writer_int(w, "version", GECKO_VERSION);
+    json_writer_double(w, "startTime", info->start_epoch_ms);
+    json_writer_time_ms(w, "interval", (int64_t)info->interval_ns);
+    if (info->shutdown_ns)
+        json_writer_time_ms(w, "shutdownTime", rel_ns(g, info->shutdown_ns));
+    else
+        json_writer_null(w, "shutdownTime");
+    json_writer_int(w, "processType", 0);
+    json_writer_string(w, "product", info->product ? info->product : info->name);
+    json_writer_int(w, "stackwalk", 1);
+    json_writer_int(w, "debug", 0);
+    json_writer_bool(w, "presymbolicated", true);
+    json_writer_string(w, "platform", "Linux");
+    if (uname(&u) == 0) {
+        (void)snprintf(oscpu, sizeof(oscpu), "%s %s %s", u.sysname, u.release, u.machine);
+        json_writer_string(w, "oscpu", oscpu);
+        json_writer_string(w, "abi", u.machine);
+    }
+    json_writer_int(w, "logicalCPUs", sysconf(_SC_NPROCESSORS_ONLN));
+    json_writer_int(w, "physicalCPUs", sysconf(_SC_NPROCESSORS_ONLN));
+    json_writer_uint(w, "startTimeAsClockMonotonicNanosecondsSinceBoot", info->start_ns);
+    json_writer_object_begin(w, "sampleUnits");
+    json_writer_string(w, "time", "ms");
+    json_writer_string(w, "eventDelay", "ms");
+    json_writer_string(w, "threadCPUDelta", "ns");
+    json_writer_object_end(w);
+    write_categories(w);
+    write_marker_schemas(w, info);
+    json_writer_object_begin(w, "configuration");
+    json_writer_array_begin(w, "threads");
+    json_writer_array_end(w);
+    json_writer_array_begin(w, "features");
+    json_writer_string(w, NULL, "stackwalk");
+    json_writer_string(w, NULL, "cpu");
+    json_writer_string(w, NULL, "markers");
+    json_writer_array_end(w);
+    json_writer_int(w, "capacity", 0);
+    json_writer_object_end(w);
+    json_writer_object_begin(w, "fleetprof");
+    json_writer_int(w, "pid", info->pid);
+    json_writer_int(w, "ppid", info->ppid);
+    json_writer_string(w, "stackwalk", info->stackwalk ? info->stackwalk : "dwarf");
+    json_writer_object_end(w);
+    json_writer_object_end(w);
+}
+
+static void write_libs(struct json_writer *w, const struct prof_libs *libs)
+{
+    json_writer_array_begin(w, "libs");
+    for (size_t i = 0; libs && i < libs->count; i++) {
+        const struct prof_lib *l = &libs->libs[i];
+        const char *path = l->path ? l->path : l->name;
+
+        json_writer_object_begin(w, NULL);
+        json_writer_uint(w, "start", l->start);
+        json_writer_uint(w, "end", l->end);
+        json_writer_uint(w, "offset", l->offset);
+        json_writer_string(w, "name", l->name);
+        json_writer_string(w, "path", path);
+        json_writer_string(w, "debugName", l->name);
+        json_writer_string(w, "debugPath", path);
+        json_writer_string(w, "breakpadId", l->breakpad_id ? l->breakpad_id : "");
+        if (l->code_id)
+            json_writer_string(w, "codeId", l->code_id);
+        else
+            json_writer_null(w, "codeId");
+        json_writer_string(w, "arch", "x86_64");
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+}
+
+static int write_frame_table(struct gecko *g, struct gthread *t, struct json_writer *w)
+{
+    static const char *const schema[] = {"location",       "relevantForJS", "innerWindowID",
+                                         "implementation", "line",          "column",
+                                         "category",       "subcategory"};
+    char location[PROF_MAX_STRING + 160];
+
+    write_schema_table(w, "frameTable", schema, sizeof(schema) / sizeof(schema[0]));
+    json_writer_array_begin(w, "data");
+    for (size_t i = 0; i < t->frame_count; i++) {
+        const struct gframe *f = &t->frames[i];
+        const struct prof_frame_result *res =
+                f->request != NO_INDEX && g->results ? &g->results[f->request] : NULL;
+        uint32_t loc;
+
+        if (f->is_label) {
+            loc = f->label_name;
+        } else {
+            if (res && res->function)
+                (void)snprintf(location, sizeof(location), "%s (in %s)", res->function,
+                               g->requests[f->request].lib->name);
+            else
+                (void)snprintf(location, sizeof(location), "0x%" PRIx64, f->address);
+            if (!res || !res->function)
+                g->unresolved_frames++;
+            if (intern_string(t, location, strlen(location), &loc) < 0)
+                return -ENOMEM;
+        }
+        json_writer_array_begin(w, NULL);
+        json_writer_uint(w, NULL, loc);
+        json_writer_bool(w, NULL, false);
+        json_writer_int(w, NULL, 0);
+        json_writer_null(w, NULL);
+        if (res && res->function && res->line)
+            json_writer_uint(w, NULL, res->line);
+        else
+            json_writer_null(w, NULL);
+        json_writer_null(w, NULL);
+        json_writer_uint(w, NULL, f->category);
+        json_writer_int(w, NULL, 0);
+        json_writer_array_end(w);
+    }
+    json_writer_array_end(w);
+    json_writer_object_end(w);
+    return 0;
+}
+
+static int write_thread(struct gecko *g, struct gthread *t, struct json_writer *w)
+{
+    static const char *const stack_schema[] = {"prefix", "frame"};
+    static const char *const sample_schema[] = {"stack", "time", "eventDelay", "threadCPUDelta"};
+    static const char *const marker_schema[] = {"name",  "startTime", "endTime",
+                                                "phase", "category",  "data"};
+    const struct prof_thread_info *ti = t->info;
+    char fallback[48];
+    int r;
+
+    json_writer_object_begin(w, NULL);
+    if (ti && ti->is_main) {
+        json_writer_string(w, "name", "GeckoMain");
+    } else if (ti) {
+        json_writer_string(w, "name", ti->name ? ti->name : "thread");
+    } else {
+        (void)snprintf(fallback, sizeof(fallback), "thread %d", (int)t->tid);
+        json_writer_string(w, "name", fallback);
+    }
+    json_writer_string(w, "processType", g->info->process_type ? g->info->process_type : "default");
+    json_writer_string(w, "processName", g->info->name ? g->info->name : "process");
+    json_writer_int(w, "pid", g->info->pid);
+    json_writer_int(w, "tid", t->tid);
+    json_writer_time_ms(w, "registerTime",
+                        ti && ti->register_ns > g->info->start_ns ? rel_ns(g, ti->register_ns) : 0);
+    if (ti && ti->unregister_ns)
+        json_writer_time_ms(w, "unregisterTime", rel_ns(g, ti->unregister_ns));
+    else
+        json_writer_null(w, "unregisterTime");
+
+    r = write_frame_table(g, t, w);
+    if (r < 0)
+        return r;
+    write_schema_table(w, "stackTable", stack_schema, 2);
+    json_writer_array_begin(w, "data");
+    for (size_t i = 0; i < t->stack_count; i++) {
+        json_writer_array_begin(w, NULL);
+        write_stack_or_null(w, t->stacks[i].prefix);
+        json_writer_uint(w, NULL, t->stacks[i].frame);
+        json_writer_array_end(w);
+    }
+    json_writer_array_end(w);
+    json_writer_object_end(w);
+
+    write_schema_table(w, "samples", sample_schema, 4);
+    json_writer_array_end(t->samples);
+    json_writer_splice_writer(w, "data", t->samples);
+    json_writer_object_end(w);
+
+    write_schema_table(w, "markers", marker_schema, 6);
+    json_writer_array_end(t->markers);
+    json_writer_splice_writer(w, "data", t->markers);
+    json_writer_object_end(w);
+
+    json_unique_strings_write(t->strings, w, "stringTable");
+    json_writer_object_end(w);
+    return json_writer_error(w);
+}
+
+static void write_counters(struct gecko *g, struct json_writer *w)
+{
+    static const char *const schema[] = {"time", "count", "number"};
+
+    json_writer_array_begin(w, "counters");
+    for (size_t i = 0; i < g->info->counter_count; i++) {
+        const struct prof_counter_info *c = &g->info->counters[i];
+
+        if (!g->counters[i].rows)
+            continue; /* a counter with no samples is dropped by the front-end anyway */
+        json_writer_object_begin(w, NULL);
+        json_writer_string(w, "name", c->name ? c->name : "counter");
+        json_writer_string(w, "category", c->category ? c->category : "Other");
+        json_writer_string(w, "description", c->description ? c->description : "");
+        write_schema_table(w, "samples", schema, 3);
+        json_writer_array_end(g->counters[i].rows);
+        json_writer_splice_writer(w, "data", g->counters[i].rows);
+        json_writer_object_end(w);
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+}
+
+static void write_tail(struct gecko *g, struct json_writer *w)
+{
+    static const char *const overhead_schema[] = {"time", "locking", "expiredMarkerCleaning",
+                                                  "counters", "threads"};
+    static const char *const source_schema[] = {"id", "filename", "startLine", "startColumn",
+                                                "sourceMapURL"};
+    char pid[16];
+
+    json_writer_array_begin(w, "pausedRanges");
+    for (size_t i = 0; i < g->pause_count; i++) {
+        json_writer_object_begin(w, NULL);
+        json_writer_time_ms(w, "startTime", rel_ns(g, g->pauses[2 * i]));
+        if (g->pauses[2 * i + 1])
+            json_writer_time_ms(w, "endTime", rel_ns(g, g->pauses[2 * i + 1]));
+        else
+            json_writer_null(w, "endTime");
+        json_writer_string(w, "reason", "profiler-paused");
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+
+    write_schema_table(w, "sources", source_schema, 5);
+    json_writer_array_begin(w, "data");
+    json_writer_array_end(w);
+    json_writer_object_end(w);
+
+    write_counters(g, w);
+
+    json_writer_object_begin(w, "profilerOverhead");
+    write_schema_table(w, "samples", overhead_schema, 5);
+    json_writer_array_end(g->overhead);
+    json_writer_splice_writer(w, "data", g->overhead);
+    json_writer_object_end(w);
+    json_writer_object_end(w);
+
+    (void)snprintf(pid, sizeof(pid), "%d", (int)g->info->pid);
+    json_writer_object_begin(w, "profilingLog");
+    json_writer_object_begin(w, pid);
+    json_writer_object_begin(w, "profileWriter");
+    json_writer_uint(w, "entries", g->entries);
+    json_writer_uint(w, "samples", g->samples);
+    json_writer_uint(w, "sameSamples", g->same_samples);
+    json_writer_uint(w, "markers", g->markers);
+    json_writer_uint(w, "labelFrames", g->label_frames);
+    json_writer_uint(w, "decodeErrors", g->decode_errors);
+    json_writer_uint(w, "unknownEntryKinds", g->unknown_kinds);
+    json_writer_uint(w, "unknownCounters", g->unknown_counters);
+    json_writer_uint(w, "symbolRequests", g->request_count);
+    json_writer_uint(w, "unresolvedFrames", g->unresolved_frames);
+    json_writer_int(w, "symbolizerError", g->symbolizer_error);
+    json_writer_object_end(w);
+    json_writer_object_end(w);
+    json_writer_object_end(w);
+
+    json_writer_array_begin(w, "processes");
+    json_writer_array_end(w);
+}
+
+static void gecko_done(struct gecko *g)
+{
+    for (size_t i = 0; i < g->thread_count; i++) {
+        struct gthread *t = &g->threads[i];
+
+        json_unique_strings_free(t->strings);
+        u64map_done(&t->frame_map);
+        u64map_done(&t->stack_map);
+        free(t->frames);
+        free(t->stacks);
+        json_writer_free(t->samples);
+        json_writer_free(t->markers);
+    }
+    free(g->threads);
+    for (size_t i = 0; g->counters && i < g->info->counter_count; i++)
+        json_writer_free(g->counters[i].rows);
+    free(g->counters);
+    u64map_done(&g->request_map);
+    free(g->requests);
+    free(g->results);
+    free(g->pauses);
+    json_writer_free(g->overhead);
+}
+
+int prof_gecko_write_process(struct json_writer *w, const char *key,
+                             const struct prof_process_info *info,
+                             struct buf_chunked_buffer *buffer,
+                             const struct prof_symbolizer *symbolizer,
+                             const struct progress_logger *progress)
+{
+    struct buf_chunked_buffer_state state;
+    struct gecko *g;
+    int r;
+
+    if (!w || !info || !buffer)
+        return -EINVAL;
+    g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    g->info = info;
+    g->progress = progress;
+    g->counters = calloc(info->counter_count ? info->counter_count : 1, sizeof(*g->counters));
+    r = g->counters ? new_array_writer(&g->overhead) : -ENOMEM;
+    if (r < 0)
+        goto out;
+
+    /* Every registered thread appears, even one that was never sampled. */
+    for (size_t i = 0; i < info->thread_count; i++)
+        if (!thread_for(g, info->threads[i].tid)) {
+            r = -ENOMEM;
+            goto out;
+        }
+
+    buf_chunked_buffer_get_state(buffer, &state);
+    g->range_start = state.range_start;
+    g->range_span = state.range_end - state.range_start;
+    r = buf_chunked_buffer_read_each(buffer, on_entry, g);
+    if (r < 0)
+        goto out;
+
+    if (progress)
+        progress_logger_set_local(progress, proportion_from_double(0.6), "symbolizing");
+    if (g->request_count > 0 && symbolizer && symbolizer->resolve) {
+        g->results = calloc(g->request_count, sizeof(*g->results));
+        if (!g->results) {
+            r = -ENOMEM;
+            goto out;
+        }
+        g->symbolizer_error = symbolizer->resolve(symbolizer->userdata, g->requests,
+                                                  g->request_count, g->results);
+        if (g->symbolizer_error < 0)
+            memset(g->results, 0, g->request_count * sizeof(*g->results));
+    }
+
+    if (progress)
+        progress_logger_set_local(progress, proportion_from_double(0.75), "writing threads");
+    json_writer_object_begin(w, key);
+    write_meta(g, w);
+    write_libs(w, info->libs);
+    json_writer_array_begin(w, "threads");
+    for (size_t i = 0; i < g->thread_count; i++) {
+        r = write_thread(g, &g->threads[i], w);
+        if (r < 0)
+            goto out;
+        if (progress)
+            progress_logger_set_local(
+                    progress,
+                    proportion_add(proportion_from_double(0.75),
+                                   proportion_mul(proportion_from_ratio(i + 1, g->thread_count),
+                                                  proportion_from_double(0.25))),
+                    "writing threads");
+    }
+    json_writer_array_end(w);
+    write_tail(g, w);
+    json_writer_object_end(w);
+    r = json_writer_error(w);
+    if (progress && r == 0)
+        progress_logger_set_local(progress, PROPORTION_ONE, "done");
+out:
+    gecko_done(g);
+    free(g);
+    return r;
+}

@@ -1,0 +1,120 @@
+/* child/profile/gecko.h - one process's buffer entries -> one Gecko process profile (JSON).
+ *
+ * Pure function of its inputs: the entries (read from a chunked buffer), a description of
+ * the process, and a symbolizer. No runtime state, no threads: the child's gather thread
+ * calls it for its own profile, the daemon for a crashed child's chunks. Output follows
+ * shared/gecko-format.md (version 36): full meta, libs, threads (main thread "GeckoMain"),
+ * counters, profilerOverhead, pausedRanges, sources, profilingLog, processes: [].
+ */
+#ifndef FLEETPROF_CHILD_PROFILE_GECKO_H
+#define FLEETPROF_CHILD_PROFILE_GECKO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct buf_chunked_buffer;
+struct json_writer;
+struct progress_logger;
+struct prof_lib;
+struct prof_libs;
+
+/* Categories, by index into meta.categories; the public enum fleetprof_category
+ * (child/include/fleetprof.h) uses the same numbers. */
+enum prof_category {
+    PROF_CATEGORY_OTHER = 0, /* grey: the default */
+    PROF_CATEGORY_IDLE,      /* transparent */
+    PROF_CATEGORY_NATIVE,    /* yellow: native frames ("User" in perf imports) */
+    PROF_CATEGORY_IO,        /* lightblue */
+    PROF_CATEGORY_NETWORK,   /* blue */
+    PROF_CATEGORY_MEMORY,    /* orange */
+    PROF_CATEGORY_LOCK,      /* red */
+    PROF_CATEGORY_APP,       /* green: labels and markers of the program */
+    PROF_CATEGORY_PROFILER,  /* magenta: fleetprof's own activity */
+    PROF_CATEGORY_COUNT,
+};
+
+struct prof_thread_info {
+    int32_t tid;
+    const char *name;       /* written as "GeckoMain" for the main thread */
+    uint64_t register_ns;   /* CLOCK_MONOTONIC */
+    uint64_t unregister_ns; /* 0 = still alive */
+    bool is_main;
+};
+
+struct prof_counter_info {
+    uint32_t id; /* as in COUNTER entries */
+    const char *name;
+    const char *category; /* Gecko counter category: "Memory", "Bandwidth", ... */
+    const char *description;
+};
+
+struct prof_schema_field {
+    const char *key;
+    const char *label;
+    const char *format; /* Gecko field format: "string", "integer", "bytes", "duration", ... */
+    bool searchable;
+};
+
+struct prof_marker_schema {
+    uint32_t id; /* as in TYPED marker payloads */
+    const char *name;
+    const char *tooltip_label; /* templates like "{marker.data.label}"; may be NULL */
+    const char *table_label;
+    const char *chart_label;
+    const struct prof_schema_field *fields;
+    size_t field_count;
+};
+
+struct prof_process_info {
+    int32_t pid;
+    int32_t ppid;
+    const char *name;         /* program name: processName of the GeckoMain thread */
+    const char *product;      /* command line: meta.product */
+    const char *process_type; /* thread processType: "default" (top level) or "tab" */
+    uint64_t start_ns;        /* CLOCK_MONOTONIC of meta.startTime; all times relative */
+    double start_epoch_ms;    /* meta.startTime, ms since the Unix epoch */
+    uint64_t shutdown_ns;     /* 0 = still running (meta.shutdownTime null) */
+    uint64_t interval_ns;
+    const char *stackwalk; /* "fp", "dwarf" or "copy" */
+    const struct prof_thread_info *threads;
+    size_t thread_count;
+    const struct prof_counter_info *counters;
+    size_t counter_count;
+    const struct prof_marker_schema *schemas;
+    size_t schema_count;
+    const struct prof_libs *libs; /* loaded modules: address lookup and `libs` */
+};
+
+/* Symbolization in batches: one call per profile with every unique address, so that a
+ * child connected to the daemon asks once (design §4 "Symbols"). */
+struct prof_frame_request {
+    const struct prof_lib *lib; /* module containing the address */
+    uint64_t vaddr;             /* ELF address in lib, already -1 for return addresses */
+};
+
+struct prof_frame_result {
+    const char *function; /* NULL: unresolved (written as "0x..." with a libs entry) */
+    const char *file;     /* may be NULL */
+    uint32_t line;        /* 0 = unknown */
+};
+
+struct prof_symbolizer {
+    /* Fills results[i] for requests[i]; strings must stay valid until the write returns.
+     * Returns 0 or a negative errno (then every frame stays unresolved). */
+    int (*resolve)(void *userdata, const struct prof_frame_request *requests, size_t count,
+                   struct prof_frame_result *results);
+    void *userdata;
+};
+
+/* Writes the process profile (one JSON object) as the next value of w (a key must be
+ * passed when w is inside an object). Reads the buffer once. Reports progress through
+ * progress (may be NULL). Returns 0, or the first negative errno (the writer's latch, or
+ * -ENOMEM); entries that fail to decode are skipped and counted in profilingLog. */
+int prof_gecko_write_process(struct json_writer *w, const char *key,
+                             const struct prof_process_info *info,
+                             struct buf_chunked_buffer *buffer,
+                             const struct prof_symbolizer *symbolizer,
+                             const struct progress_logger *progress);
+
+#endif /* FLEETPROF_CHILD_PROFILE_GECKO_H */

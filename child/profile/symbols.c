@@ -1,0 +1,1082 @@
+/* child/profile/symbols.c - the symbol cache on top of libdwfl; see symbols.h.
+ *
+ * One Dwfl per module, each reported at its ELF addresses (dwfl_report_elf with base 0 and
+ * add_p_vaddr, so module address == ELF vaddr; the vdso, reported from memory, gets a bias
+ * that we read back), so that a module can be dropped alone with dwfl_end(). Modules sit in
+ * a hash table (by key) and an LRU list; each has an open-addressing table of resolved
+ * addresses. Strings are copied into one interning pool that lives as long as the cache,
+ * so callers may keep them across evictions.
+ */
+#include "symbols.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <inttypes.h>
+#include <libelf.h>
+#include <limits.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+
+#include "libs.h"
+
+#define STR_BLOCK_BYTES    (64 * 1024)
+#define MODULE_FIXED_BYTES 4096 /* libdwfl's per-module structures, roughly */
+#define FIRST_ENTRY_CAP    64
+#define FIRST_BUCKETS      64
+#define MAX_VDSO_BYTES     (1024 * 1024)
+#define DEFAULT_DEBUG_PATH "/usr/lib/debug" /* libdwfl's default absolute directory */
+
+/* --- interned strings ------------------------------------------------------------ */
+
+struct str_block {
+    struct str_block *next;
+    size_t used;
+    size_t cap;
+    char data[];
+};
+
+struct str_pool {
+    struct str_block *blocks; /* owned; newest first */
+    const char **slots;       /* owned; open addressing, NULL = empty; points into blocks */
+    uint64_t *hashes;         /* owned; hash of slots[i] */
+    size_t count;
+    size_t cap; /* power of two */
+    size_t bytes;
+};
+
+static uint64_t fnv1a(const void *data, size_t len, uint64_t h)
+{
+    const unsigned char *p = data;
+
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3u;
+    }
+    return h;
+}
+
+#define FNV_SEED 0xcbf29ce484222325u
+
+static int str_pool_grow(struct str_pool *pool)
+{
+    size_t cap = pool->cap ? pool->cap * 2 : 1024;
+    const char **slots = calloc(cap, sizeof(*slots));
+    uint64_t *hashes = calloc(cap, sizeof(*hashes));
+
+    if (!slots || !hashes) {
+        free(slots);
+        free(hashes);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < pool->cap; i++) {
+        size_t j;
+
+        if (!pool->slots[i])
+            continue;
+        j = pool->hashes[i] & (cap - 1);
+        while (slots[j])
+            j = (j + 1) & (cap - 1);
+        slots[j] = pool->slots[i];
+        hashes[j] = pool->hashes[i];
+    }
+    pool->bytes += (cap - pool->cap) * (sizeof(*slots) + sizeof(*hashes));
+    free(pool->slots);
+    free(pool->hashes);
+    pool->slots = slots;
+    pool->hashes = hashes;
+    pool->cap = cap;
+    return 0;
+}
+
+/* Returns the pool's copy of str[0..len) (NUL-terminated), or NULL when out of memory. */
+static const char *str_pool_intern(struct str_pool *pool, const char *str, size_t len)
+{
+    uint64_t h = fnv1a(str, len, FNV_SEED);
+    struct str_block *b = pool->blocks;
+    char *copy;
+    size_t i;
+
+    if (pool->count + 1 > pool->cap / 2 && str_pool_grow(pool) < 0)
+        return NULL;
+    for (i = h & (pool->cap - 1); pool->slots[i]; i = (i + 1) & (pool->cap - 1)) {
+        if (pool->hashes[i] == h && strncmp(pool->slots[i], str, len) == 0 &&
+            pool->slots[i][len] == '\0')
+            return pool->slots[i];
+    }
+    if (!b || b->cap - b->used < len + 1) {
+        size_t cap = len + 1 > STR_BLOCK_BYTES ? len + 1 : STR_BLOCK_BYTES;
+
+        b = malloc(sizeof(*b) + cap);
+        if (!b)
+            return NULL;
+        b->used = 0;
+        b->cap = cap;
+        b->next = pool->blocks;
+        pool->blocks = b;
+        pool->bytes += sizeof(*b) + cap;
+    }
+    copy = b->data + b->used;
+    memcpy(copy, str, len);
+    copy[len] = '\0';
+    b->used += len + 1;
+    pool->slots[i] = copy;
+    pool->hashes[i] = h;
+    pool->count++;
+    return copy;
+}
+
+static void str_pool_done(struct str_pool *pool)
+{
+    while (pool->blocks) {
+        struct str_block *next = pool->blocks->next;
+
+        free(pool->blocks);
+        pool->blocks = next;
+    }
+    free(pool->slots);
+    free(pool->hashes);
+    memset(pool, 0, sizeof(*pool));
+}
+
+/* Folds "//", "/./" and "dir/../" out of a path, lexically (good enough for display; a
+ * symlinked directory could make it differ from the real file). Returns the length written
+ * to out, or 0 when out is too small. */
+static size_t fold_path(const char *in, char *out, size_t out_size)
+{
+    bool absolute = in[0] == '/';
+    size_t root = absolute ? 1 : 0;
+    size_t len = root, poppable = 0;
+
+    if (out_size < 2)
+        return 0;
+    if (absolute)
+        out[0] = '/';
+    while (*in) {
+        const char *comp, *end;
+        size_t clen;
+
+        while (*in == '/')
+            in++;
+        if (!*in)
+            break;
+        comp = in;
+        end = strchr(comp, '/');
+        if (!end)
+            end = comp + strlen(comp);
+        clen = (size_t)(end - comp);
+        in = end;
+        if (clen == 1 && comp[0] == '.')
+            continue;
+        if (clen == 2 && comp[0] == '.' && comp[1] == '.') {
+            if (poppable > 0) {
+                while (len > root && out[len - 1] != '/')
+                    len--;
+                if (len > root)
+                    len--; /* the separator before it */
+                poppable--;
+                continue;
+            }
+            if (absolute)
+                continue; /* "/.." is "/" */
+        } else {
+            poppable++;
+        }
+        if (len + (len > root) + clen + 1 > out_size)
+            return 0;
+        if (len > root)
+            out[len++] = '/';
+        memcpy(out + len, comp, clen);
+        len += clen;
+    }
+    if (len == 0)
+        out[len++] = '.';
+    out[len] = '\0';
+    return len;
+}
+
+/* --- modules ------------------------------------------------------------------------ */
+
+struct sym_entry {
+    uint64_t vaddr;
+    const char *function; /* interned; NULL when status < 0 */
+    const char *file;     /* interned; may be NULL */
+    uint32_t line;
+    int16_t status; /* 0 or -ENOENT */
+    bool used;
+};
+
+struct sym_key {
+    const uint8_t *build_id; /* borrowed */
+    size_t build_id_len;
+    const char *path; /* borrowed; part of the key only without a build-id */
+    dev_t dev;
+    ino_t ino;
+    int64_t mtime_ns;
+    int64_t size;
+};
+
+struct sym_module {
+    struct sym_module *hash_next; /* bucket chain */
+    struct sym_module *lru_prev;  /* towards the most recently used */
+    struct sym_module *lru_next;
+    uint64_t hash;
+
+    /* The key. */
+    uint8_t build_id[PROF_BUILD_ID_MAX];
+    size_t build_id_len;
+    char *path; /* owned; NULL for a build-id key without a path */
+    dev_t dev;
+    ino_t ino;
+    int64_t mtime_ns;
+    int64_t size;
+
+    int error;          /* 0 = usable; else the negative errno of the failed open */
+    char *error_msg;    /* owned; set when error != 0 */
+    Dwfl *dwfl;         /* owned */
+    Dwfl_Module *mod;   /* borrowed from dwfl */
+    uint64_t bias;      /* module address = ELF vaddr + bias */
+    char *image;        /* owned; an in-memory ELF libdwfl reads (the vdso), or NULL */
+    size_t file_bytes;  /* ELF file + debug file + DWARF sections libdw decompressed */
+    bool debug_counted; /* the debug file's size is in file_bytes */
+    bool dwarf_counted; /* the DWARF sections' sizes are in file_bytes */
+
+    struct sym_entry *entries; /* owned; open addressing by vaddr */
+    size_t entry_count;
+    size_t entry_cap; /* power of two, or 0 */
+    size_t bytes;     /* counted against the limit (in prof_symbols.module_bytes) */
+};
+
+struct prof_symbols {
+    Dwfl_Callbacks callbacks; /* libdwfl keeps a pointer to it: lives as long as the cache */
+    char *debuginfo_path;     /* owned, or NULL; callbacks.debuginfo_path points here */
+    size_t limit;
+    size_t max_modules;
+    bool names_only;
+
+    struct sym_module **buckets; /* owned */
+    size_t bucket_count;         /* power of two */
+    size_t module_count;
+    struct sym_module *lru_head; /* most recently used */
+    struct sym_module *lru_tail;
+    size_t module_bytes;
+
+    struct str_pool strings;
+    struct prof_symbols_stats stats;
+    char last_error[256];
+};
+
+static void set_error(struct prof_symbols *s, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+
+static void set_error(struct prof_symbols *s, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(s->last_error, sizeof(s->last_error), fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t key_hash(const struct sym_key *k)
+{
+    uint64_t h = FNV_SEED;
+
+    if (k->build_id_len > 0)
+        return fnv1a(k->build_id, k->build_id_len, h);
+    h = fnv1a(k->path, strlen(k->path), h);
+    h = fnv1a(&k->dev, sizeof(k->dev), h);
+    h = fnv1a(&k->ino, sizeof(k->ino), h);
+    h = fnv1a(&k->mtime_ns, sizeof(k->mtime_ns), h);
+    return fnv1a(&k->size, sizeof(k->size), h);
+}
+
+static bool key_equal(const struct sym_module *m, const struct sym_key *k)
+{
+    if (m->build_id_len != k->build_id_len)
+        return false;
+    if (k->build_id_len > 0)
+        return memcmp(m->build_id, k->build_id, k->build_id_len) == 0;
+    return m->dev == k->dev && m->ino == k->ino && m->mtime_ns == k->mtime_ns &&
+           m->size == k->size && m->path && strcmp(m->path, k->path) == 0;
+}
+
+static void account(struct prof_symbols *s, struct sym_module *m)
+{
+    size_t bytes =
+            sizeof(*m) + MODULE_FIXED_BYTES + m->file_bytes + m->entry_cap * sizeof(m->entries[0]);
+
+    s->module_bytes = s->module_bytes - m->bytes + bytes;
+    m->bytes = bytes;
+}
+
+static void lru_unlink(struct prof_symbols *s, struct sym_module *m)
+{
+    if (m->lru_prev)
+        m->lru_prev->lru_next = m->lru_next;
+    else
+        s->lru_head = m->lru_next;
+    if (m->lru_next)
+        m->lru_next->lru_prev = m->lru_prev;
+    else
+        s->lru_tail = m->lru_prev;
+    m->lru_prev = m->lru_next = NULL;
+}
+
+static void lru_push_front(struct prof_symbols *s, struct sym_module *m)
+{
+    m->lru_prev = NULL;
+    m->lru_next = s->lru_head;
+    if (s->lru_head)
+        s->lru_head->lru_prev = m;
+    s->lru_head = m;
+    if (!s->lru_tail)
+        s->lru_tail = m;
+}
+
+static void module_free(struct sym_module *m)
+{
+    if (m->dwfl)
+        dwfl_end(m->dwfl);
+    free(m->image);
+    free(m->entries);
+    free(m->error_msg);
+    free(m->path);
+    free(m);
+}
+
+/* Unlinks m from the table and the LRU list, and frees it. */
+static void module_drop(struct prof_symbols *s, struct sym_module *m)
+{
+    struct sym_module **pp = &s->buckets[m->hash & (s->bucket_count - 1)];
+
+    while (*pp != m)
+        pp = &(*pp)->hash_next;
+    *pp = m->hash_next;
+    lru_unlink(s, m);
+    s->module_bytes -= m->bytes;
+    s->module_count--;
+    module_free(m);
+}
+
+/* Drops least recently used modules until the cache is within its limits; never keep. */
+static void enforce_limit(struct prof_symbols *s, const struct sym_module *keep)
+{
+    while ((s->module_bytes + s->strings.bytes > s->limit || s->module_count > s->max_modules) &&
+           s->lru_tail && s->lru_tail != keep) {
+        module_drop(s, s->lru_tail);
+        s->stats.modules_evicted++;
+    }
+}
+
+static struct sym_module *module_find(struct prof_symbols *s, const struct sym_key *k,
+                                      uint64_t hash)
+{
+    struct sym_module *m = s->buckets[hash & (s->bucket_count - 1)];
+
+    for (; m; m = m->hash_next) {
+        if (m->hash == hash && key_equal(m, k))
+            return m;
+    }
+    return NULL;
+}
+
+static int buckets_grow(struct prof_symbols *s)
+{
+    size_t n = s->bucket_count * 2;
+    struct sym_module **b = calloc(n, sizeof(*b));
+
+    if (!b)
+        return -ENOMEM;
+    for (size_t i = 0; i < s->bucket_count; i++) {
+        struct sym_module *m = s->buckets[i], *next;
+
+        for (; m; m = next) {
+            next = m->hash_next;
+            m->hash_next = b[m->hash & (n - 1)];
+            b[m->hash & (n - 1)] = m;
+        }
+    }
+    free(s->buckets);
+    s->buckets = b;
+    s->bucket_count = n;
+    return 0;
+}
+
+/* Stores a malloc'd message in *ret_msg when ret_msg is not NULL (NULL if out of memory). */
+static void set_msg(char **ret_msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void set_msg(char **ret_msg, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!ret_msg)
+        return;
+    va_start(ap, fmt);
+    if (vasprintf(ret_msg, fmt, ap) < 0)
+        *ret_msg = NULL;
+    va_end(ap);
+}
+
+/* Checks that path is a readable regular file starting with the ELF magic, so that the
+ * common failures get a precise errno (libdwfl folds them into "not a valid ELF file").
+ * Stores its size in *ret_size. */
+static int check_elf_file(const char *path, size_t *ret_size)
+{
+    unsigned char magic[SELFMAG];
+    struct stat st;
+    ssize_t n;
+    int fd, r = 0;
+
+    /* O_NONBLOCK: a FIFO planted at a module's path must not hang the caller. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) < 0) {
+        r = -errno;
+        goto out;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        r = -EISDIR;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        r = -ENOEXEC;
+        goto out;
+    }
+    n = pread(fd, magic, sizeof(magic), 0);
+    if (n < 0)
+        r = -errno;
+    else if (n != (ssize_t)sizeof(magic) || memcmp(magic, ELFMAG, SELFMAG) != 0)
+        r = -ENOEXEC;
+    else
+        *ret_size = (size_t)st.st_size;
+out:
+    (void)close(fd);
+    return r;
+}
+
+/* Checks that the module reported last carries the wanted build-id (when one is wanted),
+ * then makes it m's. Takes ownership of dwfl in every case. */
+static int module_adopt(struct sym_module *m, Dwfl *dwfl, Dwfl_Module *mod, const uint8_t *id,
+                        size_t id_len)
+{
+    const unsigned char *bits = NULL;
+    GElf_Addr note_vaddr, bias = 0;
+    int n;
+
+    if (id_len > 0) {
+        n = dwfl_module_build_id(mod, &bits, &note_vaddr);
+        if (n <= 0 || (size_t)n < id_len || memcmp(bits, id, id_len) != 0) {
+            dwfl_end(dwfl);
+            return -ESTALE;
+        }
+    }
+    if (!dwfl_module_getelf(mod, &bias)) {
+        dwfl_end(dwfl);
+        return -ENOEXEC;
+    }
+    m->dwfl = dwfl;
+    m->mod = mod;
+    m->bias = bias;
+    return 0;
+}
+
+/* Opens the ELF file at path into m. On failure returns a negative errno and, when
+ * ret_msg is not NULL, a malloc'd description in *ret_msg. */
+static int open_file(struct prof_symbols *s, struct sym_module *m, const char *path,
+                     const uint8_t *id, size_t id_len, char **ret_msg)
+{
+    const char *slash = strrchr(path, '/');
+    Dwfl_Module *mod;
+    size_t size = 0;
+    Dwfl *dwfl;
+    int r;
+
+    r = check_elf_file(path, &size);
+    if (r < 0) {
+        set_msg(ret_msg, "%s: %s", path, r == -ENOEXEC ? "not an ELF file" : strerror(-r));
+        return r;
+    }
+    dwfl = dwfl_begin(&s->callbacks);
+    if (!dwfl)
+        return -ENOMEM;
+    dwfl_report_begin(dwfl);
+    mod = dwfl_report_elf(dwfl, slash ? slash + 1 : path, path, -1, 0, true);
+    if (dwfl_report_end(dwfl, NULL, NULL) != 0 || !mod) {
+        set_msg(ret_msg, "%s: %s", path, dwfl_errmsg(-1));
+        dwfl_end(dwfl);
+        return -ENOEXEC;
+    }
+    r = module_adopt(m, dwfl, mod, id, id_len);
+    if (r == -ESTALE)
+        set_msg(ret_msg, "%s: the file has another build-id (replaced since loaded?)", path);
+    else if (r < 0)
+        set_msg(ret_msg, "%s: %s", path, dwfl_errmsg(-1));
+    else
+        m->file_bytes = size;
+    return r;
+}
+
+/* Looks for the module by build-id in each absolute directory of the debuginfo path:
+ * DIR/.build-id/xx/rest (a link to the binary, installed by debug packages), then
+ * DIR/.build-id/xx/rest.debug (the separate debug file: it keeps the symbol table and
+ * the program headers, so it resolves on its own). Returns 0 or -ENOENT. */
+static int open_by_build_id(struct prof_symbols *s, struct sym_module *m, const uint8_t *id,
+                            size_t id_len)
+{
+    char hex[2 * PROF_BUILD_ID_MAX + 1];
+    char *path, *save = NULL, *dir;
+    int r = -ENOENT;
+
+    if (id_len < 2)
+        return -ENOENT;
+    for (size_t i = 0; i < id_len; i++)
+        (void)snprintf(hex + 2 * i, 3, "%02x", id[i]);
+    path = strdup(s->debuginfo_path ? s->debuginfo_path : DEFAULT_DEBUG_PATH);
+    if (!path)
+        return -ENOMEM;
+    for (dir = strtok_r(path, ":", &save); dir && r < 0; dir = strtok_r(NULL, ":", &save)) {
+        static const char *const suffixes[] = {"", ".debug"};
+
+        if (dir[0] == '+' || dir[0] == '-')
+            dir++;
+        if (dir[0] != '/')
+            continue;
+        for (size_t i = 0; i < 2 && r < 0; i++) {
+            char *file;
+
+            if (asprintf(&file, "%s/.build-id/%.2s/%s%s", dir, hex, hex + 2, suffixes[i]) < 0) {
+                free(path);
+                return -ENOMEM;
+            }
+            r = open_file(s, m, file, id, id_len, NULL);
+            free(file);
+            if (r == -ENOMEM) {
+                free(path);
+                return r;
+            }
+            if (r < 0)
+                r = -ENOENT;
+        }
+    }
+    free(path);
+    return r;
+}
+
+/* The vdso has no file, but every process of this kernel maps the same one: when the
+ * wanted build-id is our own vdso's, libdwfl reads a copy of our image. Returns 0 or
+ * -ENOENT. */
+static int open_own_vdso(struct prof_symbols *s, struct sym_module *m, const uint8_t *id,
+                         size_t id_len)
+{
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)getauxval(AT_SYSINFO_EHDR);
+    size_t size, mapped = 0;
+    long page;
+    Dwfl_Module *mod;
+    Dwfl *dwfl;
+    char *image;
+    int r;
+
+    if (!eh || id_len == 0 || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0)
+        return -ENOENT;
+    /* The section headers come last in the image the kernel maps. */
+    size = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
+    for (size_t i = 0; i < eh->e_phnum; i++) {
+        const ElfW(Phdr) *ph = (const ElfW(Phdr) *)((const char *)eh + eh->e_phoff) + i;
+
+        if (ph->p_type == PT_LOAD && ph->p_offset + ph->p_filesz > mapped)
+            mapped = ph->p_offset + ph->p_filesz;
+    }
+    /* The kernel maps whole pages of the image: the section headers follow the loaded
+     * bytes, inside the last page. */
+    page = sysconf(_SC_PAGESIZE);
+    if (page > 0)
+        mapped = (mapped + (size_t)page - 1) & ~((size_t)page - 1);
+    if (eh->e_shoff == 0 || size > mapped || size > MAX_VDSO_BYTES)
+        return -ENOENT;
+    image = malloc(size);
+    if (!image)
+        return -ENOMEM;
+    memcpy(image, eh, size);
+    dwfl = dwfl_begin(&s->callbacks);
+    if (!dwfl) {
+        free(image);
+        return -ENOMEM;
+    }
+    dwfl_report_begin(dwfl);
+    mod = dwfl_report_offline_memory(dwfl, "[vdso]", "[vdso]", image, size);
+    if (dwfl_report_end(dwfl, NULL, NULL) != 0 || !mod) {
+        dwfl_end(dwfl);
+        free(image);
+        return -ENOENT;
+    }
+    r = module_adopt(m, dwfl, mod, id, id_len);
+    if (r < 0) {
+        free(image);
+        return -ENOENT;
+    }
+    m->image = image;
+    m->file_bytes = size;
+    return 0;
+}
+
+/* Opens m's module, trying in turn: the file at path, the build-id directories, our vdso.
+ * Records the outcome in m (error, error_msg) and the stats, except -ENOMEM, which the
+ * caller does not cache. */
+static int module_open(struct prof_symbols *s, struct sym_module *m, const char *path,
+                       const uint8_t *id, size_t id_len)
+{
+    char *msg = NULL;
+    int r = -ENOENT, r2;
+
+    if (path)
+        r = open_file(s, m, path, id, id_len, &msg);
+    if (r < 0 && r != -ENOMEM && id_len > 0) {
+        r2 = open_by_build_id(s, m, id, id_len);
+        if (r2 == 0 || r2 == -ENOMEM)
+            r = r2;
+    }
+    if (r < 0 && r != -ENOMEM && !path && id_len > 0) {
+        r2 = open_own_vdso(s, m, id, id_len);
+        if (r2 == 0 || r2 == -ENOMEM)
+            r = r2;
+    }
+    if (r == 0 || r == -ENOMEM) {
+        free(msg);
+        s->stats.modules_loaded += r == 0;
+        return r;
+    }
+    if (!msg && !path) {
+        char hex[2 * PROF_BUILD_ID_MAX + 1] = "";
+
+        for (size_t i = 0; i < id_len; i++)
+            (void)snprintf(hex + 2 * i, 3, "%02x", id[i]);
+        if (asprintf(&msg, "no file found for build-id %s", hex) < 0)
+            msg = NULL;
+    }
+    m->error = r;
+    m->error_msg = msg;
+    s->stats.modules_failed++;
+    return r;
+}
+
+static struct sym_module *module_create(const struct sym_key *k, uint64_t hash)
+{
+    struct sym_module *m = calloc(1, sizeof(*m));
+
+    if (!m)
+        return NULL;
+    m->hash = hash;
+    if (k->build_id_len > 0)
+        memcpy(m->build_id, k->build_id, k->build_id_len);
+    m->build_id_len = k->build_id_len;
+    m->dev = k->dev;
+    m->ino = k->ino;
+    m->mtime_ns = k->mtime_ns;
+    m->size = k->size;
+    if (k->path) {
+        m->path = strdup(k->path);
+        if (!m->path) {
+            free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+static void module_insert(struct prof_symbols *s, struct sym_module *m)
+{
+    struct sym_module **b = &s->buckets[m->hash & (s->bucket_count - 1)];
+
+    m->hash_next = *b;
+    *b = m;
+    s->module_count++;
+    lru_push_front(s, m);
+    account(s, m);
+}
+
+/* --- per-address entries ------------------------------------------------------------ */
+
+static uint64_t addr_hash(uint64_t vaddr)
+{
+    vaddr ^= vaddr >> 33;
+    vaddr *= 0xff51afd7ed558ccdu;
+    vaddr ^= vaddr >> 33;
+    return vaddr;
+}
+
+static struct sym_entry *entry_find(const struct sym_module *m, uint64_t vaddr)
+{
+    if (m->entry_cap == 0)
+        return NULL;
+    for (size_t i = addr_hash(vaddr) & (m->entry_cap - 1);; i = (i + 1) & (m->entry_cap - 1)) {
+        struct sym_entry *e = &m->entries[i];
+
+        if (!e->used)
+            return NULL;
+        if (e->vaddr == vaddr)
+            return e;
+    }
+}
+
+/* Returns a fresh slot for vaddr (not yet in the table), growing the table at 70 % load. */
+static struct sym_entry *entry_add(struct prof_symbols *s, struct sym_module *m, uint64_t vaddr)
+{
+    size_t i;
+
+    if ((m->entry_count + 1) * 10 > m->entry_cap * 7) {
+        size_t cap = m->entry_cap ? m->entry_cap * 2 : FIRST_ENTRY_CAP;
+        struct sym_entry *t = calloc(cap, sizeof(*t));
+
+        if (!t)
+            return NULL;
+        for (size_t j = 0; j < m->entry_cap; j++) {
+            if (!m->entries[j].used)
+                continue;
+            i = addr_hash(m->entries[j].vaddr) & (cap - 1);
+            while (t[i].used)
+                i = (i + 1) & (cap - 1);
+            t[i] = m->entries[j];
+        }
+        free(m->entries);
+        m->entries = t;
+        m->entry_cap = cap;
+        account(s, m);
+    }
+    i = addr_hash(vaddr) & (m->entry_cap - 1);
+    while (m->entries[i].used)
+        i = (i + 1) & (m->entry_cap - 1);
+    m->entries[i].used = true;
+    m->entries[i].vaddr = vaddr;
+    m->entry_count++;
+    return &m->entries[i];
+}
+
+/* Adds the size of the separate debug file once libdwfl has found one. */
+static void count_debug_file(struct prof_symbols *s, struct sym_module *m)
+{
+    const char *mainfile = NULL, *debugfile = NULL;
+    struct stat st;
+
+    if (m->debug_counted)
+        return;
+    (void)dwfl_module_info(m->mod, NULL, NULL, NULL, NULL, NULL, &mainfile, &debugfile);
+    if (!debugfile)
+        return;
+    m->debug_counted = true;
+    if (mainfile && strcmp(mainfile, debugfile) == 0)
+        return;
+    if (stat(debugfile, &st) == 0) {
+        m->file_bytes += (size_t)st.st_size;
+        account(s, m);
+    }
+}
+
+/* Returns the size of the .debug_* sections of dw's ELF as libdw holds them: debug packages
+ * (Debian's, Fedora's) compress them, and libdw inflates them on the heap when it opens the
+ * DWARF (measured: ~36 ms of the first file:line lookup in libc, for ~10 MB). */
+static size_t dwarf_sections_bytes(Dwarf *dw)
+{
+    Elf *elf = dw ? dwarf_getelf(dw) : NULL;
+    Elf_Scn *scn = NULL;
+    size_t shstrndx, total = 0;
+
+    if (!elf || elf_getshdrstrndx(elf, &shstrndx) != 0)
+        return 0;
+    while ((scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr shdr;
+        const char *name;
+
+        if (!gelf_getshdr(scn, &shdr) || shdr.sh_type == SHT_NOBITS)
+            continue;
+        name = elf_strptr(elf, shstrndx, shdr.sh_name);
+        if (name && strncmp(name, ".debug_", 7) == 0)
+            total += (size_t)shdr.sh_size;
+    }
+    return total;
+}
+
+/* Adds what libdw holds for the module's DWARF (and its dwz file), once it is loaded. */
+static void count_dwarf(struct prof_symbols *s, struct sym_module *m)
+{
+    Dwarf_Addr bias;
+    Dwarf *dw;
+
+    if (m->dwarf_counted)
+        return;
+    m->dwarf_counted = true;
+    dw = dwfl_module_getdwarf(m->mod, &bias); /* already loaded (or failed): cheap */
+    if (!dw)
+        return;
+    m->file_bytes += dwarf_sections_bytes(dw) + dwarf_sections_bytes(dwarf_getalt(dw));
+    account(s, m);
+}
+
+/* Returns the length of a symbol name without its ELF version ("realpath@@GLIBC_2.3"
+ * becomes "realpath"): debug files' .symtab spell versioned definitions that way. */
+static size_t unversioned_len(const char *name)
+{
+    const char *at = strchr(name, '@');
+
+    return at && at != name ? (size_t)(at - name) : strlen(name);
+}
+
+/* Resolves vaddr in m with libdwfl into e. Returns 0 or -ENOMEM. */
+static int entry_resolve(struct prof_symbols *s, struct sym_module *m, struct sym_entry *e)
+{
+    GElf_Addr addr = e->vaddr + m->bias;
+    const char *name;
+    GElf_Off off;
+    GElf_Sym sym;
+
+    /* dwfl_module_addrinfo searches the full .symtab (static functions included) when the
+     * module or its debug file has one, else .dynsym and the .gnu_debugdata mini symtab. */
+    name = dwfl_module_addrinfo(m->mod, addr, &off, &sym, NULL, NULL, NULL);
+    if (!name || !name[0]) {
+        e->status = -ENOENT;
+        count_debug_file(s, m);
+        return 0;
+    }
+    e->function = str_pool_intern(&s->strings, name, unversioned_len(name));
+    if (!e->function)
+        return -ENOMEM;
+
+    if (!s->names_only) {
+        Dwfl_Line *line = dwfl_module_getsrc(m->mod, addr);
+        const char *file = NULL;
+        int lineno = 0;
+
+        if (line)
+            file = dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL);
+        count_dwarf(s, m);
+        if (file && file[0]) {
+            char folded[PATH_MAX];
+            size_t len = fold_path(file, folded, sizeof(folded));
+
+            e->file = len > 0 ? str_pool_intern(&s->strings, folded, len)
+                              : str_pool_intern(&s->strings, file, strlen(file));
+            if (!e->file)
+                return -ENOMEM;
+            e->line = lineno > 0 ? (uint32_t)lineno : 0;
+        }
+    }
+    count_debug_file(s, m);
+    return 0;
+}
+
+/* --- API ----------------------------------------------------------------------------- */
+
+int prof_symbols_new_with_options(const struct prof_symbols_options *options,
+                                  struct prof_symbols **ret_symbols)
+{
+    struct prof_symbols *s;
+
+    if (!ret_symbols)
+        return -EINVAL;
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->limit = PROF_SYMBOLS_DEFAULT_LIMIT;
+    s->max_modules = PROF_SYMBOLS_DEFAULT_MAX_MODULES;
+    if (options) {
+        if (options->memory_limit_bytes > 0)
+            s->limit = options->memory_limit_bytes;
+        if (options->max_modules > 0)
+            s->max_modules = options->max_modules;
+        s->names_only = options->names_only;
+        if (options->debuginfo_path) {
+            s->debuginfo_path = strdup(options->debuginfo_path);
+            if (!s->debuginfo_path)
+                goto err_free;
+        }
+    }
+    s->buckets = calloc(FIRST_BUCKETS, sizeof(*s->buckets));
+    if (!s->buckets)
+        goto err_path;
+    s->bucket_count = FIRST_BUCKETS;
+
+    s->callbacks.find_elf = dwfl_build_id_find_elf;
+    s->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+    s->callbacks.section_address = dwfl_offline_section_address;
+    s->callbacks.debuginfo_path = s->debuginfo_path ? &s->debuginfo_path : NULL;
+    *ret_symbols = s;
+    return 0;
+
+err_path:
+    free(s->debuginfo_path);
+err_free:
+    free(s);
+    return -ENOMEM;
+}
+
+int prof_symbols_new(size_t memory_limit_bytes, struct prof_symbols **ret_symbols)
+{
+    struct prof_symbols_options options = {.memory_limit_bytes = memory_limit_bytes};
+
+    return prof_symbols_new_with_options(&options, ret_symbols);
+}
+
+struct prof_symbols *prof_symbols_free(struct prof_symbols *s)
+{
+    if (!s)
+        return NULL;
+    while (s->lru_head)
+        module_drop(s, s->lru_head);
+    free(s->buckets);
+    str_pool_done(&s->strings);
+    free(s->debuginfo_path);
+    free(s);
+    return NULL;
+}
+
+int prof_symbols_resolve(struct prof_symbols *s, const char *path, const uint8_t *build_id,
+                         size_t build_id_len, uint64_t vaddr, struct prof_symbol *ret_symbol)
+{
+    struct sym_key key = {0};
+    struct sym_module *m;
+    struct sym_entry *e;
+    uint64_t hash;
+    int r;
+
+    if (!s || !ret_symbol || (!path && build_id_len == 0) || (build_id_len > 0 && !build_id))
+        return -EINVAL;
+    key.build_id = build_id;
+    key.build_id_len = build_id_len > PROF_BUILD_ID_MAX ? PROF_BUILD_ID_MAX : build_id_len;
+    key.path = path;
+    if (key.build_id_len == 0) {
+        struct stat st;
+
+        /* Without a build-id, a rebuilt file must not hit the old module: key on the
+         * file's identity and version. A missing file gets an all-zero identity. */
+        if (stat(path, &st) == 0) {
+            key.dev = st.st_dev;
+            key.ino = st.st_ino;
+            key.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+            key.size = (int64_t)st.st_size;
+        }
+    }
+    hash = key_hash(&key);
+    s->stats.lookups++;
+
+    m = module_find(s, &key, hash);
+    if (m) {
+        lru_unlink(s, m);
+        lru_push_front(s, m);
+    } else {
+        if (s->module_count >= s->bucket_count && buckets_grow(s) < 0)
+            return -ENOMEM;
+        m = module_create(&key, hash);
+        if (!m)
+            return -ENOMEM;
+        r = module_open(s, m, path, key.build_id, key.build_id_len);
+        if (r == -ENOMEM) {
+            module_free(m);
+            return r; /* not cached: it may work next time */
+        }
+        module_insert(s, m);
+    }
+    if (m->error < 0) {
+        set_error(s, "%s", m->error_msg ? m->error_msg : strerror(-m->error));
+        r = m->error;
+        enforce_limit(s, m);
+        return r;
+    }
+
+    e = entry_find(m, vaddr);
+    if (e) {
+        s->stats.cache_hits++;
+    } else {
+        e = entry_add(s, m, vaddr);
+        if (!e)
+            return -ENOMEM;
+        r = entry_resolve(s, m, e);
+        if (r < 0) {
+            /* Leave a negative entry rather than a half-filled one. */
+            e->function = e->file = NULL;
+            e->line = 0;
+            e->status = -ENOENT;
+            return r;
+        }
+    }
+    r = e->status;
+    if (r == 0) {
+        ret_symbol->function = e->function;
+        ret_symbol->file = e->file;
+        ret_symbol->line = e->line;
+    } else {
+        set_error(s, "%s: no symbol at 0x%" PRIx64,
+                  m->path ? m->path : (m->image ? "[vdso]" : "module"), vaddr);
+    }
+    enforce_limit(s, m);
+    return r;
+}
+
+int prof_symbols_resolve_address(struct prof_symbols *s, const struct prof_libs *libs,
+                                 uint64_t runtime_addr, bool is_return_address,
+                                 struct prof_symbol *ret_symbol, const struct prof_lib **ret_lib)
+{
+    const struct prof_lib *lib;
+    struct prof_symbol sym;
+    uint64_t vaddr;
+    int r;
+
+    if (!s || !libs || !ret_symbol)
+        return -EINVAL;
+    lib = prof_libs_lookup(libs, runtime_addr);
+    if (!lib) {
+        set_error(s, "0x%" PRIx64 ": in no module", runtime_addr);
+        return -ENXIO;
+    }
+    vaddr = runtime_addr - lib->bias - (is_return_address ? 1 : 0);
+    r = prof_symbols_resolve(s, lib->path, lib->build_id, lib->build_id_len, vaddr, &sym);
+    if (r < 0)
+        return r;
+    *ret_symbol = sym;
+    if (ret_lib)
+        *ret_lib = lib;
+    return 0;
+}
+
+void prof_symbols_get_stats(const struct prof_symbols *s, struct prof_symbols_stats *ret_stats)
+{
+    if (!s || !ret_stats)
+        return;
+    *ret_stats = s->stats;
+    ret_stats->modules_cached = s->module_count;
+    ret_stats->string_bytes = s->strings.bytes;
+    ret_stats->memory_bytes = s->module_bytes + s->strings.bytes;
+}
+
+const char *prof_symbols_get_last_error(const struct prof_symbols *s)
+{
+    return s ? s->last_error : "";
+}
+
+int prof_symbol_format_location(const struct prof_symbol *symbol, const char *module_name,
+                                uint64_t runtime_addr, char *buf, size_t buf_size)
+{
+    int n;
+
+    if (!buf || buf_size == 0)
+        return -EINVAL;
+    if (symbol && symbol->function && module_name)
+        n = snprintf(buf, buf_size, "%s (in %s)", symbol->function, module_name);
+    else if (symbol && symbol->function)
+        n = snprintf(buf, buf_size, "%s", symbol->function);
+    else
+        n = snprintf(buf, buf_size, "0x%" PRIx64, runtime_addr);
+    if (n < 0)
+        return -EINVAL;
+    return (size_t)n < buf_size ? n : -ENOSPC;
+}

@@ -1,0 +1,135 @@
+/* child/profile/symbols.h - symbolization: (module, ELF address) -> function, file, line.
+ *
+ * A cache of modules opened with libdwfl (elfutils). Each module (keyed by its GNU build-id,
+ * or by path + device + inode + mtime + size when it has none) is opened once, with its
+ * separate debug info when there is some (/usr/lib/debug/.build-id/xx/yyyy.debug,
+ * .gnu_debuglink, .gnu_debugaltlink: libdwfl's standard search; when DEBUGINFOD_URLS is set,
+ * libdwfl also asks those servers, which can block on the network). Results are cached per
+ * (module, address). Memory is bounded: the cache counts what it holds, and when the count
+ * is over the limit it drops whole modules, least recently used first.
+ *
+ * Measured cost (this VM, warm page cache): see tests/bench/bench-symbols.c. Loading debug
+ * info is costly (tens of ms for libc with file:line), which is why a child connected to a
+ * daemon lets the daemon's single cache do it for the whole fleet (design §4 "Symbols").
+ *
+ * Thread-safety: none. A cache belongs to one thread at a time (libdw's handles are not
+ * safe for concurrent use); use one cache per thread or serialize. Not async-signal-safe.
+ */
+#ifndef FLEETPROF_CHILD_PROFILE_SYMBOLS_H
+#define FLEETPROF_CHILD_PROFILE_SYMBOLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct prof_lib;
+struct prof_libs;
+struct prof_symbols; /* opaque */
+
+/* Default memory limit for prof_symbols_new(0, ...). */
+#define PROF_SYMBOLS_DEFAULT_LIMIT (256u * 1024 * 1024)
+
+/* Default bound on the modules held open. libdwfl keeps each module's files open (its ELF
+ * file, its debug file, a dwz file: up to 3 descriptors), so this bounds descriptors too. */
+#define PROF_SYMBOLS_DEFAULT_MAX_MODULES 256
+
+/* One resolved address. The strings are interned by the cache and stay valid until
+ * prof_symbols_free(), even when their module is evicted. */
+struct prof_symbol {
+    const char *function; /* symbol name as in the ELF symbol table (not demangled) */
+    const char *file;     /* source file (path as recorded in DWARF, "x/../" folded);
+                           * NULL when unknown */
+    uint32_t line;        /* 1-based source line; 0 = unknown */
+};
+
+struct prof_symbols_options {
+    size_t memory_limit_bytes;  /* 0 = PROF_SYMBOLS_DEFAULT_LIMIT */
+    size_t max_modules;         /* 0 = PROF_SYMBOLS_DEFAULT_MAX_MODULES; cached failures count */
+    bool names_only;            /* never load DWARF: function names only, file/line unknown */
+    const char *debuginfo_path; /* libdwfl's search path for debug files (copied), e.g.
+                                 * ":.debug:/usr/lib/debug": "" = next to the file, relative =
+                                 * a subdirectory of the file's, absolute = a root searched by
+                                 * .build-id/ and by the file's own path. It replaces the
+                                 * default; NULL = the default ":.debug:/usr/lib/debug". */
+};
+
+struct prof_symbols_stats {
+    uint64_t modules_loaded;  /* successful module opens (again after an eviction) */
+    uint64_t modules_failed;  /* failed opens; the failure is cached like a module */
+    uint64_t modules_evicted; /* modules dropped to stay under the limits */
+    uint64_t lookups;         /* prof_symbols_resolve*() calls with valid arguments */
+    uint64_t cache_hits;      /* lookups answered from the per-address cache */
+    size_t modules_cached;    /* modules (and cached failures) held now */
+    size_t memory_bytes;      /* what the cache counts against its limit, see below */
+    size_t string_bytes;      /* interned strings (part of memory_bytes; never evicted) */
+};
+
+/* Creates a cache. memory_limit_bytes bounds what it counts: for each module the size of
+ * its ELF file and of its debug file (libdw maps them whole and parses from them), plus
+ * the per-address tables, plus the interned strings. A module is never evicted while it
+ * is being used, so one module larger than the limit still works. Returns 0 and stores
+ * the cache in *ret_symbols (caller frees it with prof_symbols_free()), or -ENOMEM with
+ * *ret_symbols untouched. */
+int prof_symbols_new(size_t memory_limit_bytes, struct prof_symbols **ret_symbols);
+
+/* Same, with options (NULL = defaults). Returns 0, -EINVAL or -ENOMEM. */
+int prof_symbols_new_with_options(const struct prof_symbols_options *options,
+                                  struct prof_symbols **ret_symbols);
+
+/* Frees the cache, every module and every string it handed out. Accepts NULL; always
+ * returns NULL. */
+struct prof_symbols *prof_symbols_free(struct prof_symbols *s);
+
+/* Resolves vaddr, an address in the ELF address space of a module (runtime address - load
+ * bias; for a caller frame, return address - 1). path (borrowed) names the module's file;
+ * build_id/build_id_len (borrowed; len 0 = unknown) identify it. With a build-id the file
+ * at path must carry the same one; if path is NULL, missing or holds another build, the
+ * module is looked up by build-id in the debuginfo path's .build-id/ directories, and the
+ * vdso of the running kernel is recognised by its build-id.
+ *
+ * Returns:
+ *   0        a function was found; *ret_symbol filled (file and line when known)
+ *   -ENOENT  the module has no symbol covering vaddr; or the module's file does not exist
+ *            and nothing else carries its build-id
+ *   -ESTALE  the file at path has another build-id (replaced since it was mapped) and no
+ *            file with the right one was found
+ *   -ENOEXEC the file is not ELF, or an ELF libdwfl cannot use (no program headers)
+ *   -EACCES, -EISDIR, -EIO, ...  opening or reading the file failed
+ *   -EINVAL  s is NULL, or both path and build-id are missing
+ *   -ENOMEM
+ * *ret_symbol is untouched on failure. Module failures are cached: a missing file is
+ * tried once per cache (until its entry is evicted). prof_symbols_get_last_error() tells
+ * the cause in words. */
+int prof_symbols_resolve(struct prof_symbols *s, const char *path, const uint8_t *build_id,
+                         size_t build_id_len, uint64_t vaddr, struct prof_symbol *ret_symbol);
+
+/* Resolves a runtime address of the process that libs describes: finds the module
+ * containing runtime_addr, computes vaddr = runtime_addr - bias, minus 1 when
+ * is_return_address (a caller frame: the call instruction ends just before the return
+ * address, so its line is the call's), and calls prof_symbols_resolve(). Returns its
+ * result, or -ENXIO when no module contains the address. On success stores the module in
+ * *ret_lib (borrowed from libs; ret_lib may be NULL). On failure both outputs are
+ * untouched: use prof_libs_lookup() to list the module of a "0x..." frame. */
+int prof_symbols_resolve_address(struct prof_symbols *s, const struct prof_libs *libs,
+                                 uint64_t runtime_addr, bool is_return_address,
+                                 struct prof_symbol *ret_symbol, const struct prof_lib **ret_lib);
+
+/* Copies the counters into *ret_stats. */
+void prof_symbols_get_stats(const struct prof_symbols *s, struct prof_symbols_stats *ret_stats);
+
+/* A description of the last failure of a resolve call, e.g. "/x/libfoo.so: No such file or
+ * directory", or "" when nothing failed yet. Borrowed: valid until the next call on s. */
+const char *prof_symbols_get_last_error(const struct prof_symbols *s);
+
+/* Formats the location string of a Gecko frameTable row (shared/gecko-format.md §6):
+ * "<function> (in <module_name>)" when symbol has a function (just "<function>" when
+ * module_name is NULL), else "0x<runtime_addr in lowercase hex>", an unsymbolicated
+ * address that the front-end looks up in the process's `libs` (so the caller must list
+ * the module there). The line goes in the frame's `line` column, not in this string.
+ * Writes at most buf_size bytes including the NUL. Returns the string's length, -ENOSPC
+ * when it did not fit (buf then holds a truncated, NUL-terminated prefix), or -EINVAL
+ * (buf NULL or buf_size 0). */
+int prof_symbol_format_location(const struct prof_symbol *symbol, const char *module_name,
+                                uint64_t runtime_addr, char *buf, size_t buf_size);
+
+#endif /* FLEETPROF_CHILD_PROFILE_SYMBOLS_H */

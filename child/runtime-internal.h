@@ -1,0 +1,197 @@
+/* child/runtime-internal.h - state shared by the files of the runtime (libfleetprof).
+ *
+ * Threads: the program's registered threads (write labels and markers, run the sampling
+ * signal handler), the sampler thread (owns unwinding state, writes samples), and whoever
+ * writes the profile (at exit, on request). They share: the chunked buffer (its own mutex),
+ * the thread registry (rt.registry_lock), each thread's capture slot (an atomic state word
+ * handing it between the signal handler and the sampler) and label stack (written by its
+ * thread, read by that thread's signal handler). docs/threading.md has the full picture.
+ */
+#ifndef FLEETPROF_CHILD_RUNTIME_INTERNAL_H
+#define FLEETPROF_CHILD_RUNTIME_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "child/profile/entries.h"
+#include "child/profile/gecko.h"
+
+#define RT_MAX_THREADS       1024 /* registered + remembered dead threads */
+#define RT_MAX_LABELS        64
+#define RT_MAX_COUNTERS      64
+#define RT_MAX_SCHEMAS       64
+#define RT_THREAD_NAME       64
+#define RT_STACK_COPY_BYTES  (32 * 1024)
+#define RT_MEMORY_COUNTER_NS (10 * 1000 * 1000) /* built-in memory counter period */
+#define RT_SAMPLE_SIGNAL     SIGPROF
+
+enum rt_stackwalk {
+    RT_STACKWALK_FP,
+    RT_STACKWALK_DWARF,
+    RT_STACKWALK_COPY,
+};
+
+struct rt_config {
+    uint64_t interval_ns;
+    uint64_t buffer_bytes;
+    uint32_t chunk_bytes;
+    enum rt_stackwalk stackwalk;
+    char output[4096]; /* FLEETPROF_OUTPUT, "" = none */
+    bool startup;
+    bool debug;
+};
+
+/* Reads FLEETPROF_* into *cfg (defaults first). A bad value gets one line on stderr naming
+ * the variable and the accepted values, and the default is kept. */
+void rt_config_from_env(struct rt_config *cfg);
+const char *rt_stackwalk_name(enum rt_stackwalk s);
+
+struct rt_label {
+    const char *name; /* borrowed: a literal of the program */
+    uint32_t category;
+    uintptr_t stack_address; /* frame of fleetprof_label_push: orders labels */
+    uintptr_t code_address;  /* return address into the function that pushed the label */
+};
+
+enum rt_capture_state {
+    RT_CAPTURE_EMPTY,     /* sampler may request */
+    RT_CAPTURE_REQUESTED, /* signal sent; the handler owns the slot */
+    RT_CAPTURE_FULL,      /* handler done; the sampler owns the slot */
+};
+
+/* Registers captured by the handler for off-thread unwinding (copy mode). */
+struct rt_regs {
+    uint64_t ip, sp, bp, bx, r12, r13, r14, r15;
+};
+
+/* Preallocated per thread: the signal handler writes only here. */
+struct rt_capture {
+    _Atomic int state; /* enum rt_capture_state */
+    uint64_t time_ns;
+    uint64_t cpu_delta_ns; /* set by the sampler when it requests */
+    uint32_t flags;        /* PROF_SAMPLE_* */
+    uint32_t frame_count;
+    uint64_t frames[PROF_MAX_FRAMES];
+    uint32_t label_count;
+    struct rt_label labels[RT_MAX_LABELS];
+    struct rt_regs regs;
+    uint8_t *stack_copy; /* RT_STACK_COPY_BYTES, copy mode only */
+    size_t stack_copy_len;
+};
+
+struct rt_thread {
+    int32_t tid;
+    bool live; /* registered and running; guarded by registry_lock */
+    bool is_main;
+    clockid_t cpu_clock;
+    uintptr_t stack_lo, stack_hi; /* the thread's stack, for frame-pointer walks */
+    char name[RT_THREAD_NAME];
+    uint64_t register_ns, unregister_ns;
+    uint64_t last_cpu_ns; /* sampler-owned */
+    _Atomic uint32_t label_depth;
+    struct rt_label labels[RT_MAX_LABELS];
+    struct rt_capture capture;
+};
+
+struct rt_counter {
+    const char *name, *category, *description; /* owned copies */
+    _Atomic int64_t value;
+    int64_t last_sampled; /* sampler-owned */
+    _Atomic uint64_t ops;
+    uint64_t last_ops;
+};
+
+struct rt_schema {
+    struct prof_marker_schema info; /* strings owned */
+    struct prof_schema_field fields[PROF_MAX_FIELDS];
+    enum prof_field_kind kinds[PROF_MAX_FIELDS];
+};
+
+struct buf_chunk_manager;
+struct buf_chunked_buffer;
+
+struct rt {
+    _Atomic int running; /* 1 between a successful init and shutdown */
+    _Atomic int paused;
+    _Atomic int stop_sampler;
+    _Atomic int exit_signal; /* a fatal signal to re-raise after writing the profile */
+    struct rt_config cfg;
+    int32_t pid;
+    uint64_t start_ns;
+    double start_epoch_ms;
+    struct buf_chunk_manager *manager;
+    struct buf_chunked_buffer *buffer;
+
+    pthread_mutex_t registry_lock; /* threads[], thread_count, counters, schemas */
+    struct rt_thread *threads[RT_MAX_THREADS];
+    size_t thread_count;
+    struct rt_counter counters[RT_MAX_COUNTERS];
+    _Atomic uint32_t counter_count;
+    struct rt_schema schemas[RT_MAX_SCHEMAS];
+    uint32_t schema_count;
+
+    pthread_t sampler;
+    bool sampler_started;
+    pthread_mutex_t write_lock; /* one profile writer at a time */
+    bool exit_profile_written;
+};
+
+extern struct rt rt;
+
+/* The calling thread's registry entry, or NULL (initial-exec TLS: safe in signal handlers). */
+extern __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
+/* > 0 while the calling thread is inside the dynamic loader (dlopen, dl_iterate_phdr...). */
+extern __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
+
+uint64_t rt_now_ns(void);
+
+/* threads.c */
+int rt_threads_register(const char *name, bool is_main);
+void rt_threads_unregister(void);
+/* Fills a snapshot for the profile writer; caller frees with rt_threads_snapshot_free. */
+int rt_threads_snapshot(struct prof_thread_info **ret_threads, size_t *ret_count);
+void rt_threads_snapshot_free(struct prof_thread_info *threads, size_t count);
+void rt_threads_forget_all(void);
+
+/* stackwalk.c */
+int rt_stackwalk_init(enum rt_stackwalk mode);
+void rt_stackwalk_warm_thread(void);
+/* In the signal handler: capture the interrupted context into c. Async-signal-safe. */
+void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void *ucontext);
+/* Dwarf samples taken inside the loader, downgraded to a frame-pointer walk. */
+uint64_t rt_stackwalk_unsafe_samples(void);
+/* Walks saved frame pointers from (ip, bp) within [max(sp, stack_lo), stack_hi), or within
+ * the copy of the stack starting at sp when copy is not NULL. Async-signal-safe. */
+uint32_t rt_fp_walk(uint64_t *frames, uint32_t max, uint64_t ip, uint64_t sp, uint64_t bp,
+                    uintptr_t stack_lo, uintptr_t stack_hi, const uint8_t *copy, size_t copy_len);
+
+/* stackwalk-copy.c: unwinding a stack copy on the sampler thread (libunwind, generic). */
+int rt_stackwalk_copy_init(void);
+void rt_stackwalk_unwind_copy(struct rt_capture *c);
+/* The procedure (function) containing pc, from unwind info: [*ret_start, *ret_end).
+ * Cached; sampler thread only. Returns 0 or -ENOENT. */
+int rt_proc_range(uint64_t pc, uint64_t *ret_start, uint64_t *ret_end);
+/* Walks the caller's own stack (markers with a stack). Not for signal handlers. */
+uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max);
+
+/* sampler.c */
+int rt_sampler_start(void);
+void rt_sampler_stop(void);
+int rt_sampler_install_handler(void);
+
+/* runtime.c */
+int rt_write_profile_to(const char *path, uint64_t shutdown_ns);
+/* exit() and _exit(): stop sampling, write the exit profile once. */
+void rt_on_process_exit(void);
+/* On the sampler thread after a fatal signal: write the profile, then die by sig. */
+void rt_handle_exit_signal(int sig);
+
+/* preload.c: threads of our own, never registered for sampling, all signals blocked. */
+int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
+void rt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif /* FLEETPROF_CHILD_RUNTIME_INTERNAL_H */

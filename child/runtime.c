@@ -1,0 +1,389 @@
+/* child/runtime.c - start, stop, fork and exit of the runtime; writing the profile.
+ *
+ * Exit paths that write FLEETPROF_OUTPUT: exit() and return from main (atexit), _exit and
+ * _Exit (preload wrappers), and SIGTERM/SIGINT when the program left them at their default
+ * action: the handler only flags the signal; the sampler thread writes the profile, then
+ * restores the default action and re-raises, so the process ends as it would have. A
+ * second signal while that runs ends the process at once.
+ *
+ * The buffer is never freed while the process lives: a program thread may be inside a
+ * marker call when the profiler stops. Shutdown clears it instead.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "buffer/chunk-manager.h"
+#include "buffer/chunked-buffer.h"
+#include "buffer/json-writer.h"
+#include "child/include/fleetprof.h"
+#include "child/profile/libs.h"
+#include "child/profile/symbolize-local.h"
+#include "child/profile/symbols.h"
+#include "child/runtime-internal.h"
+
+struct rt rt = {
+        .registry_lock = PTHREAD_MUTEX_INITIALIZER,
+        .write_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool hooks_installed;
+static char product[4096];
+static char program_name[256];
+static int exit_signals[] = {SIGTERM, SIGINT};
+
+#define SYMBOL_CACHE_BYTES (256u * 1024 * 1024)
+
+void rt_debug(const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!rt.cfg.debug)
+        return;
+    fprintf(stderr, "fleetprof[%d]: ", (int)getpid());
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* The command line, arguments joined by spaces, and the program's base name. */
+static void read_command_line(void)
+{
+    ssize_t n = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    const char *base;
+
+    product[0] = '\0';
+    if (fd >= 0) {
+        n = read(fd, product, sizeof(product) - 1);
+        (void)close(fd);
+    }
+    if (n <= 0) {
+        (void)snprintf(product, sizeof(product), "pid %d", (int)getpid());
+        n = (ssize_t)strlen(product);
+    }
+    product[n] = '\0';
+    base = strrchr(product, '/');
+    (void)snprintf(program_name, sizeof(program_name), "%.255s", base ? base + 1 : product);
+    for (ssize_t i = 0; i < n - 1; i++)
+        if (product[i] == '\0')
+            product[i] = ' ';
+}
+
+static double epoch_ms_now(void)
+{
+    struct timespec ts;
+
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Starts sampling with rt.cfg. init_lock held. */
+static int start_locked(void)
+{
+    int r;
+
+    rt.pid = (int32_t)getpid();
+    read_command_line();
+    rt.start_ns = rt_now_ns();
+    rt.start_epoch_ms = epoch_ms_now();
+    if (!rt.buffer) {
+        r = buf_chunk_manager_local_new(rt.cfg.buffer_bytes, rt.cfg.chunk_bytes, &rt.manager);
+        if (r < 0)
+            return r;
+        r = buf_chunked_buffer_new(rt.manager, rt.pid, &rt.buffer);
+        if (r < 0) {
+            rt.manager = buf_chunk_manager_free(rt.manager);
+            return r;
+        }
+    }
+    r = rt_stackwalk_init(rt.cfg.stackwalk);
+    if (r < 0)
+        return r;
+    if (atomic_load(&rt.counter_count) == 0) {
+        rt.counters[0].name = "RSS";
+        rt.counters[0].category = "Memory";
+        rt.counters[0].description = "Resident set size of the process";
+        atomic_store(&rt.counter_count, 1);
+    }
+    r = rt_sampler_install_handler();
+    if (r < 0)
+        return r;
+    rt.exit_profile_written = false;
+    atomic_store(&rt.paused, 0);
+    atomic_store_explicit(&rt.running, 1, memory_order_release);
+    r = rt_threads_register(program_name, gettid() == getpid());
+    if (r < 0)
+        rt_debug("cannot register the main thread: %s", strerror(-r));
+    r = rt_sampler_start();
+    if (r < 0) {
+        atomic_store(&rt.running, 0);
+        return r;
+    }
+    rt_debug("profiling %s every %.3f ms, %s stacks, buffer %llu MiB", product,
+             (double)rt.cfg.interval_ns / 1e6, rt_stackwalk_name(rt.cfg.stackwalk),
+             (unsigned long long)(rt.cfg.buffer_bytes >> 20));
+    return 0;
+}
+
+/* Expands %p to the pid. */
+static int expand_path(const char *pattern, char *out, size_t size)
+{
+    size_t o = 0;
+
+    for (const char *p = pattern; *p; p++) {
+        int n;
+
+        if (p[0] == '%' && p[1] == 'p') {
+            n = snprintf(out + o, size - o, "%d", (int)getpid());
+            p++;
+        } else {
+            n = snprintf(out + o, size - o, "%c", *p);
+        }
+        if (n < 0 || (size_t)n >= size - o)
+            return -ENAMETOOLONG;
+        o += (size_t)n;
+    }
+    return 0;
+}
+
+static int write_json(int fd, uint64_t shutdown_ns)
+{
+    struct prof_counter_info counters[RT_MAX_COUNTERS];
+    struct prof_marker_schema schemas[RT_MAX_SCHEMAS];
+    struct prof_thread_info *threads = NULL;
+    struct prof_process_info info = {0};
+    struct prof_libs libs = {0};
+    struct prof_symbols *symbols = NULL;
+    struct prof_symbolizer symbolizer;
+    struct json_writer *w = NULL;
+    size_t thread_count = 0;
+    uint32_t counter_count = atomic_load(&rt.counter_count);
+    int r;
+
+    r = prof_libs_collect_self(&libs);
+    if (r < 0)
+        return r;
+    r = rt_threads_snapshot(&threads, &thread_count);
+    if (r < 0)
+        goto out;
+    r = prof_symbols_new(SYMBOL_CACHE_BYTES, &symbols);
+    if (r < 0)
+        goto out;
+    symbolizer = prof_symbolizer_local(symbols);
+    for (uint32_t i = 0; i < counter_count; i++)
+        counters[i] = (struct prof_counter_info){i, rt.counters[i].name, rt.counters[i].category,
+                                                 rt.counters[i].description};
+    (void)pthread_mutex_lock(&rt.registry_lock);
+    for (uint32_t i = 0; i < rt.schema_count; i++)
+        schemas[i] = rt.schemas[i].info;
+    info.schema_count = rt.schema_count;
+    (void)pthread_mutex_unlock(&rt.registry_lock);
+
+    info.pid = rt.pid;
+    info.ppid = (int32_t)getppid();
+    info.name = program_name;
+    info.product = product;
+    info.process_type = "default";
+    info.start_ns = rt.start_ns;
+    info.start_epoch_ms = rt.start_epoch_ms;
+    info.shutdown_ns = shutdown_ns;
+    info.interval_ns = rt.cfg.interval_ns;
+    info.stackwalk = rt_stackwalk_name(rt.cfg.stackwalk);
+    info.threads = threads;
+    info.thread_count = thread_count;
+    info.counters = counters;
+    info.counter_count = counter_count;
+    info.schemas = schemas;
+    info.libs = &libs;
+
+    r = json_writer_new_fd(fd, &w);
+    if (r < 0)
+        goto out;
+    r = prof_gecko_write_process(w, NULL, &info, rt.buffer, &symbolizer, NULL);
+    if (r == 0)
+        r = json_writer_finish(w);
+out:
+    w = json_writer_free(w);
+    symbols = prof_symbols_free(symbols);
+    if (threads)
+        rt_threads_snapshot_free(threads, thread_count);
+    prof_libs_done(&libs);
+    return r;
+}
+
+int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
+{
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    int fd, r;
+
+    if (!pattern || !*pattern)
+        return -EINVAL;
+    r = expand_path(pattern, path, sizeof(path));
+    if (r < 0)
+        return r;
+    /* A temp file renamed into place: readers see the old file or a complete new one. */
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    r = write_json(fd, shutdown_ns);
+    if (close(fd) < 0 && r == 0)
+        r = -errno;
+    if (r == 0 && rename(tmp, path) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void)unlink(tmp);
+        rt_debug("cannot write the profile to %s: %s", path, strerror(-r));
+    } else {
+        rt_debug("profile written to %s", path);
+    }
+    return r;
+}
+
+/* Writes the exit profile once per process; later callers wait for the first. */
+static void write_exit_profile(void)
+{
+    (void)pthread_mutex_lock(&rt.write_lock);
+    if (!rt.exit_profile_written && atomic_load(&rt.running)) {
+        rt.exit_profile_written = true;
+        if (rt.cfg.output[0])
+            (void)rt_write_profile_to(rt.cfg.output, rt_now_ns());
+    }
+    (void)pthread_mutex_unlock(&rt.write_lock);
+}
+
+void rt_on_process_exit(void)
+{
+    if (!atomic_load(&rt.running))
+        return;
+    rt_sampler_stop();
+    write_exit_profile();
+}
+
+void rt_handle_exit_signal(int sig)
+{
+    sigset_t set;
+
+    write_exit_profile();
+    (void)signal(sig, SIG_DFL);
+    (void)sigemptyset(&set);
+    (void)sigaddset(&set, sig);
+    (void)pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    (void)raise(sig);
+}
+
+static void on_exit_signal(int sig)
+{
+    /* First signal: the sampler writes the profile and re-raises. A second one, or one
+     * arriving when no sampler runs, takes the default action now. */
+    if (atomic_load(&rt.running) && rt.sampler_started &&
+        atomic_exchange(&rt.exit_signal, sig) == 0)
+        return;
+    (void)signal(sig, SIG_DFL);
+    (void)raise(sig);
+}
+
+static void install_exit_signal_handlers(void)
+{
+    for (size_t i = 0; i < sizeof(exit_signals) / sizeof(exit_signals[0]); i++) {
+        struct sigaction old, sa;
+
+        if (sigaction(exit_signals[i], NULL, &old) < 0 || old.sa_handler != SIG_DFL ||
+            (old.sa_flags & SA_SIGINFO))
+            continue; /* the program handles it: its exit path writes the profile */
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_exit_signal;
+        (void)sigemptyset(&sa.sa_mask);
+        (void)sigaction(exit_signals[i], &sa, NULL);
+    }
+}
+
+static void on_fork_child(void)
+{
+    if (!atomic_load(&rt.running))
+        return;
+    /* The parent's buffer, sampler and locks are not ours: other threads held them at the
+     * fork and are gone. Abandon them (pages shared copy-on-write, never touched) and
+     * start from scratch as a new process. */
+    atomic_store(&rt.running, 0);
+    rt.buffer = NULL;
+    rt.manager = NULL;
+    rt.sampler_started = false;
+    atomic_store(&rt.exit_signal, 0);
+    (void)pthread_mutex_init(&rt.write_lock, NULL);
+    (void)pthread_mutex_init(&init_lock, NULL);
+    rt_threads_forget_all();
+    for (uint32_t i = 0; i < atomic_load(&rt.counter_count); i++) {
+        atomic_store(&rt.counters[i].value, 0);
+        rt.counters[i].last_sampled = 0;
+        atomic_store(&rt.counters[i].ops, 0);
+        rt.counters[i].last_ops = 0;
+    }
+    if (start_locked() < 0)
+        atomic_store(&rt.running, 0);
+}
+
+FLEETPROF_EXPORT int fleetprof_init(void)
+{
+    int r = 0;
+
+    (void)pthread_mutex_lock(&init_lock);
+    if (!atomic_load(&rt.running)) {
+        rt_config_from_env(&rt.cfg);
+        r = start_locked();
+        if (r == 0 && !hooks_installed) {
+            hooks_installed = true;
+            (void)atexit(rt_on_process_exit);
+            (void)pthread_atfork(NULL, NULL, on_fork_child);
+            install_exit_signal_handlers();
+        }
+    }
+    (void)pthread_mutex_unlock(&init_lock);
+    return r;
+}
+
+FLEETPROF_EXPORT void fleetprof_shutdown(void)
+{
+    (void)pthread_mutex_lock(&init_lock);
+    if (atomic_load(&rt.running)) {
+        rt_sampler_stop();
+        write_exit_profile();
+        atomic_store(&rt.running, 0);
+        buf_chunked_buffer_clear(rt.buffer);
+    }
+    (void)pthread_mutex_unlock(&init_lock);
+}
+
+FLEETPROF_EXPORT void fleetprof_pause(void)
+{
+    if (atomic_load(&rt.running) && atomic_exchange(&rt.paused, 1) == 0)
+        (void)prof_entry_put_pause(rt.buffer, true, rt_now_ns());
+}
+
+FLEETPROF_EXPORT void fleetprof_resume(void)
+{
+    if (atomic_load(&rt.running) && atomic_exchange(&rt.paused, 0) == 1)
+        (void)prof_entry_put_pause(rt.buffer, false, rt_now_ns());
+}
+
+FLEETPROF_EXPORT int fleetprof_write_profile(const char *path)
+{
+    int r;
+
+    if (!atomic_load(&rt.running))
+        return -ESRCH;
+    (void)pthread_mutex_lock(&rt.write_lock);
+    r = rt_write_profile_to(path ? path : rt.cfg.output, 0);
+    (void)pthread_mutex_unlock(&rt.write_lock);
+    return r;
+}

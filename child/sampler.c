@@ -1,0 +1,300 @@
+/* child/sampler.c - the sampler thread and the sampling signal handler.
+ *
+ * Each tick (absolute clock_nanosleep: a true 1 kHz, not a tick-bound itimer; a late tick
+ * restarts the schedule instead of catching up), the sampler:
+ *   1. harvests the captures signal handlers finished since the last tick (no handshake:
+ *      the handler never waits), unwinds copies in copy mode, writes SAMPLE entries;
+ *   2. reads each live thread's CPU clock: a thread that did not run gets a cheap
+ *      SAME_SAMPLE and no signal; the others get RT_SAMPLE_SIGNAL through tgkill;
+ *   3. samples counters (the built-in memory counter at most every 10 ms);
+ *   4. records its own cost as an OVERHEAD entry and prepares the next chunk.
+ * A capture still in flight at the next tick is left alone, so each thread's samples stay
+ * in time order.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "buffer/chunked-buffer.h"
+#include "child/runtime-internal.h"
+
+static struct sigaction previous_action; /* the program's handler, chained for its signals */
+static bool handler_installed;
+static int statm_fd = -1;
+static uint64_t last_memory_ns;
+
+uint64_t rt_now_ns(void)
+{
+    struct timespec ts;
+
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void on_sample_signal(int sig, siginfo_t *info, void *ucontext)
+{
+    int saved_errno = errno;
+    struct rt_thread *t = rt_self;
+
+    if (t &&
+        atomic_load_explicit(&t->capture.state, memory_order_acquire) == RT_CAPTURE_REQUESTED) {
+        struct rt_capture *c = &t->capture;
+        uint32_t depth = atomic_load_explicit(&t->label_depth, memory_order_relaxed);
+
+        atomic_signal_fence(memory_order_acquire);
+        c->time_ns = rt_now_ns();
+        if (depth > RT_MAX_LABELS)
+            depth = RT_MAX_LABELS;
+        memcpy(c->labels, t->labels, depth * sizeof(c->labels[0]));
+        c->label_count = depth;
+        rt_stackwalk_capture(c, t, ucontext);
+        atomic_store_explicit(&c->state, RT_CAPTURE_FULL, memory_order_release);
+    } else if ((previous_action.sa_flags & SA_SIGINFO) && previous_action.sa_sigaction) {
+        previous_action.sa_sigaction(sig, info, ucontext);
+    } else if (previous_action.sa_handler != SIG_DFL && previous_action.sa_handler != SIG_IGN) {
+        previous_action.sa_handler(sig);
+    }
+    errno = saved_errno;
+}
+
+int rt_sampler_install_handler(void)
+{
+    struct sigaction sa;
+
+    if (handler_installed)
+        return 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_sample_signal;
+    /* SA_RESTART: the program's blocking calls resume instead of failing with EINTR. */
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    (void)sigemptyset(&sa.sa_mask);
+    if (sigaction(RT_SAMPLE_SIGNAL, &sa, &previous_action) < 0)
+        return -errno;
+    handler_installed = true;
+    return 0;
+}
+
+/* Native frames from the root down to the frame of the function containing code_address
+ * (a label's push site), searching from the root so recursion picks the outermost call;
+ * 0 when no frame lies in that function. */
+static uint32_t label_native_depth(const struct rt_capture *c, uint64_t code_address)
+{
+    uint64_t start, end;
+
+    if (rt_proc_range(code_address - 1, &start, &end) < 0)
+        return 0;
+    for (uint32_t i = c->frame_count; i-- > 0;) {
+        /* Return addresses point after the call: look up the call itself. */
+        uint64_t pc = i == 0 ? c->frames[i] : c->frames[i] - 1;
+
+        if (pc >= start && pc < end)
+            return c->frame_count - i;
+    }
+    return 0;
+}
+
+static void write_sample(struct rt_thread *t)
+{
+    struct rt_capture *c = &t->capture;
+    struct prof_label labels[RT_MAX_LABELS];
+    struct prof_sample s = {0};
+
+    if (rt.cfg.stackwalk == RT_STACKWALK_COPY)
+        rt_stackwalk_unwind_copy(c);
+    for (uint32_t i = 0; i < c->label_count; i++) {
+        labels[i].name.data = c->labels[i].name;
+        labels[i].name.len = c->labels[i].name ? strlen(c->labels[i].name) : 0;
+        labels[i].category = c->labels[i].category;
+        labels[i].stack_address = c->labels[i].stack_address;
+        labels[i].code_address = c->labels[i].code_address;
+        labels[i].native_depth = label_native_depth(c, c->labels[i].code_address);
+    }
+    s.tid = t->tid;
+    s.time_ns = c->time_ns;
+    s.cpu_delta_ns = c->cpu_delta_ns;
+    s.flags = c->flags;
+    s.frames = c->frames;
+    s.frame_count = c->frame_count;
+    s.labels = labels;
+    s.label_count = c->label_count;
+    (void)prof_entry_put_sample(rt.buffer, &s);
+}
+
+static uint64_t thread_cpu_ns(clockid_t clock)
+{
+    struct timespec ts;
+
+    if (clock_gettime(clock, &ts) < 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Steps 1 and 2 of a tick. Registry lock held. */
+static void sample_threads(uint64_t now)
+{
+    bool paused = atomic_load(&rt.paused);
+    /* Below this much CPU since its last sample, a thread counts as idle: above the cost of
+     * one sampling signal here (~10 us), far below a busy thread's interval. */
+    uint64_t idle_cpu_ns = rt.cfg.interval_ns / 20 > 20000 ? rt.cfg.interval_ns / 20 : 20000;
+
+    for (size_t i = 0; i < rt.thread_count; i++) {
+        struct rt_thread *t = rt.threads[i];
+        int state;
+        uint64_t cpu;
+
+        if (!t)
+            continue;
+        state = atomic_load_explicit(&t->capture.state, memory_order_acquire);
+        if (state == RT_CAPTURE_FULL) {
+            write_sample(t);
+            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+            state = RT_CAPTURE_EMPTY;
+        }
+        if (!t->live || paused)
+            continue;
+        if (state == RT_CAPTURE_REQUESTED) {
+            /* The signal is still pending a whole tick later: the thread was not scheduled
+             * (a busy machine), so it did not run. Its capture, when the handler finally
+             * runs, comes later in time, keeping the thread's samples ordered. */
+            (void)prof_entry_put_same_sample(rt.buffer, t->tid, now);
+            continue;
+        }
+        cpu = thread_cpu_ns(t->cpu_clock);
+        if (cpu - t->last_cpu_ns < idle_cpu_ns) {
+            /* It (almost) did not run: its stack is the one of its last sample, or unknown
+             * if it has been idle since registration. No signal, so an idle thread is not
+             * woken and its blocking calls are not interrupted. The threshold matters: the
+             * signal itself bills the thread some CPU (handler, syscall restart), and an
+             * exact comparison would make every signalled sleeper look busy forever. Its
+             * CPU is not reset, so a thread doing a little work is sampled now and then. */
+            (void)prof_entry_put_same_sample(rt.buffer, t->tid, now);
+            continue;
+        }
+        t->capture.cpu_delta_ns = cpu - t->last_cpu_ns;
+        t->last_cpu_ns = cpu;
+        atomic_store_explicit(&t->capture.state, RT_CAPTURE_REQUESTED, memory_order_release);
+        if (syscall(SYS_tgkill, rt.pid, t->tid, RT_SAMPLE_SIGNAL) < 0)
+            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+    }
+}
+
+static int64_t resident_bytes(void)
+{
+    char buf[128];
+    long pages_total, pages_resident;
+    ssize_t n;
+
+    if (statm_fd < 0)
+        return -1;
+    n = pread(statm_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    if (sscanf(buf, "%ld %ld", &pages_total, &pages_resident) != 2)
+        return -1;
+    return (int64_t)pages_resident * sysconf(_SC_PAGESIZE);
+}
+
+/* Step 3: counters whose value changed get a COUNTER entry with the delta. */
+static void sample_counters(uint64_t now)
+{
+    uint32_t count = atomic_load(&rt.counter_count);
+
+    if (now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
+        int64_t rss = resident_bytes();
+
+        last_memory_ns = now;
+        if (rss >= 0)
+            atomic_store(&rt.counters[0].value, rss);
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        struct rt_counter *c = &rt.counters[i];
+        int64_t v = atomic_load_explicit(&c->value, memory_order_relaxed);
+        uint64_t ops = atomic_load_explicit(&c->ops, memory_order_relaxed);
+        struct prof_counter_sample s;
+
+        if (v == c->last_sampled && ops == c->last_ops)
+            continue;
+        s.counter_id = i;
+        s.time_ns = now;
+        s.delta = v - c->last_sampled;
+        s.number = ops - c->last_ops;
+        if (prof_entry_put_counter(rt.buffer, &s) == 0) {
+            c->last_sampled = v;
+            c->last_ops = ops;
+        }
+    }
+}
+
+static void *sampler_main(void *arg)
+{
+    uint64_t next = rt_now_ns();
+
+    (void)arg;
+    (void)prctl(PR_SET_NAME, "fleetprof-sampl", 0, 0, 0);
+    statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    last_memory_ns = 0;
+    while (!atomic_load(&rt.stop_sampler)) {
+        struct prof_overhead o;
+        struct timespec ts;
+        uint64_t t0, t1, t2, t3;
+        int sig;
+
+        next += rt.cfg.interval_ns;
+        t0 = rt_now_ns();
+        if (next < t0)
+            next = t0; /* we were late: restart the schedule rather than catch up */
+        ts.tv_sec = (time_t)(next / 1000000000u);
+        ts.tv_nsec = (long)(next % 1000000000u);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+        sig = atomic_exchange(&rt.exit_signal, 0);
+        if (sig) {
+            rt_handle_exit_signal(sig); /* does not return */
+            break;
+        }
+
+        t0 = rt_now_ns();
+        (void)pthread_mutex_lock(&rt.registry_lock);
+        t1 = rt_now_ns();
+        sample_threads(t1);
+        (void)pthread_mutex_unlock(&rt.registry_lock);
+        t2 = rt_now_ns();
+        sample_counters(t2);
+        (void)buf_chunked_buffer_prepare_next(rt.buffer);
+        t3 = rt_now_ns();
+        o = (struct prof_overhead){t0, t1 - t0, 0, t3 - t2, t2 - t1};
+        (void)prof_entry_put_overhead(rt.buffer, &o);
+    }
+    if (statm_fd >= 0)
+        (void)close(statm_fd);
+    statm_fd = -1;
+    return NULL;
+}
+
+int rt_sampler_start(void)
+{
+    int r;
+
+    atomic_store(&rt.stop_sampler, 0);
+    r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
+    if (r < 0)
+        return r;
+    rt.sampler_started = true;
+    return 0;
+}
+
+void rt_sampler_stop(void)
+{
+    if (!rt.sampler_started)
+        return;
+    atomic_store(&rt.stop_sampler, 1);
+    if (!pthread_equal(pthread_self(), rt.sampler))
+        (void)pthread_join(rt.sampler, NULL);
+    rt.sampler_started = false;
+}

@@ -1,0 +1,154 @@
+/* child/stackwalk-copy.c - copy mode: unwind a copied stack on the sampler thread.
+ *
+ * The handler copied the registers and up to RT_STACK_COPY_BYTES of stack; here libunwind
+ * walks it through an address space whose stack reads come from the copy and whose other
+ * reads (unwind tables, code) go to this process's memory, unchanged since the capture.
+ * This costs sampler CPU instead of handler time. Built without UNW_LOCAL_ONLY: the
+ * local-only library refuses unw_init_remote.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <libunwind.h>
+
+#include "child/runtime-internal.h"
+
+static unw_addr_space_t copy_space;
+static unw_accessors_t copy_accessors;
+static unw_accessors_t *local_accessors; /* borrowed from libunwind */
+
+static int copy_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
+                           void *arg)
+{
+    const struct rt_capture *c = arg;
+
+    if (write)
+        return -UNW_EREADONLYREG;
+    if (addr >= c->regs.sp && addr + sizeof(*val) <= c->regs.sp + c->stack_copy_len) {
+        memcpy(val, c->stack_copy + (addr - c->regs.sp), sizeof(*val));
+        return 0;
+    }
+    return local_accessors->access_mem(as, addr, val, write, NULL);
+}
+
+/* Unwind tables are found through libunwind's own local address space: a created space
+ * has no dl_iterate_phdr hook (libunwind 1.6 has no setter for it), so the local lookup
+ * would call a NULL pointer. The tables are this process's, so the local view is right. */
+static int copy_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi,
+                               int need_unwind_info, void *arg)
+{
+    (void)as;
+    (void)arg;
+    return local_accessors->find_proc_info(unw_local_addr_space, ip, pi, need_unwind_info, NULL);
+}
+
+static void copy_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
+{
+    (void)as;
+    (void)arg;
+    local_accessors->put_unwind_info(unw_local_addr_space, pi, NULL);
+}
+
+static int copy_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val, int write,
+                           void *arg)
+{
+    const struct rt_capture *c = arg;
+
+    (void)as;
+    if (write)
+        return -UNW_EREADONLYREG;
+    switch (reg) {
+    case UNW_X86_64_RIP:
+        *val = c->regs.ip;
+        break;
+    case UNW_X86_64_RSP:
+        *val = c->regs.sp;
+        break;
+    case UNW_X86_64_RBP:
+        *val = c->regs.bp;
+        break;
+    case UNW_X86_64_RBX:
+        *val = c->regs.bx;
+        break;
+    case UNW_X86_64_R12:
+        *val = c->regs.r12;
+        break;
+    case UNW_X86_64_R13:
+        *val = c->regs.r13;
+        break;
+    case UNW_X86_64_R14:
+        *val = c->regs.r14;
+        break;
+    case UNW_X86_64_R15:
+        *val = c->regs.r15;
+        break;
+    default:
+        /* Caller-saved registers are dead at call sites: no caller's CFA uses them. */
+        *val = 0;
+        break;
+    }
+    return 0;
+}
+
+static int copy_access_fpreg(unw_addr_space_t as, unw_regnum_t reg, unw_fpreg_t *val, int write,
+                             void *arg)
+{
+    (void)as;
+    (void)reg;
+    (void)val;
+    (void)write;
+    (void)arg;
+    return -UNW_EBADREG;
+}
+
+static int copy_resume(unw_addr_space_t as, unw_cursor_t *cursor, void *arg)
+{
+    (void)as;
+    (void)cursor;
+    (void)arg;
+    return -UNW_EINVAL;
+}
+
+int rt_stackwalk_copy_init(void)
+{
+    if (copy_space)
+        return 0;
+    local_accessors = unw_get_accessors(unw_local_addr_space);
+    copy_accessors = *local_accessors;
+    copy_accessors.find_proc_info = copy_find_proc_info;
+    copy_accessors.put_unwind_info = copy_put_unwind_info;
+    copy_accessors.access_mem = copy_access_mem;
+    copy_accessors.access_reg = copy_access_reg;
+    copy_accessors.access_fpreg = copy_access_fpreg;
+    copy_accessors.resume = copy_resume;
+    copy_space = unw_create_addr_space(&copy_accessors, 0);
+    if (!copy_space)
+        return -ENOMEM;
+    (void)unw_set_caching_policy(copy_space, UNW_CACHE_GLOBAL);
+    return 0;
+}
+
+void rt_stackwalk_unwind_copy(struct rt_capture *c)
+{
+    unw_cursor_t cursor;
+    uint32_t n = 0;
+
+    if (c->stack_copy_len > 0 && unw_init_remote(&cursor, copy_space, c) == 0) {
+        do {
+            unw_word_t ip;
+
+            if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0)
+                break;
+            c->frames[n++] = ip;
+        } while (n < PROF_MAX_FRAMES && unw_step(&cursor) > 0);
+    }
+    if (n <= 1) {
+        /* No unwind info where it stopped: frame pointers in the copy may go further. */
+        n = rt_fp_walk(c->frames, PROF_MAX_FRAMES, c->regs.ip, c->regs.sp, c->regs.bp, c->regs.sp,
+                       c->regs.sp + c->stack_copy_len, c->stack_copy, c->stack_copy_len);
+        c->flags |= PROF_SAMPLE_UNWIND_FAIL;
+    }
+    if (n == PROF_MAX_FRAMES)
+        c->flags |= PROF_SAMPLE_TRUNCATED;
+    c->frame_count = n;
+}

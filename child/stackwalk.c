@@ -1,0 +1,180 @@
+/* child/stackwalk.c - capturing stacks: in the signal handler (fp, dwarf) or from a stack
+ * copy unwound later on the sampler thread (copy).
+ *
+ * Frames are stored innermost first: frames[0] is the interrupted instruction, the others
+ * are return addresses (the symbolizer looks those up at address - 1).
+ *
+ * dwarf: libunwind's unw_backtrace in the handler (~350 ns at depth 30 here), which walks
+ * through the handler's own frames and the signal trampoline; the interrupted frame is
+ * found by its exact IP. libunwind's lookups go through dl_iterate_phdr and the loader's
+ * data, so a thread interrupted inside the loader (rt_in_loader, set by our dlopen,
+ * dlclose and dl_iterate_phdr wrappers) gets a frame-pointer walk instead: unwinding there
+ * could deadlock or read a half-updated link map.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <ucontext.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include "child/runtime-internal.h"
+
+static enum rt_stackwalk walk_mode;
+static _Atomic uint64_t unsafe_samples; /* dwarf samples downgraded inside the loader */
+
+uint64_t rt_stackwalk_unsafe_samples(void)
+{
+    return atomic_load(&unsafe_samples);
+}
+
+uint32_t rt_fp_walk(uint64_t *frames, uint32_t max, uint64_t ip, uint64_t sp, uint64_t bp,
+                    uintptr_t stack_lo, uintptr_t stack_hi, const uint8_t *copy, size_t copy_len)
+{
+    uint64_t lo = sp > stack_lo ? sp : stack_lo, hi = stack_hi;
+    uint64_t fp = bp;
+    uint32_t n = 0;
+
+    if (max == 0)
+        return 0;
+    frames[n++] = ip;
+    if (copy) /* walking a copy: only what was copied is readable */
+        hi = sp + copy_len < hi ? sp + copy_len : hi;
+    while (n < max && fp >= lo && fp + 16 <= hi && (fp & 7) == 0) {
+        uint64_t next, ret;
+
+        if (copy) {
+            memcpy(&next, copy + (fp - sp), 8);
+            memcpy(&ret, copy + (fp - sp) + 8, 8);
+        } else {
+            next = ((const uint64_t *)(uintptr_t)fp)[0];
+            ret = ((const uint64_t *)(uintptr_t)fp)[1];
+        }
+        if (ret == 0)
+            break;
+        frames[n++] = ret;
+        if (next <= fp)
+            break;
+        fp = next;
+    }
+    return n;
+}
+
+int rt_stackwalk_init(enum rt_stackwalk mode)
+{
+    walk_mode = mode;
+    if (mode == RT_STACKWALK_FP)
+        return 0;
+    /* Per-thread caches: no lock shared between a signal handler and other threads. */
+    (void)unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    if (mode == RT_STACKWALK_COPY)
+        return rt_stackwalk_copy_init();
+    return 0;
+}
+
+void rt_stackwalk_warm_thread(void)
+{
+    void *frames[64];
+
+    /* libunwind's first backtrace on a thread costs 0.2-0.4 ms (cache set-up): pay it
+     * here, not in the first signal handler. */
+    if (walk_mode == RT_STACKWALK_DWARF)
+        (void)unw_backtrace(frames, 64);
+}
+
+void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void *ucontext)
+{
+    const ucontext_t *uc = ucontext;
+    const greg_t *g = uc->uc_mcontext.gregs;
+    uint64_t ip = (uint64_t)g[REG_RIP], sp = (uint64_t)g[REG_RSP], bp = (uint64_t)g[REG_RBP];
+    int n;
+
+    c->flags = 0;
+    c->frame_count = 0;
+    switch (walk_mode) {
+    case RT_STACKWALK_COPY:
+        c->regs = (struct rt_regs){ip,
+                                   sp,
+                                   bp,
+                                   (uint64_t)g[REG_RBX],
+                                   (uint64_t)g[REG_R12],
+                                   (uint64_t)g[REG_R13],
+                                   (uint64_t)g[REG_R14],
+                                   (uint64_t)g[REG_R15]};
+        c->stack_copy_len = 0;
+        if (c->stack_copy && sp >= t->stack_lo && sp < t->stack_hi) {
+            size_t len = t->stack_hi - sp;
+
+            if (len > RT_STACK_COPY_BYTES)
+                len = RT_STACK_COPY_BYTES;
+            memcpy(c->stack_copy, (const void *)(uintptr_t)sp, len);
+            c->stack_copy_len = len;
+        }
+        return;
+    case RT_STACKWALK_DWARF:
+        if (rt_in_loader > 0) {
+            atomic_fetch_add_explicit(&unsafe_samples, 1, memory_order_relaxed);
+            c->flags |= PROF_SAMPLE_NO_NATIVE;
+            break;
+        }
+        n = unw_backtrace((void **)c->frames, PROF_MAX_FRAMES);
+        for (int i = 0; i < n; i++) {
+            if (c->frames[i] == ip) {
+                memmove(c->frames, c->frames + i, (size_t)(n - i) * sizeof(c->frames[0]));
+                c->frame_count = (uint32_t)(n - i);
+                if (n == PROF_MAX_FRAMES)
+                    c->flags |= PROF_SAMPLE_TRUNCATED;
+                return;
+            }
+        }
+        c->flags |= PROF_SAMPLE_UNWIND_FAIL;
+        break;
+    case RT_STACKWALK_FP:
+    default:
+        break;
+    }
+    c->frame_count =
+            rt_fp_walk(c->frames, PROF_MAX_FRAMES, ip, sp, bp, t->stack_lo, t->stack_hi, NULL, 0);
+}
+
+/* A small direct-mapped cache: labels are pushed from few call sites. */
+#define PROC_CACHE_SIZE 256
+static struct {
+    uint64_t pc, start, end;
+} proc_cache[PROC_CACHE_SIZE];
+
+int rt_proc_range(uint64_t pc, uint64_t *ret_start, uint64_t *ret_end)
+{
+    size_t slot = (size_t)((pc >> 2) * 0x9e3779b97f4a7c15u >> 56) % PROC_CACHE_SIZE;
+    unw_proc_info_t pi;
+
+    if (proc_cache[slot].pc == pc && pc != 0) {
+        *ret_start = proc_cache[slot].start;
+        *ret_end = proc_cache[slot].end;
+        return 0;
+    }
+    memset(&pi, 0, sizeof(pi));
+    if (unw_get_proc_info_by_ip(unw_local_addr_space, (unw_word_t)pc, &pi, NULL) < 0 ||
+        pi.start_ip >= pi.end_ip)
+        return -ENOENT;
+    proc_cache[slot].pc = pc;
+    proc_cache[slot].start = pi.start_ip;
+    proc_cache[slot].end = pi.end_ip;
+    *ret_start = pi.start_ip;
+    *ret_end = pi.end_ip;
+    return 0;
+}
+
+uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max)
+{
+    /* Skip this function's frame: the marker API's caller is what matters. */
+    void *buf[PROF_MAX_FRAMES + 2];
+    int n = unw_backtrace(buf,
+                          (int)(max + 2 < PROF_MAX_FRAMES + 2 ? max + 2 : PROF_MAX_FRAMES + 2));
+    uint32_t out = 0;
+
+    for (int i = 2; i < n && out < max; i++)
+        frames[out++] = (uint64_t)(uintptr_t)buf[i];
+    return out;
+}

@@ -1,0 +1,148 @@
+/* Benchmark of symbolization (child/profile/symbols.h): the cost of the first resolution in
+ * a module, names only and with file:line, for three modules of different sizes (this
+ * program, libc with its /usr/lib/debug file when installed, libdw), and the cost of a
+ * cache hit. Each first resolution uses a fresh cache; the median of several runs is
+ * reported (warm page cache: a cold one adds the disk reads). Prints a table and
+ * `BENCH <metric> <value> <unit>` lines, where first_module_*_ms is the mean over the three
+ * modules. Measures, never asserts: the machine is shared and noisy. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <elfutils/libdwfl.h>
+
+#include "child/profile/libs.h"
+#include "child/profile/symbols.h"
+
+#define RUNS 7
+#define HITS 2000000
+
+static volatile int sink;
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return v[n / 2];
+}
+
+__attribute__((noinline)) static void bench_target(void)
+{
+    sink++;
+}
+
+/* Returns the median time in ms of one first resolution of addr in a fresh cache. */
+static double first_resolution_ms(const struct prof_libs *libs, uint64_t addr, bool names_only,
+                                  size_t *ret_memory_bytes)
+{
+    struct prof_symbols_options opts = {.names_only = names_only};
+    double t[RUNS];
+
+    for (int run = 0; run < RUNS; run++) {
+        struct prof_symbols *s = NULL;
+        struct prof_symbol sym = {0};
+        struct prof_symbols_stats st;
+        double t0;
+        int r;
+
+        if (prof_symbols_new_with_options(&opts, &s) < 0) {
+            fprintf(stderr, "bench-symbols: out of memory\n");
+            exit(1);
+        }
+        t0 = now_s();
+        r = prof_symbols_resolve_address(s, libs, addr, false, &sym, NULL);
+        t[run] = (now_s() - t0) * 1e3;
+        if (r < 0) {
+            fprintf(stderr, "bench-symbols: 0x%" PRIx64 ": %s\n", addr,
+                    prof_symbols_get_last_error(s));
+            exit(1);
+        }
+        prof_symbols_get_stats(s, &st);
+        *ret_memory_bytes = st.memory_bytes;
+        prof_symbols_free(s);
+    }
+    return median(t, RUNS);
+}
+
+int main(void)
+{
+    struct {
+        const char *label;
+        uint64_t addr;
+        double names_ms, lines_ms;
+        size_t names_bytes, lines_bytes;
+    } mods[] = {
+            {"program (bench-symbols)", (uintptr_t)&bench_target, 0, 0, 0, 0},
+            {"libc.so.6 (qsort)", (uintptr_t)&qsort, 0, 0, 0, 0},
+            {"libdw.so.1 (dwfl_begin)", (uintptr_t)&dwfl_begin, 0, 0, 0, 0},
+    };
+    const size_t n = sizeof(mods) / sizeof(mods[0]);
+    struct prof_libs libs = {0};
+    struct prof_symbols *s = NULL;
+    struct prof_symbol sym;
+    double names_mean = 0, lines_mean = 0, hit_us[RUNS];
+
+    if (prof_libs_collect_self(&libs) < 0 || prof_symbols_new(0, &s) < 0) {
+        fprintf(stderr, "bench-symbols: setup failed\n");
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        mods[i].names_ms = first_resolution_ms(&libs, mods[i].addr, true, &mods[i].names_bytes);
+        mods[i].lines_ms = first_resolution_ms(&libs, mods[i].addr, false, &mods[i].lines_bytes);
+        names_mean += mods[i].names_ms / (double)n;
+        lines_mean += mods[i].lines_ms / (double)n;
+    }
+
+    /* Cache hits through the whole path callers use: module lookup, then the per-address
+     * table. */
+    for (size_t i = 0; i < n; i++)
+        (void)prof_symbols_resolve_address(s, &libs, mods[i].addr, false, &sym, NULL);
+    for (int run = 0; run < RUNS; run++) {
+        double t0 = now_s();
+
+        for (int k = 0; k < HITS; k++)
+            (void)prof_symbols_resolve_address(s, &libs, mods[k % n].addr, false, &sym, NULL);
+        hit_us[run] = (now_s() - t0) * 1e6 / HITS;
+    }
+
+    printf("%-28s %14s %14s %12s %12s\n", "first resolution in module", "names (ms)",
+           "file:line (ms)", "names (MiB)", "lines (MiB)");
+    for (size_t i = 0; i < n; i++)
+        printf("%-28s %14.2f %14.2f %12.1f %12.1f\n", mods[i].label, mods[i].names_ms,
+               mods[i].lines_ms, (double)mods[i].names_bytes / (1 << 20),
+               (double)mods[i].lines_bytes / (1 << 20));
+    printf("%-28s %14.2f %14.2f\n", "mean", names_mean, lines_mean);
+    printf("%-28s %14.3f us (median of %d x %d resolves)\n", "cache hit", median(hit_us, RUNS),
+           RUNS, HITS);
+    printf("BENCH symbols.first_module_names_ms %.2f ms\n", names_mean);
+    printf("BENCH symbols.first_module_lines_ms %.2f ms\n", lines_mean);
+    printf("BENCH symbols.cache_hit_us %.3f us\n", median(hit_us, RUNS));
+    for (size_t i = 0; i < n; i++) {
+        char name[32];
+
+        (void)snprintf(name, sizeof(name), "%.*s", (int)strcspn(mods[i].label, " ."),
+                       mods[i].label);
+        printf("BENCH symbols.first_module_names_ms.%s %.2f ms\n", name, mods[i].names_ms);
+        printf("BENCH symbols.first_module_lines_ms.%s %.2f ms\n", name, mods[i].lines_ms);
+    }
+
+    prof_symbols_free(s);
+    prof_libs_done(&libs);
+    return 0;
+}

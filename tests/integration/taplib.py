@@ -1,0 +1,29 @@
+"""A tiny TAP runner for the Python integration tests: each test is a function; an
+AssertionError or any exception fails it with its message; meson counts the subtests."""
+import os
+import sys
+import tempfile
+import traceback
+
+
+def run(tests):
+    print(f"1..{len(tests)}", flush=True)
+    failed = 0
+    for n, test in enumerate(tests, 1):
+        name = test.__name__
+        tmp = tempfile.mkdtemp(prefix=f"fleetprof-{name}-")
+        try:
+            test(tmp)
+            print(f"ok {n} - {name}", flush=True)
+        except Exception as e:  # noqa: BLE001 - every failure is reported, then the next test runs
+            failed += 1
+            print(f"not ok {n} - {name}", flush=True)
+            for line in (str(e) or type(e).__name__).splitlines() or [""]:
+                print(f"# {line}")
+            if not isinstance(e, AssertionError):
+                for line in traceback.format_exc().splitlines():
+                    print(f"# {line}")
+        finally:
+            if not os.environ.get("FLEETPROF_KEEP_TMP"):
+                os.system(f"rm -rf '{tmp}'")
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Integration tests of the child runtime: real programs, LD_PRELOAD=libfleetprof.so, real
+signals and unwinding; every profile is loaded and checked like the front-end would.
+
+Usage: test-runtime.py BUILD_DIR   (meson passes it; output is TAP)
+"""
+import glob
+import os
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import profile_check as pc  # noqa: E402
+import taplib  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1])
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
+WORKLOAD_FP = os.path.join(BUILD, "tests", "workloads", "workload-fp")
+PLUGIN = os.path.join(BUILD, "tests", "workloads", "libwl-plugin.so")
+WL_API = os.path.join(BUILD, "tests", "workloads", "wl-api")
+
+
+def run(tmp, argv, timeout=60, preload=True, **env):
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.update({"FLEETPROF_STARTUP": "1", "FLEETPROF_OUTPUT": os.path.join(tmp, "p-%p.json")})
+    if preload:
+        e["LD_PRELOAD"] = LIB
+    e.update({k: str(v) for k, v in env.items()})
+    return subprocess.run(argv, env=e, timeout=timeout, capture_output=True, text=True)
+
+
+def profiles(tmp):
+    paths = sorted(glob.glob(os.path.join(tmp, "p-*.json")))
+    leftovers = glob.glob(os.path.join(tmp, "*.tmp.*"))
+    assert not leftovers, f"temporary files left behind: {leftovers}"
+    return paths
+
+
+def load_checked(path):
+    doc = pc.load(path)
+    problems = pc.check_profile(doc)
+    assert not problems, f"{path} is not a valid profile:\n" + "\n".join(problems[:20])
+    return doc
+
+
+def only_profile(tmp):
+    paths = profiles(tmp)
+    assert len(paths) == 1, f"expected one profile, found {paths}"
+    return load_checked(paths[0])
+
+
+def main_thread(doc):
+    mains = [t for t in doc["threads"] if t["name"] == "GeckoMain"]
+    assert len(mains) == 1, f"GeckoMain threads: {[t['name'] for t in doc['threads']]}"
+    return mains[0]
+
+
+def assert_recursion(doc, leaf, depth, min_share=0.8):
+    t = main_thread(doc)
+    stacks = pc.sample_stacks(t)
+    assert stacks, "no samples with a stack"
+    hot = [s for s in stacks if s and s[-1] == leaf]
+    assert len(hot) >= min_share * len(stacks), \
+        f"only {len(hot)} of {len(stacks)} samples end in {leaf}; e.g. {stacks[len(stacks)//2]}"
+    deep = [s for s in hot if s.count("wl_recurse") >= depth and "main" in s]
+    assert len(deep) >= 0.9 * len(hot), \
+        f"{len(deep)} of {len(hot)} {leaf} samples show main + {depth} wl_recurse frames; e.g. {hot[0]}"
+
+
+def assert_rate(doc, seconds, interval_ms=1.0):
+    t = main_thread(doc)
+    n = len(t["samples"]["data"])
+    expected = seconds * 1000.0 / interval_ms
+    assert 0.75 * expected <= n <= 1.25 * expected, f"{n} samples for {seconds}s at {interval_ms} ms"
+
+
+def test_busy_dwarf_symbolized_deep_stacks(tmp):
+    r = run(tmp, [WORKLOAD, "busy", "1.5", "12"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr == "", f"the runtime printed: {r.stdout!r} {r.stderr!r}"
+    doc = only_profile(tmp)
+    assert_recursion(doc, "wl_hot_leaf", 12)
+    assert_rate(doc, 1.5)
+    t = main_thread(doc)
+    fs = t["frameTable"]["schema"]
+    lines = [row[fs["line"]] for row, name in zip(t["frameTable"]["data"], pc.frame_names(t))
+             if name == "wl_hot_leaf"]
+    assert any(isinstance(l, int) and l > 0 for l in lines), f"no source line for wl_hot_leaf: {lines}"
+    sms = t["samples"]["schema"]
+    cpu = [row[sms["threadCPUDelta"]] for row in t["samples"]["data"]]
+    assert sum(cpu) > 1.0e9, f"CPU deltas add up to {sum(cpu)} ns for 1.5 s of spinning"
+    assert doc["meta"]["sampleUnits"]["threadCPUDelta"] == "ns"
+    assert doc["meta"]["presymbolicated"] is True
+    counters = {c["name"]: c for c in doc.get("counters", [])}
+    assert "RSS" in counters and counters["RSS"]["samples"]["data"], "no memory counter samples"
+    assert doc["profilerOverhead"]["samples"]["data"], "no profiler overhead samples"
+
+
+def test_fp_stackwalk(tmp):
+    r = run(tmp, [WORKLOAD_FP, "busy", "1", "8"], FLEETPROF_STACKWALK="fp")
+    assert r.returncode == 0, r.stderr
+    doc = only_profile(tmp)
+    assert doc["meta"]["fleetprof"]["stackwalk"] == "fp"
+    assert_recursion(doc, "wl_hot_leaf", 8)
+
+
+def test_copy_stackwalk(tmp):
+    r = run(tmp, [WORKLOAD, "busy", "1", "8"], FLEETPROF_STACKWALK="copy")
+    assert r.returncode == 0, r.stderr
+    doc = only_profile(tmp)
+    assert doc["meta"]["fleetprof"]["stackwalk"] == "copy"
+    assert_recursion(doc, "wl_hot_leaf", 8)
+
+
+def test_threads_have_names_and_functions(tmp):
+    r = run(tmp, [WORKLOAD, "threads", "4", "1"])
+    assert r.returncode == 0, r.stderr
+    doc = only_profile(tmp)
+    by_name = {t["name"]: t for t in doc["threads"]}
+    expected = {"wl-worker-0": "wl_thread_alpha", "wl-worker-1": "wl_thread_beta",
+                "wl-worker-2": "wl_thread_gamma", "wl-worker-3": "wl_thread_delta"}
+    for name, func in expected.items():
+        assert name in by_name, f"thread {name} missing; threads: {sorted(by_name)}"
+        stacks = pc.sample_stacks(by_name[name])
+        hot = [s for s in stacks if func in s]
+        assert len(stacks) > 300 and len(hot) >= 0.9 * len(stacks), \
+            f"{name}: {len(hot)} of {len(stacks)} samples in {func}"
+        assert by_name[name]["unregisterTime"] is not None, f"{name} ended but is not unregistered"
+    assert "GeckoMain" in by_name
+
+
+def test_idle_thread_gets_same_samples_without_cpu(tmp):
+    r = run(tmp, [WORKLOAD, "idle", "0.5"])
+    assert r.returncode == 0, r.stderr
+    doc = only_profile(tmp)
+    t = main_thread(doc)
+    sms = t["samples"]["schema"]
+    cpu = [row[sms["threadCPUDelta"]] for row in t["samples"]["data"]]
+    assert len(cpu) >= 300, f"an idle thread still gets a sample per tick; got {len(cpu)}"
+    assert sum(1 for c in cpu if c == 0) >= 0.9 * len(cpu), "idle samples should have no CPU"
+    log = doc["profilingLog"][str(doc["meta"]["fleetprof"]["pid"])]["profileWriter"]
+    assert log["sameSamples"] >= 0.9 * len(cpu), log
+
+
+def test_prefork_workers_profile_themselves(tmp):
+    r = run(tmp, [WORKLOAD, "prefork", "4", "1"])
+    assert r.returncode == 0, r.stderr
+    paths = profiles(tmp)
+    assert len(paths) == 5, f"master + 4 workers should write 5 profiles, got {paths}"
+    docs = [load_checked(p) for p in paths]
+    pids = {d["meta"]["fleetprof"]["pid"] for d in docs}
+    assert len(pids) == 5
+    master = [d for d in docs if "wl_recurse" in pc.functions(d)]
+    workers = [d for d in docs if d not in master]
+    assert len(master) == 1 and len(workers) == 4
+    master_pid = master[0]["meta"]["fleetprof"]["pid"]
+    tasks = set()
+    for d in workers:
+        assert d["meta"]["fleetprof"]["ppid"] == master_pid
+        funcs = pc.functions(d)
+        mine = [f for f in funcs if f.startswith("wl_worker_task_")]
+        assert len(mine) == 1, f"a worker shows exactly its own task, got {mine}"
+        tasks.add(mine[0])
+        assert "wl_recurse" not in funcs, "a worker must not carry the master's samples"
+        stacks = pc.sample_stacks(main_thread(d))
+        assert len(stacks) > 500, f"worker has {len(stacks)} samples for 1 s"
+    assert tasks == {f"wl_worker_task_{i}" for i in range(4)}
+
+
+def test_exec_keeps_profiling(tmp):
+    r = run(tmp, [WORKLOAD, "exec", "1"])
+    assert r.returncode == 0, r.stderr
+    doc = only_profile(tmp)
+    assert_recursion(doc, "wl_hot_leaf", 10)
+
+
+def test_underscore_exit_writes_profile_and_keeps_status(tmp):
+    r = run(tmp, [WORKLOAD, "exit-underscore", "0.5"])
+    assert r.returncode == 3, f"exit status {r.returncode}, expected 3"
+    doc = only_profile(tmp)
+    assert "wl_hot_leaf" in pc.functions(doc)
+    assert doc["meta"]["shutdownTime"] is not None
+
+
+def test_sigterm_writes_profile_and_dies_by_signal(tmp):
+    e = dict(os.environ, FLEETPROF_STARTUP="1", LD_PRELOAD=LIB,
+             FLEETPROF_OUTPUT=os.path.join(tmp, "p-%p.json"))
+    p = subprocess.Popen([WORKLOAD, "wait-signal"], env=e)
+    try:
+        import time
+        time.sleep(0.7)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == -signal.SIGTERM, f"the process must still die by SIGTERM, got {rc}"
+    doc = only_profile(tmp)
+    assert "wl_hot_leaf" in pc.functions(doc)
+
+
+def test_api_labels_markers_counters(tmp):
+    r = run(tmp, [WL_API, "0.4"], preload=False)
+    assert r.returncode == 0, r.stderr
+    doc = only_profile(tmp)
+    t = main_thread(doc)
+    stacks = pc.sample_stacks(t)
+    labelled = [s for s in stacks if "wl-label-phase" in s]
+    assert len(labelled) > 200, f"{len(labelled)} samples carry the label"
+    merged = [s for s in labelled if s.index("wl-label-phase") > s.index("api_labelled_phase")
+              and s.index("wl-label-phase") < s.index("api_hot_inside_label")]
+    assert len(merged) >= 0.9 * len(labelled), \
+        f"the label must sit between its function and the callee; e.g. {labelled[0]}"
+    ms = t["markers"]["schema"]
+    strings = t["stringTable"]
+    markers = {}
+    for row in t["markers"]["data"]:
+        markers.setdefault(strings[row[ms["name"]]], []).append(row)
+    for name in ("wl-instant", "wl-span", "wl-interval", "wl-typed", "wl-with-stack"):
+        assert name in markers, f"marker {name} missing; have {sorted(markers)}"
+    inst = markers["wl-instant"][0]
+    assert inst[ms["phase"]] == 0 and inst[ms["data"]] == {"type": "Text", "name": "hello from wl-api"}
+    phases = sorted(r[ms["phase"]] for r in markers["wl-span"])
+    assert phases == [2, 3], phases
+    iv = markers["wl-interval"][0]
+    assert iv[ms["phase"]] == 1 and iv[ms["endTime"]] >= iv[ms["startTime"]]
+    typed = markers["wl-typed"][0][ms["data"]]
+    assert typed["type"] == "WlPhase" and typed["bytes"] == 12288
+    assert strings[typed["label"]] == "setup", "unique-string fields hold a string index"
+    schema = [s for s in doc["meta"]["markerSchema"] if s["name"] == "WlPhase"]
+    assert schema and [f["format"] for f in schema[0]["data"]] == ["unique-string", "bytes"]
+    cause = markers["wl-with-stack"][0][ms["data"]]["stack"]
+    cause_stack = cause["samples"]["data"][0][0]
+    assert cause_stack is not None
+    counters = {c["name"]: c for c in doc["counters"]}
+    assert "wl-items" in counters
+    cs = counters["wl-items"]["samples"]
+    total = sum(r[cs["schema"]["count"]] for r in cs["data"])
+    assert total == 350, f"counter deltas add up to {total}, expected 50 x 7"
+    assert len(doc["pausedRanges"]) == 1 and doc["pausedRanges"][0]["endTime"] is not None
+
+
+def test_dlopen_loop_at_10khz_never_deadlocks(tmp):
+    seconds = float(os.environ.get("FLEETPROF_DLOPEN_SECONDS", "20"))
+    r = run(tmp, [WORKLOAD, "dlopen", str(seconds), PLUGIN], timeout=seconds + 60,
+            FLEETPROF_INTERVAL_MS="0.1")
+    assert r.returncode == 0, r.stderr
+    loops = int(r.stdout.split(":")[1])
+    assert loops > 100, f"only {loops} dlopen/dlclose loops"
+    doc = only_profile(tmp)
+    assert len(main_thread(doc)["samples"]["data"]) > 1000
+
+
+def test_bad_setting_is_named_once_and_defaults_apply(tmp):
+    r = run(tmp, [WORKLOAD, "busy", "0.3"], FLEETPROF_INTERVAL_MS="fast",
+            FLEETPROF_STACKWALK="magic")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2, f"one line per bad variable, got {lines}"
+    assert "FLEETPROF_INTERVAL_MS=fast" in lines[0] and "milliseconds" in lines[0]
+    assert "FLEETPROF_STACKWALK=magic" in lines[1] and "fp, dwarf or copy" in lines[1]
+    doc = only_profile(tmp)
+    assert doc["meta"]["interval"] == 1 and doc["meta"]["fleetprof"]["stackwalk"] == "dwarf"
+
+
+def test_exports_only_api_and_interposed_functions(tmp):
+    out = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True,
+                         check=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    names = {n.split("@")[0] for n in names}
+    interposed = {"pthread_create", "dlopen", "dlclose", "dl_iterate_phdr", "_exit", "_Exit"}
+    stray = {n for n in names if not n.startswith("fleetprof_")} - interposed
+    assert not stray, f"libfleetprof.so exports more than its API: {sorted(stray)}"
+    assert {"fleetprof_init", "fleetprof_marker", "fleetprof_counter_add"} <= names
+
+
+taplib.run([
+    test_busy_dwarf_symbolized_deep_stacks,
+    test_fp_stackwalk,
+    test_copy_stackwalk,
+    test_threads_have_names_and_functions,
+    test_idle_thread_gets_same_samples_without_cpu,
+    test_prefork_workers_profile_themselves,
+    test_exec_keeps_profiling,
+    test_underscore_exit_writes_profile_and_keeps_status,
+    test_sigterm_writes_profile_and_dies_by_signal,
+    test_api_labels_markers_counters,
+    test_dlopen_loop_at_10khz_never_deadlocks,
+    test_bad_setting_is_named_once_and_defaults_apply,
+    test_exports_only_api_and_interposed_functions,
+])

@@ -1,0 +1,175 @@
+/* tests/workloads/workload.c - small programs with known stacks, for integration tests.
+ *
+ *   workload busy SECONDS [DEPTH]      main thread: wl_recurse x DEPTH -> wl_hot_leaf
+ *   workload threads N SECONDS         N threads "wl-worker-I", each in its own hot function
+ *   workload prefork N SECONDS         master forks N workers (wl_worker_main), they _exit
+ *   workload dlopen SECONDS PLUGIN     loops dlopen/dlclose of PLUGIN while spinning
+ *   workload exec SECONDS              execs itself as "busy"
+ *   workload exit-underscore SECONDS   busy, then _exit(3)
+ *   workload wait-signal               spins until killed
+ *   workload idle SECONDS              sleeps (samples without CPU)
+ * Functions are noinline and never tail-called, so every frame is on the stack.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+static volatile uint64_t sink;
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+NOINLINE void wl_hot_leaf(double until);
+NOINLINE void wl_hot_leaf(double until)
+{
+    while (now_s() < until)
+        for (int i = 0; i < 10000; i++)
+            sink += (uint64_t)i * 2654435761u;
+}
+
+NOINLINE void wl_recurse(int depth, double until);
+NOINLINE void wl_recurse(int depth, double until)
+{
+    if (depth <= 1)
+        wl_hot_leaf(until);
+    else
+        wl_recurse(depth - 1, until);
+    sink++; /* work after the call: no tail call */
+}
+
+#define HOT_FUNCTION(name)                                 \
+    NOINLINE void name(double until);                      \
+    NOINLINE void name(double until)                       \
+    {                                                      \
+        while (now_s() < until)                            \
+            for (int i = 0; i < 5000; i++)                 \
+                sink ^= (uint64_t)i * 0x9e3779b97f4a7c15u; \
+        sink++;                                            \
+    }
+HOT_FUNCTION(wl_thread_alpha)
+HOT_FUNCTION(wl_thread_beta)
+HOT_FUNCTION(wl_thread_gamma)
+HOT_FUNCTION(wl_thread_delta)
+HOT_FUNCTION(wl_worker_task_0)
+HOT_FUNCTION(wl_worker_task_1)
+HOT_FUNCTION(wl_worker_task_2)
+HOT_FUNCTION(wl_worker_task_3)
+
+static void (*const thread_functions[])(double) = {wl_thread_alpha, wl_thread_beta, wl_thread_gamma,
+                                                   wl_thread_delta};
+static void (*const worker_tasks[])(double) = {wl_worker_task_0, wl_worker_task_1, wl_worker_task_2,
+                                               wl_worker_task_3};
+
+struct thread_arg {
+    int index;
+    double until;
+};
+
+static void *thread_main(void *p)
+{
+    struct thread_arg *a = p;
+    char name[16];
+
+    snprintf(name, sizeof(name), "wl-worker-%d", a->index);
+    pthread_setname_np(pthread_self(), name);
+    thread_functions[a->index % 4](a->until);
+    return NULL;
+}
+
+NOINLINE void wl_worker_main(int index, double seconds);
+NOINLINE void wl_worker_main(int index, double seconds)
+{
+    worker_tasks[index % 4](now_s() + seconds);
+    sink++;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "busy";
+    double seconds = argc > 2 ? atof(argv[2]) : 1.0;
+
+    if (!strcmp(mode, "busy")) {
+        int depth = argc > 3 ? atoi(argv[3]) : 10;
+
+        wl_recurse(depth, now_s() + seconds);
+    } else if (!strcmp(mode, "threads")) {
+        int n = atoi(argv[2]);
+        double s = argc > 3 ? atof(argv[3]) : 1.0;
+        pthread_t th[64];
+        struct thread_arg args[64];
+
+        if (n > 64)
+            n = 64;
+        for (int i = 0; i < n; i++) {
+            args[i] = (struct thread_arg){i, now_s() + s};
+            pthread_create(&th[i], NULL, thread_main, &args[i]);
+        }
+        for (int i = 0; i < n; i++)
+            pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "prefork")) {
+        int n = atoi(argv[2]);
+        double s = argc > 3 ? atof(argv[3]) : 1.0;
+
+        for (int i = 0; i < n; i++) {
+            pid_t pid = fork();
+
+            if (pid == 0) {
+                wl_worker_main(i, s);
+                _exit(0);
+            }
+        }
+        wl_recurse(3, now_s() + s / 2);
+        while (wait(NULL) > 0)
+            ;
+    } else if (!strcmp(mode, "dlopen")) {
+        double until = now_s() + seconds;
+        unsigned long loops = 0;
+
+        while (now_s() < until) {
+            void *h = dlopen(argv[3], RTLD_NOW | RTLD_LOCAL);
+
+            if (!h) {
+                fprintf(stderr, "workload: dlopen %s: %s\n", argv[3], dlerror());
+                return 1;
+            }
+            dlclose(h);
+            loops++;
+        }
+        printf("dlopen loops: %lu\n", loops);
+    } else if (!strcmp(mode, "exec")) {
+        char arg[32];
+
+        snprintf(arg, sizeof(arg), "%g", seconds);
+        execl("/proc/self/exe", argv[0], "busy", arg, (char *)NULL);
+        perror("execl");
+        return 1;
+    } else if (!strcmp(mode, "exit-underscore")) {
+        wl_recurse(4, now_s() + seconds);
+        _exit(3);
+    } else if (!strcmp(mode, "wait-signal")) {
+        wl_recurse(5, now_s() + 3600);
+    } else if (!strcmp(mode, "idle")) {
+        struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+
+        /* A signal (the profiler's first sample) may interrupt the sleep: finish it. */
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    } else {
+        fprintf(stderr, "workload: unknown mode %s\n", mode);
+        return 2;
+    }
+    return 0;
+}
