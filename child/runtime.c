@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -164,6 +165,8 @@ static int write_json(int fd, uint64_t shutdown_ns)
     struct prof_libs libs = {0};
     struct prof_symbols *symbols = NULL;
     struct prof_symbolizer symbolizer;
+    struct buf_chunked_buffer_state state;
+    char runtime_log[512];
     struct json_writer *w = NULL;
     size_t thread_count = 0;
     uint32_t counter_count = atomic_load(&rt.counter_count);
@@ -204,6 +207,14 @@ static int write_json(int fd, uint64_t shutdown_ns)
     info.counter_count = counter_count;
     info.schemas = schemas;
     info.libs = &libs;
+    buf_chunked_buffer_get_state(rt.buffer, &state);
+    (void)snprintf(runtime_log, sizeof(runtime_log),
+                   "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
+                   ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
+                   ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"intervalNs\":%" PRIu64 "}",
+                   state.pushed_blocks, state.cleared_blocks, state.failed_puts,
+                   state.failed_bytes, rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns);
+    info.runtime_log_json = runtime_log;
 
     r = json_writer_new_fd(fd, &w);
     if (r < 0)

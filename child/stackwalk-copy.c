@@ -6,6 +6,7 @@
  * This costs sampler CPU instead of handler time. Built without UNW_LOCAL_ONLY: the
  * local-only library refuses unw_init_remote.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
 
@@ -109,11 +110,36 @@ static int copy_resume(unw_addr_space_t as, unw_cursor_t *cursor, void *arg)
     return -UNW_EINVAL;
 }
 
+/* The generic library's accessors of its local address space. Both libunwind.so.8 (the
+ * local-only one, which we also link) and libunwind-x86_64.so.8 export
+ * _Ux86_64_get_accessors, and the first one found belongs to the local-only library: it
+ * initializes that library's address space, not the generic one, whose accessors then
+ * stay NULL (and libunwind calls a NULL pointer while stepping). Ask the generic library
+ * for its own function. */
+static unw_accessors_t *generic_local_accessors(void)
+{
+    unw_accessors_t *(*get_accessors)(unw_addr_space_t) = NULL;
+    unw_accessors_t *a = NULL;
+    void *lib = dlopen("libunwind-x86_64.so.8", RTLD_NOW | RTLD_NOLOAD);
+
+    if (!lib)
+        return NULL;
+    *(void **)&get_accessors = dlsym(lib, "_Ux86_64_get_accessors");
+    if (get_accessors)
+        a = get_accessors(unw_local_addr_space);
+    (void)dlclose(lib); /* only drops the reference RTLD_NOLOAD took */
+    if (a && (!a->find_proc_info || !a->access_mem || !a->get_dyn_info_list_addr))
+        a = NULL;
+    return a;
+}
+
 int rt_stackwalk_copy_init(void)
 {
     if (copy_space)
         return 0;
-    local_accessors = unw_get_accessors(unw_local_addr_space);
+    local_accessors = generic_local_accessors();
+    if (!local_accessors)
+        return -ENOSYS;
     copy_accessors = *local_accessors;
     copy_accessors.find_proc_info = copy_find_proc_info;
     copy_accessors.put_unwind_info = copy_put_unwind_info;

@@ -982,6 +982,9 @@ static void write_tail(struct gecko *g, struct json_writer *w)
     json_writer_uint(w, "unresolvedFrames", g->unresolved_frames);
     json_writer_int(w, "symbolizerError", g->symbolizer_error);
     json_writer_object_end(w);
+    if (g->info->runtime_log_json)
+        json_writer_splice_text(w, "runtime", g->info->runtime_log_json,
+                                strlen(g->info->runtime_log_json));
     json_writer_object_end(w);
     json_writer_object_end(w);
 

@@ -84,6 +84,7 @@ struct prof_process_info {
     const struct prof_marker_schema *schemas;
     size_t schema_count;
     const struct prof_libs *libs; /* loaded modules: address lookup and `libs` */
+    const char *runtime_log_json; /* optional JSON object: profilingLog[pid].runtime */
 };
 
 /* Symbolization in batches: one call per profile with every unique address, so that a
