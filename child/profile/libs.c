@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
-#include <inttypes.h>
 #include <libelf.h>
 #include <limits.h>
 #include <link.h>
@@ -19,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <elfutils/libdwelf.h>

@@ -2,7 +2,8 @@
  * a module, names only and with file:line, for three modules of different sizes (this
  * program, libc with its /usr/lib/debug file when installed, libdw), and the cost of a
  * cache hit. Each first resolution uses a fresh cache; the median of several runs is
- * reported (warm page cache: a cold one adds the disk reads). Prints a table and
+ * reported (warm page cache: a cold one adds the disk reads); then the cost of a new address
+ * in a module already loaded (libc). Prints a table and
  * `BENCH <metric> <value> <unit>` lines, where first_module_*_ms is the mean over the three
  * modules. Measures, never asserts: the machine is shared and noisy. */
 #include <inttypes.h>
@@ -16,8 +17,9 @@
 #include "child/profile/libs.h"
 #include "child/profile/symbols.h"
 
-#define RUNS 7
-#define HITS 2000000
+#define RUNS   7
+#define HITS   2000000
+#define MISSES 2000
 
 static volatile int sink;
 
@@ -96,7 +98,7 @@ int main(void)
     struct prof_libs libs = {0};
     struct prof_symbols *s = NULL;
     struct prof_symbol sym;
-    double names_mean = 0, lines_mean = 0, hit_us[RUNS];
+    double names_mean = 0, lines_mean = 0, hit_us[RUNS], miss_us[2];
 
     if (prof_libs_collect_self(&libs) < 0 || prof_symbols_new(0, &s) < 0) {
         fprintf(stderr, "bench-symbols: setup failed\n");
@@ -107,6 +109,25 @@ int main(void)
         mods[i].lines_ms = first_resolution_ms(&libs, mods[i].addr, false, &mods[i].lines_bytes);
         names_mean += mods[i].names_ms / (double)n;
         lines_mean += mods[i].lines_ms / (double)n;
+    }
+
+    /* Misses in a loaded module: new addresses spread over libc's code. */
+    for (int mode = 0; mode < 2; mode++) {
+        struct prof_symbols_options opts = {.names_only = mode == 0};
+        const struct prof_lib *libc = prof_libs_lookup(&libs, (uintptr_t)&qsort);
+        struct prof_symbols *ms = NULL;
+        uint64_t step = libc ? (libc->end - libc->start) / MISSES : 0;
+        double t0;
+
+        if (!libc || prof_symbols_new_with_options(&opts, &ms) < 0)
+            return 1;
+        (void)prof_symbols_resolve_address(ms, &libs, (uintptr_t)&qsort, false, &sym, NULL);
+        t0 = now_s();
+        for (uint64_t k = 0; k < MISSES; k++)
+            (void)prof_symbols_resolve_address(ms, &libs, libc->start + k * step + 1, false, &sym,
+                                               NULL);
+        miss_us[mode] = (now_s() - t0) * 1e6 / MISSES;
+        prof_symbols_free(ms);
     }
 
     /* Cache hits through the whole path callers use: module lookup, then the per-address
@@ -128,11 +149,15 @@ int main(void)
                mods[i].lines_ms, (double)mods[i].names_bytes / (1 << 20),
                (double)mods[i].lines_bytes / (1 << 20));
     printf("%-28s %14.2f %14.2f\n", "mean", names_mean, lines_mean);
+    printf("%-28s %14.1f %14.1f us per new address in libc (%d addresses)\n",
+           "miss in a loaded module", miss_us[0], miss_us[1], MISSES);
     printf("%-28s %14.3f us (median of %d x %d resolves)\n", "cache hit", median(hit_us, RUNS),
            RUNS, HITS);
     printf("BENCH symbols.first_module_names_ms %.2f ms\n", names_mean);
     printf("BENCH symbols.first_module_lines_ms %.2f ms\n", lines_mean);
     printf("BENCH symbols.cache_hit_us %.3f us\n", median(hit_us, RUNS));
+    printf("BENCH symbols.miss_names_us %.1f us\n", miss_us[0]);
+    printf("BENCH symbols.miss_lines_us %.1f us\n", miss_us[1]);
     for (size_t i = 0; i < n; i++) {
         char name[32];
 

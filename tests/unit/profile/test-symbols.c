@@ -23,6 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <elfutils/libdwfl.h>
+
 #include "child/profile/libs.h"
 #include "child/profile/symbols.h"
 #include "sym-lib.h"
@@ -324,6 +326,13 @@ static void test_libc_getpid(void **state)
     if (strcmp(sym.function, "getpid") != 0 && strcmp(sym.function, "__getpid") != 0)
         fail_msg("getpid resolved to %s", sym.function);
     print_message("# getpid -> %s %s:%u\n", sym.function, sym.file ? sym.file : "?", sym.line);
+
+    /* Debug files spell versioned definitions "realpath@@GLIBC_2.3" in .symtab: the
+     * version is not part of the function's name. */
+    assert_int_equal(
+            prof_symbols_resolve_address(s, &libs, (uintptr_t)&realpath, false, &sym, &lib), 0);
+    assert_non_null(strstr(sym.function, "realpath"));
+    assert_null(strchr(sym.function, '@'));
     prof_libs_done(&libs);
     prof_symbols_free(s);
 }
@@ -413,6 +422,72 @@ static void test_names_only(void **state)
         assert_null(sym.file);
         assert_int_equal(sym.line, 0);
     }
+    prof_libs_done(&libs);
+    prof_symbols_free(s);
+}
+
+/* The cache's own sorted symbol table must name addresses as libdwfl's linear search
+ * (dwfl_module_addrinfo) does: random addresses in every module with a file. */
+static void test_matches_libdwfl_addrinfo(void **state)
+{
+    static const Dwfl_Callbacks callbacks = {
+            .find_elf = dwfl_build_id_find_elf,
+            .find_debuginfo = dwfl_standard_find_debuginfo,
+            .section_address = dwfl_offline_section_address,
+    };
+    struct prof_symbols_options opts = {.names_only = true};
+    struct prof_symbols *s = NULL;
+    struct prof_libs libs = {0};
+    struct test_rng rng;
+    int total = 0, named = 0, only_ref = 0;
+
+    (void)state;
+    test_rng_init(&rng, test_seed());
+    assert_int_equal(prof_symbols_new_with_options(&opts, &s), 0);
+    assert_int_equal(prof_libs_collect_self(&libs), 0);
+    for (size_t i = 0; i < libs.count; i++) {
+        const struct prof_lib *lib = &libs.libs[i];
+        Dwfl *dwfl;
+        Dwfl_Module *mod;
+
+        if (!lib->path)
+            continue;
+        dwfl = dwfl_begin(&callbacks);
+        assert_non_null(dwfl);
+        dwfl_report_begin(dwfl);
+        mod = dwfl_report_elf(dwfl, lib->name, lib->path, -1, 0, true);
+        assert_int_equal(dwfl_report_end(dwfl, NULL, NULL), 0);
+        assert_non_null(mod);
+        for (int k = 0; k < 2000; k++) {
+            uint64_t vaddr = test_rng_range(&rng, lib->start, lib->end - 1) - lib->bias;
+            GElf_Off off;
+            GElf_Sym sym;
+            const char *want = dwfl_module_addrinfo(mod, vaddr, &off, &sym, NULL, NULL, NULL);
+            struct prof_symbol got;
+            int r = prof_symbols_resolve(s, lib->path, lib->build_id, lib->build_id_len, vaddr,
+                                         &got);
+
+            total++;
+            if (r != 0 && !want)
+                continue;
+            if (r != 0) {
+                /* libdwfl stretches a sizeless label (_init) a little past its section. */
+                only_ref++;
+                continue;
+            }
+            if (!want)
+                fail_msg("%s 0x%" PRIx64 ": %s, libdwfl: none", lib->name, vaddr, got.function);
+            if (strncmp(got.function, want, strcspn(want, "@")) != 0 ||
+                strlen(got.function) != strcspn(want, "@"))
+                fail_msg("%s 0x%" PRIx64 ": %s, libdwfl: %s", lib->name, vaddr, got.function, want);
+            named++;
+        }
+        dwfl_end(dwfl);
+    }
+    print_message("# %d addresses, %d named alike, %d named by libdwfl only\n", total, named,
+                  only_ref);
+    assert_true(named >= 1000); /* modules with only .dynsym leave many addresses unnamed */
+    assert_true(only_ref * 100 <= total);
     prof_libs_done(&libs);
     prof_symbols_free(s);
 }
@@ -937,6 +1012,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_libc_getpid),
             cmocka_unit_test(test_vdso),
             cmocka_unit_test(test_names_only),
+            cmocka_unit_test(test_matches_libdwfl_addrinfo),
             cmocka_unit_test(test_format_location),
             cmocka_unit_test(test_cache_hits_and_single_load),
             cmocka_unit_test(test_eviction),
