@@ -67,6 +67,8 @@ struct buf_chunk_manager_ops {
     void (*destroy_released_at_or_before)(struct buf_chunk_manager *m, uint64_t done_ns);
     void (*set_update_cb)(struct buf_chunk_manager *m, buf_update_cb cb, void *userdata);
     void (*get_stats)(const struct buf_chunk_manager *m, struct buf_chunk_manager_stats *ret);
+    /* Changes the limit (>= chunk_bytes); -ENOTSUP for managers without one. */
+    int (*set_limit)(struct buf_chunk_manager *m, uint64_t limit_bytes);
     void (*free)(struct buf_chunk_manager *m);
 };
 

@@ -207,6 +207,15 @@ static void local_get_stats(const struct buf_chunk_manager *m, struct buf_chunk_
     ret->destroyed_chunks = m->destroyed_chunks;
 }
 
+static int local_set_limit(struct buf_chunk_manager *m, uint64_t limit_bytes)
+{
+    if (limit_bytes < m->chunk_bytes)
+        return -EINVAL;
+    /* Takes effect when the next chunk is handed out, like any other growth. */
+    to_local(m)->limit_bytes = limit_bytes;
+    return 0;
+}
+
 static void free_list(struct buf_chunk *c)
 {
     while (c) {
@@ -237,6 +246,7 @@ static const struct buf_chunk_manager_ops local_ops = {
         .destroy_released_at_or_before = local_destroy_released,
         .set_update_cb = local_set_update_cb,
         .get_stats = local_get_stats,
+        .set_limit = local_set_limit,
         .free = local_free,
 };
 

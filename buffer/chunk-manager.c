@@ -106,6 +106,13 @@ static void single_get_stats(const struct buf_chunk_manager *m, struct buf_chunk
     ret->destroyed_chunks = m->destroyed_chunks;
 }
 
+static int single_set_limit(struct buf_chunk_manager *m, uint64_t limit_bytes)
+{
+    (void)m;
+    (void)limit_bytes;
+    return -ENOTSUP; /* its one chunk is its limit */
+}
+
 static void single_free(struct buf_chunk_manager *m)
 {
     struct single_manager *s = to_single(m);
@@ -124,6 +131,7 @@ static const struct buf_chunk_manager_ops single_ops = {
         .destroy_released_at_or_before = single_destroy_released,
         .set_update_cb = single_set_update_cb,
         .get_stats = single_get_stats,
+        .set_limit = single_set_limit,
         .free = single_free,
 };
 

@@ -385,6 +385,16 @@ void buf_chunked_buffer_set_update_cb(struct buf_chunked_buffer *b, buf_update_c
     (void)pthread_mutex_unlock(&b->lock);
 }
 
+int buf_chunked_buffer_set_limit(struct buf_chunked_buffer *b, uint64_t limit_bytes)
+{
+    int r;
+
+    (void)pthread_mutex_lock(&b->lock);
+    r = b->manager->ops->set_limit(b->manager, limit_bytes);
+    (void)pthread_mutex_unlock(&b->lock);
+    return r;
+}
+
 void buf_chunked_buffer_get_state(struct buf_chunked_buffer *b,
                                   struct buf_chunked_buffer_state *ret_state)
 {

@@ -94,6 +94,10 @@ void buf_chunked_buffer_clear(struct buf_chunked_buffer *b);
 void buf_chunked_buffer_set_update_cb(struct buf_chunked_buffer *b, buf_update_cb cb,
                                       void *userdata);
 
+/* Changes the manager's memory limit (local-limit managers only: else -ENOTSUP;
+ * -EINVAL below one chunk). Older data goes as new chunks are needed. */
+int buf_chunked_buffer_set_limit(struct buf_chunked_buffer *b, uint64_t limit_bytes);
+
 struct buf_chunked_buffer_state {
     uint64_t range_start;    /* index of the oldest readable block (= range_end if none) */
     uint64_t range_end;      /* index the next block would get if it fits the chunk */

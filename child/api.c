@@ -180,7 +180,7 @@ FLEETPROF_EXPORT int fleetprof_marker_schema(const char *name, const char *table
         s->fields[i].searchable = fields[i].kind == FLEETPROF_FIELD_STRING;
         s->kinds[i] = (enum prof_field_kind)fields[i].kind;
     }
-    rt.schema_count++;
+    __atomic_store_n(&rt.schema_count, rt.schema_count + 1, __ATOMIC_RELEASE); /* read unlocked */
     (void)pthread_mutex_unlock(&rt.registry_lock);
     return id;
 }
@@ -194,7 +194,8 @@ FLEETPROF_EXPORT void fleetprof_marker_typed(int schema_id, const char *name,
     struct prof_field fields[PROF_MAX_FIELDS];
     struct prof_marker m = {0};
 
-    if (!RUNNING() || !name || schema_id <= 0 || (uint32_t)schema_id > rt.schema_count ||
+    if (!RUNNING() || !name || schema_id <= 0 ||
+        (uint32_t)schema_id > __atomic_load_n(&rt.schema_count, __ATOMIC_ACQUIRE) ||
         value_count > PROF_MAX_FIELDS || (!values && value_count))
         return;
     for (size_t i = 0; i < value_count; i++) {

@@ -85,6 +85,13 @@ void rt_config_from_env(struct rt_config *cfg)
         else
             complain("FLEETPROF_STACKWALK", v, "fp, dwarf or copy");
     }
+    v = getenv("FLEETPROF_SOCKET");
+    if (v && *v) {
+        if (strlen(v) < sizeof(cfg->socket))
+            strcpy(cfg->socket, v);
+        else
+            complain("FLEETPROF_SOCKET", "(too long)", "a path shorter than 4096 bytes");
+    }
     v = getenv("FLEETPROF_OUTPUT");
     if (v && *v) {
         if (strlen(v) < sizeof(cfg->output))

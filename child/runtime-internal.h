@@ -43,6 +43,7 @@ struct rt_config {
     char output[4096]; /* FLEETPROF_OUTPUT, "" = none */
     bool startup;
     bool debug;
+    char socket[4096]; /* FLEETPROF_SOCKET, "" = none */
 };
 
 /* Reads FLEETPROF_* into *cfg (defaults first). A bad value gets one line on stderr naming
@@ -189,6 +190,16 @@ int rt_write_profile_to(const char *path, uint64_t shutdown_ns);
 void rt_on_process_exit(void);
 /* On the sampler thread after a fatal signal: write the profile, then die by sig. */
 void rt_handle_exit_signal(int sig);
+
+/* ipc.c: the connection to the daemon (FLEETPROF_SOCKET). */
+int rt_ipc_start(const char *socket_path);
+/* Sends a Final update and closes, waiting at most 2 s. */
+void rt_ipc_stop(void);
+/* On the sampler thread each tick: wake the IPC thread if updates are pending. */
+void rt_ipc_tick(void);
+/* In a forked child: drop the parent's connection without touching it. */
+void rt_ipc_forget_after_fork(void);
+const char *rt_program_name(void);
 
 /* preload.c: threads of our own, never registered for sampling, all signals blocked. */
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);

@@ -129,6 +129,11 @@ static int start_locked(void)
         atomic_store(&rt.running, 0);
         return r;
     }
+    if (rt.cfg.socket[0]) {
+        r = rt_ipc_start(rt.cfg.socket);
+        if (r < 0) /* without a daemon we profile alone, as if none were configured */
+            rt_debug("cannot start the IPC thread: %s", strerror(-r));
+    }
     rt_debug("profiling %s every %.3f ms, %s stacks, buffer %llu MiB", product,
              (double)rt.cfg.interval_ns / 1e6, rt_stackwalk_name(rt.cfg.stackwalk),
              (unsigned long long)(rt.cfg.buffer_bytes >> 20));
@@ -212,8 +217,8 @@ static int write_json(int fd, uint64_t shutdown_ns)
                    "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
                    ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
                    ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"intervalNs\":%" PRIu64 "}",
-                   state.pushed_blocks, state.cleared_blocks, state.failed_puts,
-                   state.failed_bytes, rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns);
+                   state.pushed_blocks, state.cleared_blocks, state.failed_puts, state.failed_bytes,
+                   rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns);
     info.runtime_log_json = runtime_log;
 
     r = json_writer_new_fd(fd, &w);
@@ -273,12 +278,18 @@ static void write_exit_profile(void)
     (void)pthread_mutex_unlock(&rt.write_lock);
 }
 
+const char *rt_program_name(void)
+{
+    return program_name;
+}
+
 void rt_on_process_exit(void)
 {
     if (!atomic_load(&rt.running))
         return;
     rt_sampler_stop();
     write_exit_profile();
+    rt_ipc_stop();
 }
 
 void rt_handle_exit_signal(int sig)
@@ -334,6 +345,7 @@ static void on_fork_child(void)
     (void)pthread_mutex_init(&rt.write_lock, NULL);
     (void)pthread_mutex_init(&init_lock, NULL);
     rt_threads_forget_all();
+    rt_ipc_forget_after_fork();
     for (uint32_t i = 0; i < atomic_load(&rt.counter_count); i++) {
         atomic_store(&rt.counters[i].value, 0);
         rt.counters[i].last_sampled = 0;
@@ -369,6 +381,7 @@ FLEETPROF_EXPORT void fleetprof_shutdown(void)
     if (atomic_load(&rt.running)) {
         rt_sampler_stop();
         write_exit_profile();
+        rt_ipc_stop();
         atomic_store(&rt.running, 0);
         buf_chunked_buffer_clear(rt.buffer);
     }

@@ -267,6 +267,7 @@ static void *sampler_main(void *arg)
         t2 = rt_now_ns();
         sample_counters(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);
+        rt_ipc_tick();
         t3 = rt_now_ns();
         o = (struct prof_overhead){t0, t1 - t0, 0, t3 - t2, t2 - t1};
         (void)prof_entry_put_overhead(rt.buffer, &o);

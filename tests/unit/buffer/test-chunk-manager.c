@@ -91,6 +91,13 @@ static void test_local_steady_state(void **state)
     buf_chunk_manager_get_stats(m, &st);
     assert_true(st.unreleased_bytes == 2000);
     assert_true(st.released_chunks == 1);
+    /* A smaller limit applies when the next chunk is needed. */
+    assert_int_equal(buf_chunked_buffer_set_limit(b, 999), -EINVAL);
+    assert_int_equal(buf_chunked_buffer_set_limit(b, 3 * 1000), 0);
+    fill(b, 30, 99); /* three chunks: the chunk prepared under the old limit is used up */
+    buf_chunk_manager_get_stats(m, &st);
+    assert_true(st.limit_bytes == 3000);
+    assert_true(st.released_chunks == 0 || st.unreleased_bytes + st.released_bytes < 3000);
     b = buf_chunked_buffer_free(b);
     buf_chunk_manager_get_stats(m, &st);
     assert_true(st.unreleased_bytes == 0);

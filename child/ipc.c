@@ -1,0 +1,346 @@
+/* child/ipc.c - the runtime's IPC thread: this process's side of the daemon protocol.
+ *
+ * A private libuv loop on its own thread (never the program's loop, which may be libuv's
+ * default one). It connects to FLEETPROF_SOCKET, says Hello, applies the Welcome
+ * (interval, buffer limit, the daemon's clock reference), then serves the daemon:
+ *   - AwaitNextChunkManagerUpdate: answered with the folded update as soon as there is
+ *     one (long poll). The chunk manager's callback folds updates into a slot and flags
+ *     them; the sampler wakes this thread once per tick when the flag is up;
+ *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once;
+ *   - Stop/Start/Pause/Resume: sampling paused or resumed, then acknowledged.
+ * At exit it sends a Final update and waits (bounded) for it to leave. Without a daemon,
+ * or when it goes away, the process simply keeps profiling on its own.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "buffer/chunked-buffer.h"
+#include "buffer/update.h"
+#include "child/include/fleetprof.h"
+#include "child/runtime-internal.h"
+#include "ipc/uv-ipc.h"
+#include "proto/fleetprof-protocol.h"
+
+#define EXIT_WAIT_NS (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */
+
+static struct {
+    uv_loop_t loop;
+    uv_async_t wake;
+    struct ipc_conn *conn; /* IPC thread only */
+    pthread_t thread;
+    bool thread_started;
+    bool loop_ready;             /* loop and wake initialised (for the fork child) */
+    struct buf_update_slot slot; /* the manager's callback folds here */
+    _Atomic int update_pending;  /* set by the callback, cleared by the sampler's wake */
+    _Atomic int connected;
+    _Atomic int exiting; /* send Final and close */
+    uint64_t poll_id;    /* IPC thread only: outstanding poll, 0 = none */
+    uint64_t next_id;
+    char socket_path[4096];
+    pthread_mutex_t done_lock;
+    pthread_cond_t done_cond;
+    bool done;
+} ipc;
+
+static void on_chunk_update(const struct buf_update *u, void *userdata)
+{
+    /* Runs under the buffer's lock: fold and flag, nothing else. */
+    buf_update_slot_fold(userdata, u);
+    atomic_store_explicit(&ipc.update_pending, 1, memory_order_release);
+}
+
+void rt_ipc_tick(void)
+{
+    if (atomic_load_explicit(&ipc.update_pending, memory_order_acquire) &&
+        atomic_load(&ipc.connected)) {
+        atomic_store(&ipc.update_pending, 0);
+        (void)uv_async_send(&ipc.wake);
+    }
+}
+
+static int send_env(Fleetprof__Envelope *env)
+{
+    return ipc.conn ? ipc_conn_send(ipc.conn, env) : -ENOTCONN;
+}
+
+/* Answers the outstanding poll with whatever the slot holds. */
+static void flush_update(void)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
+    Fleetprof__ChunkMetadata *items = NULL, **ptrs = NULL;
+    struct buf_update u;
+
+    if (!ipc.poll_id || !buf_update_slot_take(&ipc.slot, &u))
+        return;
+    if (u.newly_released_count) {
+        items = calloc(u.newly_released_count, sizeof(*items));
+        ptrs = calloc(u.newly_released_count, sizeof(*ptrs));
+        if (!items || !ptrs) {
+            /* Keep it for the next attempt rather than lose released chunks. */
+            buf_update_slot_fold(&ipc.slot, &u);
+            free(items);
+            free(ptrs);
+            buf_update_done(&u);
+            return;
+        }
+    }
+    for (size_t i = 0; i < u.newly_released_count; i++) {
+        fleetprof__chunk_metadata__init(&items[i]);
+        items[i].done_ns = u.newly_released[i].done_ns;
+        items[i].bytes = u.newly_released[i].bytes;
+        ptrs[i] = &items[i];
+    }
+    msg.request_id = ipc.poll_id;
+    msg.final = u.kind == BUF_UPDATE_FINAL;
+    msg.unreleased_bytes = u.unreleased_bytes;
+    msg.released_bytes = u.released_bytes;
+    msg.oldest_done_ns = u.oldest_done_ns;
+    msg.n_newly_released = u.newly_released_count;
+    msg.newly_released = ptrs;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
+    env.chunk_manager_update = &msg;
+    if (send_env(&env) == 0)
+        ipc.poll_id = 0;
+    free(items);
+    free(ptrs);
+    buf_update_done(&u);
+}
+
+static void send_ack(uint64_t id)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Ack ack = FLEETPROF__ACK__INIT;
+
+    ack.request_id = id;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_ACK;
+    env.ack = &ack;
+    (void)send_env(&env);
+}
+
+static void apply_welcome(const Fleetprof__Welcome *w)
+{
+    if (w->interval_ns >= 50000 && w->interval_ns <= 1000000000)
+        rt.cfg.interval_ns = w->interval_ns; /* the sampler reads it every tick */
+    if (w->process_limit_bytes && rt.buffer)
+        (void)buf_chunked_buffer_set_limit(rt.buffer, w->process_limit_bytes);
+    if (w->clock && w->clock->epoch_ms) {
+        /* One time origin for the fleet: this process's wall-clock start as the daemon's
+         * clock sees it, so every process lines up in the merged profile. */
+        int64_t delta_ns = (int64_t)(rt.start_ns - w->clock->monotonic_ns);
+
+        rt.start_epoch_ms = (double)w->clock->epoch_ms + (double)delta_ns / 1e6;
+    }
+    if (!w->start)
+        fleetprof_pause();
+    atomic_store(&ipc.connected, 1);
+    rt_debug("connected to the daemon at %s", ipc.socket_path);
+}
+
+static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *userdata)
+{
+    (void)conn;
+    (void)userdata;
+    switch (env->msg_case) {
+    case FLEETPROF__ENVELOPE__MSG_WELCOME:
+        apply_welcome(env->welcome);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_REFUSE:
+        rt_debug("the daemon refused us: %s", env->refuse->reason);
+        ipc_conn_close(ipc.conn);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE:
+        ipc.poll_id = env->await_next_chunk_manager_update->id;
+        flush_update();
+        break;
+    case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE:
+        buf_chunked_buffer_destroy_at_or_before(rt.buffer,
+                                                env->destroy_released_chunks_at_or_before->done_ns);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_STOP:
+        fleetprof_pause();
+        send_ack(env->stop->id);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_PAUSE:
+        fleetprof_pause();
+        send_ack(env->pause->id);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_START:
+        fleetprof_resume();
+        send_ack(env->start->id);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_RESUME:
+        fleetprof_resume();
+        send_ack(env->resume->id);
+        break;
+    default:
+        rt_debug("ignoring %s from the daemon", ipc_msg_name(env->msg_case));
+        break;
+    }
+}
+
+static void on_close(struct ipc_conn *conn, int error, const char *reason, void *userdata)
+{
+    (void)conn;
+    (void)userdata;
+    if (error < 0 && !atomic_load(&ipc.exiting))
+        rt_debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
+    ipc.conn = NULL;
+    atomic_store(&ipc.connected, 0);
+    /* Without a connection the loop has nothing left to do. */
+    if (!uv_is_closing((uv_handle_t *)&ipc.wake))
+        uv_close((uv_handle_t *)&ipc.wake, NULL);
+}
+
+static void on_wake(uv_async_t *handle)
+{
+    (void)handle;
+    if (!ipc.conn)
+        return;
+    if (atomic_load(&ipc.exiting)) {
+        Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+        Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
+
+        /* Our chunks die with us: the daemon forgets them now, not at EOF. */
+        msg.final = true;
+        env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
+        env.chunk_manager_update = &msg;
+        (void)send_env(&env);
+        ipc_conn_shutdown(ipc.conn); /* flush, then close */
+        return;
+    }
+    flush_update();
+}
+
+static void send_hello(void)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Hello h = FLEETPROF__HELLO__INIT;
+    char name[64];
+    char *argv0 = name;
+
+    (void)snprintf(name, sizeof(name), "%s", rt_program_name());
+    h.id = ++ipc.next_id;
+    h.version = FLEETPROF_PROTOCOL_VERSION;
+    h.pid = (int32_t)getpid();
+    h.ppid = (int32_t)getppid();
+    h.name = name;
+    h.n_argv = 1;
+    h.argv = &argv0;
+    h.start_ns = rt.start_ns;
+    h.start_epoch_ms = (uint64_t)rt.start_epoch_ms;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
+    env.hello = &h;
+    (void)send_env(&env);
+}
+
+static void *ipc_main(void *arg)
+{
+    static const struct ipc_conn_callbacks cbs = {.on_message = on_message, .on_close = on_close};
+    int r;
+
+    (void)arg;
+    r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, &ipc.conn);
+    if (r < 0) {
+        rt_debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
+        uv_close((uv_handle_t *)&ipc.wake, NULL);
+    } else {
+        send_hello();
+    }
+    (void)uv_run(&ipc.loop, UV_RUN_DEFAULT);
+    (void)uv_loop_close(&ipc.loop);
+    ipc.loop_ready = false;
+    (void)pthread_mutex_lock(&ipc.done_lock);
+    ipc.done = true;
+    (void)pthread_cond_broadcast(&ipc.done_cond);
+    (void)pthread_mutex_unlock(&ipc.done_lock);
+    return NULL;
+}
+
+int rt_ipc_start(const char *socket_path)
+{
+    int r;
+
+    if (!socket_path || !*socket_path || strlen(socket_path) >= sizeof(ipc.socket_path))
+        return -EINVAL;
+    strcpy(ipc.socket_path, socket_path);
+    r = buf_update_slot_init(&ipc.slot);
+    if (r < 0)
+        return r;
+    (void)pthread_mutex_init(&ipc.done_lock, NULL);
+    (void)pthread_cond_init(&ipc.done_cond, NULL);
+    ipc.done = false;
+    ipc.poll_id = 0;
+    atomic_store(&ipc.exiting, 0);
+    r = uv_loop_init(&ipc.loop);
+    if (r < 0)
+        return r;
+    r = uv_async_init(&ipc.loop, &ipc.wake, on_wake);
+    if (r < 0) {
+        (void)uv_loop_close(&ipc.loop);
+        return r;
+    }
+    ipc.loop_ready = true;
+    buf_chunked_buffer_set_update_cb(rt.buffer, on_chunk_update, &ipc.slot);
+    r = rt_create_internal_thread(&ipc.thread, ipc_main, NULL);
+    if (r < 0) {
+        buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+        uv_close((uv_handle_t *)&ipc.wake, NULL);
+        (void)uv_run(&ipc.loop, UV_RUN_NOWAIT);
+        (void)uv_loop_close(&ipc.loop);
+        ipc.loop_ready = false;
+        return r;
+    }
+    ipc.thread_started = true;
+    return 0;
+}
+
+void rt_ipc_stop(void)
+{
+    struct timespec deadline;
+    int r = 0;
+
+    if (!ipc.thread_started)
+        return;
+    ipc.thread_started = false;
+    atomic_store(&ipc.exiting, 1);
+    (void)uv_async_send(&ipc.wake);
+    (void)clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)(EXIT_WAIT_NS / 1000000000u);
+    (void)pthread_mutex_lock(&ipc.done_lock);
+    while (!ipc.done && r != ETIMEDOUT)
+        r = pthread_cond_timedwait(&ipc.done_cond, &ipc.done_lock, &deadline);
+    (void)pthread_mutex_unlock(&ipc.done_lock);
+    if (ipc.done)
+        (void)pthread_join(ipc.thread, NULL);
+    else
+        rt_debug("the daemon did not take our last messages within 2 s");
+    /* Updates have nowhere to go now. */
+    buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+}
+
+void rt_ipc_forget_after_fork(void)
+{
+    /* The loop, its epoll instance and the socket are shared with the parent: never run,
+     * close or modify them here (uv_loop_close would epoll_ctl the parent's set). Close
+     * only our copies of their descriptors, and start over. */
+    if (ipc.loop_ready) {
+        int fd = ipc.conn ? ipc_conn_fileno(ipc.conn) : -1;
+
+        if (fd >= 0)
+            (void)close(fd);
+        (void)close(uv_backend_fd(&ipc.loop));
+        if (ipc.loop.async_io_watcher.fd >= 0)
+            (void)close(ipc.loop.async_io_watcher.fd);
+        if (ipc.loop.async_wfd >= 0 && ipc.loop.async_wfd != ipc.loop.async_io_watcher.fd)
+            (void)close(ipc.loop.async_wfd);
+    }
+    memset(&ipc, 0, sizeof(ipc));
+}

@@ -1,0 +1,219 @@
+/* daemon/main.c - fleetprofd: the long-running parent of a profiled fleet.
+ *
+ * Options, logging (the only place the daemon writes text), signals. Everything else is
+ * the library in daemon.h, which `fleetprof record` embeds.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "common/parse.h"
+#include "daemon/daemon.h"
+#include "proto/fleetprof-protocol.h"
+
+static enum daemon_log_level max_level = DAEMON_LOG_INFO;
+static uv_signal_t sigterm, sigint;
+static struct daemon *daemon_instance;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: fleetprofd [OPTIONS]\n"
+            "Keeps a fleet of profiled processes under one memory limit and gathers their\n"
+            "profiles. Processes join with LD_PRELOAD=libfleetprof.so FLEETPROF_SOCKET=PATH.\n"
+            "\n"
+            "  --socket PATH          Unix socket (default $XDG_RUNTIME_DIR/fleetprof.sock,\n"
+            "                         else /tmp/fleetprof-$UID/fleetprof.sock)\n"
+            "  --global-limit SIZE    memory for the whole fleet's buffers (default 256M)\n"
+            "  --process-limit SIZE   buffer limit of each process (default 64M)\n"
+            "  --interval MS          sampling interval in milliseconds (default 1)\n"
+            "  --child-timeout S      gathering: give up on a child silent this long (default 1)\n"
+            "  --stackwalk MODE       fp, dwarf or copy (default: each child's own)\n"
+            "  --foreground           stay attached to the terminal (default: detach)\n"
+            "  --log-level LEVEL      error, warning, info or debug (default info)\n"
+            "  --help                 this text\n");
+}
+
+static void on_log(void *userdata, enum daemon_log_level level, const char *message)
+{
+    static const char *const names[] = {"error", "warning", "info", "debug"};
+    struct timespec ts;
+    struct tm tm;
+
+    (void)userdata;
+    if (level > max_level)
+        return;
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    (void)localtime_r(&ts.tv_sec, &tm);
+    fprintf(stderr, "%02d:%02d:%02d.%03ld fleetprofd[%d] %s: %s\n", tm.tm_hour, tm.tm_min,
+            tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), names[level], message);
+}
+
+static void on_closed(void *userdata)
+{
+    uv_loop_t *loop = userdata;
+
+    uv_close((uv_handle_t *)&sigterm, NULL);
+    uv_close((uv_handle_t *)&sigint, NULL);
+    uv_stop(loop);
+}
+
+static void on_signal(uv_signal_t *handle, int signum)
+{
+    on_log(NULL, DAEMON_LOG_INFO,
+           signum == SIGTERM ? "SIGTERM: shutting down" : "SIGINT: shutting down");
+    if (daemon_instance) {
+        daemon_close(daemon_instance, on_closed, handle->loop);
+        daemon_instance = NULL;
+    }
+}
+
+/* $XDG_RUNTIME_DIR/fleetprof.sock, else /tmp/fleetprof-UID/fleetprof.sock. */
+static int default_socket(char *out, size_t size)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    int n;
+
+    if (xdg && *xdg)
+        n = snprintf(out, size, "%s/fleetprof.sock", xdg);
+    else
+        n = snprintf(out, size, "/tmp/fleetprof-%u/fleetprof.sock", (unsigned)getuid());
+    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+static int bad_value(const char *option, const char *value, const char *expected)
+{
+    fprintf(stderr, "fleetprofd: invalid %s '%s': expected %s\n", option, value, expected);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+            {"socket", required_argument, NULL, 's'},
+            {"global-limit", required_argument, NULL, 'g'},
+            {"process-limit", required_argument, NULL, 'p'},
+            {"interval", required_argument, NULL, 'i'},
+            {"child-timeout", required_argument, NULL, 't'},
+            {"stackwalk", required_argument, NULL, 'w'},
+            {"foreground", no_argument, NULL, 'f'},
+            {"log-level", required_argument, NULL, 'l'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
+    };
+    struct daemon_options opt = {0};
+    char socket_path[4096];
+    bool foreground = false;
+    uv_loop_t loop;
+    int c, r;
+
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            opt.socket_path = optarg;
+            break;
+        case 'g':
+            if (parse_size(optarg, &opt.global_limit_bytes) < 0 || opt.global_limit_bytes == 0)
+                return bad_value("--global-limit", optarg, "a size such as 256M or 1G");
+            break;
+        case 'p':
+            if (parse_size(optarg, &opt.process_limit_bytes) < 0 ||
+                opt.process_limit_bytes < (1u << 20))
+                return bad_value("--process-limit", optarg, "a size of at least 1M");
+            break;
+        case 'i':
+            if (parse_duration(optarg, 1e6, 50000, 1000000000, &opt.interval_ns) < 0)
+                return bad_value("--interval", optarg, "milliseconds from 0.05 to 1000");
+            break;
+        case 't':
+            if (parse_duration(optarg, 1e9, 10000000, 600000000000ull, &opt.child_timeout_ns) < 0)
+                return bad_value("--child-timeout", optarg, "seconds from 0.01 to 600");
+            break;
+        case 'w':
+            if (!strcmp(optarg, "fp"))
+                opt.stackwalk = FLEETPROF__STACKWALK_MODE__STACKWALK_MODE_FP;
+            else if (!strcmp(optarg, "dwarf"))
+                opt.stackwalk = FLEETPROF__STACKWALK_MODE__STACKWALK_MODE_DWARF;
+            else if (!strcmp(optarg, "copy"))
+                opt.stackwalk = FLEETPROF__STACKWALK_MODE__STACKWALK_MODE_COPY;
+            else
+                return bad_value("--stackwalk", optarg, "fp, dwarf or copy");
+            break;
+        case 'f':
+            foreground = true;
+            break;
+        case 'l':
+            if (!strcmp(optarg, "error"))
+                max_level = DAEMON_LOG_ERROR;
+            else if (!strcmp(optarg, "warning"))
+                max_level = DAEMON_LOG_WARNING;
+            else if (!strcmp(optarg, "info"))
+                max_level = DAEMON_LOG_INFO;
+            else if (!strcmp(optarg, "debug"))
+                max_level = DAEMON_LOG_DEBUG;
+            else
+                return bad_value("--log-level", optarg, "error, warning, info or debug");
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "fleetprofd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (!opt.socket_path) {
+        if (default_socket(socket_path, sizeof(socket_path)) < 0) {
+            fprintf(stderr, "fleetprofd: $XDG_RUNTIME_DIR is too long for a socket path\n");
+            return 1;
+        }
+        opt.socket_path = socket_path;
+    }
+    opt.log = on_log;
+    /* A child that dies mid-write must cost an EPIPE, not the daemon. */
+    (void)signal(SIGPIPE, SIG_IGN);
+    if (!foreground && daemon(0, 1) < 0) {
+        fprintf(stderr, "fleetprofd: cannot detach: %s\n", strerror(errno));
+        return 1;
+    }
+
+    r = uv_loop_init(&loop);
+    if (r < 0) {
+        fprintf(stderr, "fleetprofd: %s\n", uv_strerror(r));
+        return 1;
+    }
+    r = daemon_new(&loop, &opt, &daemon_instance);
+    if (r < 0) {
+        if (r == -EADDRINUSE)
+            fprintf(stderr,
+                    "fleetprofd: another fleetprofd is serving %s; stop it or choose "
+                    "another --socket\n",
+                    opt.socket_path);
+        else
+            fprintf(stderr, "fleetprofd: cannot listen on %s: %s\n", opt.socket_path, strerror(-r));
+        (void)uv_loop_close(&loop);
+        return 1;
+    }
+    (void)uv_signal_init(&loop, &sigterm);
+    (void)uv_signal_init(&loop, &sigint);
+    (void)uv_signal_start(&sigterm, on_signal, SIGTERM);
+    (void)uv_signal_start(&sigint, on_signal, SIGINT);
+    (void)uv_run(&loop, UV_RUN_DEFAULT);
+    /* Let close callbacks run, then release the loop. */
+    (void)uv_run(&loop, UV_RUN_NOWAIT);
+    (void)uv_loop_close(&loop);
+    return 0;
+}

@@ -1,0 +1,561 @@
+/* daemon/server.c - fleetprofd's connections: children and tools (see daemon.h).
+ *
+ * A connection is a child once it says Hello, a tool once it asks for status; anything
+ * else first is a protocol error. A child is long-polled: the daemon keeps one
+ * AwaitNextChunkManagerUpdate outstanding, the child answers when its chunk manager
+ * changed, and the answer goes through the controller, whose destroy requests are sent
+ * to the chunks' owners. Misbehaviour (an update nobody asked for, an impossible update,
+ * a message only the daemon may send) drops the child with a logged reason; the others are
+ * never affected. Memory per connection is bounded by the ipc layer's frame and queue caps.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "common/macros.h"
+#include "daemon/controller.h"
+#include "daemon/daemon.h"
+#include "ipc/ipc.h"
+#include "ipc/uv-ipc.h"
+#include "proto/fleetprof-protocol.h"
+
+#define UNSOLICITED_UPDATES_MAX 16 /* updates without a poll before the child is dropped */
+
+enum conn_kind {
+    CONN_NEW,   /* nothing received yet */
+    CONN_CHILD, /* said Hello: a profiled process */
+    CONN_TOOL,  /* a CLI */
+    CONN_DEAD,  /* being closed */
+};
+
+struct conn {
+    struct daemon *d; /* borrowed */
+    struct ipc_conn *ipc;
+    struct ipc_peer peer;
+    enum conn_kind kind;
+    int32_t pid; /* children: the peer's pid (SO_PEERCRED), authoritative */
+    int32_t ppid;
+    char name[64];
+    uint64_t connect_ns;
+    uint64_t poll_id;     /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
+    uint64_t unsolicited; /* updates that answered no poll */
+    Fleetprof__ChildState state;
+    struct conn *next;
+};
+
+struct daemon {
+    uv_loop_t *loop;
+    struct daemon_options opt;
+    char *socket_path; /* owned copy */
+    struct ipc_listener *listener;
+    struct ctl *ctl;
+    struct conn *conns; /* owned list */
+    uint64_t next_id;
+    struct daemon_stats stats;
+    bool closing;
+    void (*close_done)(void *);
+    void *close_userdata;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t epoch_ms(void)
+{
+    struct timespec ts;
+
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+__attribute__((format(printf, 3, 4))) static void
+logf_(struct daemon *d, enum daemon_log_level level, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+
+    if (!d->opt.log)
+        return;
+    va_start(ap, fmt);
+    (void)vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    d->opt.log(d->opt.log_userdata, level, line);
+}
+
+static struct conn *child_by_pid(struct daemon *d, int32_t pid)
+{
+    for (struct conn *c = d->conns; c; c = c->next)
+        if (c->kind == CONN_CHILD && c->pid == pid)
+            return c;
+    return NULL;
+}
+
+static void unlink_conn(struct daemon *d, struct conn *c)
+{
+    for (struct conn **p = &d->conns; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            return;
+        }
+    }
+}
+
+static void maybe_finish_close(struct daemon *d);
+
+/* The ipc layer calls this once, whatever closed the connection. */
+static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, void *userdata)
+{
+    struct conn *c = userdata;
+    struct daemon *d = c->d;
+
+    (void)ipc;
+    if (c->kind == CONN_CHILD) {
+        ctl_remove(d->ctl, c->pid, now_ns());
+        d->stats.children--;
+        if (error < 0 && !d->closing)
+            logf_(d, DAEMON_LOG_WARNING, "child %d (%s) disconnected: %s", (int)c->pid, c->name,
+                  reason ? reason : strerror(-error));
+        else
+            logf_(d, DAEMON_LOG_INFO, "child %d (%s) left", (int)c->pid, c->name);
+    } else if (error < 0 && c->kind != CONN_DEAD && !d->closing) {
+        logf_(d, DAEMON_LOG_WARNING, "connection from pid %d dropped: %s", (int)c->peer.pid,
+              reason ? reason : strerror(-error));
+    }
+    unlink_conn(d, c);
+    free(c);
+    maybe_finish_close(d);
+}
+
+/* Drops a misbehaving peer: logged once here, the close callback only cleans up. */
+static void drop(struct conn *c, const char *why)
+{
+    struct daemon *d = c->d;
+
+    if (c->kind == CONN_DEAD)
+        return;
+    if (c->kind == CONN_CHILD) {
+        logf_(d, DAEMON_LOG_WARNING, "dropping child %d (%s): %s", (int)c->pid, c->name, why);
+        d->stats.dropped_children++;
+        ctl_remove(d->ctl, c->pid, now_ns());
+        d->stats.children--;
+    } else {
+        logf_(d, DAEMON_LOG_WARNING, "dropping connection from pid %d: %s", (int)c->peer.pid, why);
+    }
+    c->kind = CONN_DEAD;
+    ipc_conn_close(c->ipc);
+}
+
+static int send_env(struct conn *c, Fleetprof__Envelope *env)
+{
+    int r = ipc_conn_send(c->ipc, env);
+
+    /* A peer that does not read (-ENOBUFS: its queue is full) is as good as gone. */
+    if (r < 0)
+        drop(c, r == -ENOBUFS ? "not reading its messages (send queue full)" : strerror(-r));
+    return r;
+}
+
+static void send_poll(struct conn *c)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__AwaitNextChunkManagerUpdate msg = FLEETPROF__AWAIT_NEXT_CHUNK_MANAGER_UPDATE__INIT;
+
+    msg.id = ++c->d->next_id;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE;
+    env.await_next_chunk_manager_update = &msg;
+    if (send_env(c, &env) == 0)
+        c->poll_id = msg.id;
+}
+
+static void send_destroys(struct daemon *d, const struct ctl_actions *a)
+{
+    for (size_t i = 0; i < a->destroy_count; i++) {
+        Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+        Fleetprof__DestroyReleasedChunksAtOrBefore msg =
+                FLEETPROF__DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE__INIT;
+        struct conn *owner;
+
+        if (a->destroy[i].owner == CTL_OWNER_DAEMON)
+            continue; /* exit profiles: handled with gathering */
+        owner = child_by_pid(d, a->destroy[i].owner);
+        if (!owner)
+            continue; /* gone: its chunks already left the controller */
+        msg.id = ++d->next_id;
+        msg.done_ns = a->destroy[i].done_ns;
+        env.msg_case = FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE;
+        env.destroy_released_chunks_at_or_before = &msg;
+        if (send_env(owner, &env) == 0)
+            d->stats.destroy_requests++;
+    }
+}
+
+static void on_hello(struct conn *c, const Fleetprof__Hello *h)
+{
+    struct daemon *d = c->d;
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Welcome w = FLEETPROF__WELCOME__INIT;
+    Fleetprof__ClockReference clock = FLEETPROF__CLOCK_REFERENCE__INIT;
+    char reason[256];
+
+    if (ipc_version_check(h->version, reason, sizeof(reason)) < 0) {
+        Fleetprof__Refuse refuse = FLEETPROF__REFUSE__INIT;
+
+        refuse.request_id = h->id;
+        refuse.version = FLEETPROF_PROTOCOL_VERSION;
+        refuse.reason = reason;
+        env.msg_case = FLEETPROF__ENVELOPE__MSG_REFUSE;
+        env.refuse = &refuse;
+        (void)ipc_conn_send(c->ipc, &env);
+        logf_(d, DAEMON_LOG_WARNING, "refused pid %d: %s", (int)c->peer.pid, reason);
+        c->kind = CONN_DEAD;
+        ipc_conn_shutdown(c->ipc); /* flushes the Refuse, then closes */
+        return;
+    }
+    if (child_by_pid(d, (int32_t)c->peer.pid)) {
+        drop(c, "a second connection from the same process");
+        return;
+    }
+    c->kind = CONN_CHILD;
+    c->pid = (int32_t)c->peer.pid;
+    c->ppid = h->ppid;
+    (void)snprintf(c->name, sizeof(c->name), "%s", h->name && *h->name ? h->name : "?");
+    c->state = FLEETPROF__CHILD_STATE__CHILD_STATE_RUNNING;
+    d->stats.children++;
+    d->stats.children_total++;
+
+    clock.monotonic_ns = now_ns();
+    clock.epoch_ms = epoch_ms();
+    w.request_id = h->id;
+    w.version = FLEETPROF_PROTOCOL_VERSION;
+    w.interval_ns = d->opt.interval_ns;
+    w.process_limit_bytes = d->opt.process_limit_bytes;
+    w.chunk_bytes = d->opt.chunk_bytes;
+    w.features = FLEETPROF__FEATURE_BIT__FEATURE_STACKS | FLEETPROF__FEATURE_BIT__FEATURE_CPU |
+                 FLEETPROF__FEATURE_BIT__FEATURE_MARKERS |
+                 FLEETPROF__FEATURE_BIT__FEATURE_COUNTERS | FLEETPROF__FEATURE_BIT__FEATURE_MEMORY |
+                 FLEETPROF__FEATURE_BIT__FEATURE_LABELS;
+    w.stackwalk = (Fleetprof__StackwalkMode)d->opt.stackwalk;
+    w.clock = &clock;
+    w.start = true;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_WELCOME;
+    env.welcome = &w;
+    logf_(d, DAEMON_LOG_INFO, "child %d (%s, parent %d) connected", (int)c->pid, c->name,
+          (int)c->ppid);
+    if (send_env(c, &env) == 0)
+        send_poll(c);
+}
+
+static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
+{
+    struct daemon *d = c->d;
+    struct ctl_chunk stack_chunks[64], *chunks = stack_chunks;
+    struct ctl_update u;
+    struct ctl_actions a;
+    const char *why = NULL;
+    int r;
+
+    if (m->final) {
+        /* Unsolicited Finals are allowed: a manager can go away at any time. */
+        ctl_remove(d->ctl, c->pid, now_ns());
+        d->stats.updates++;
+        return;
+    }
+    if (m->request_id == 0 || m->request_id != c->poll_id) {
+        /* An update nobody asked for: tolerated a few times (a poll crossing a reply),
+         * then the child is flooding. */
+        if (++c->unsolicited > UNSOLICITED_UPDATES_MAX)
+            drop(c, "chunk-manager updates nobody asked for (flooding)");
+        return;
+    }
+    c->poll_id = 0;
+    if (m->n_newly_released > ARRAY_SIZE(stack_chunks)) {
+        if (m->n_newly_released > CTL_MAX_NEW_PER_UPDATE) {
+            drop(c, "too many newly released chunks in one update");
+            return;
+        }
+        chunks = malloc(m->n_newly_released * sizeof(*chunks));
+        if (!chunks) {
+            drop(c, "out of memory for its update");
+            return;
+        }
+    }
+    for (size_t i = 0; i < m->n_newly_released; i++)
+        chunks[i] = (struct ctl_chunk){m->newly_released[i]->done_ns, m->newly_released[i]->bytes};
+    u = (struct ctl_update){false,  m->unreleased_bytes, m->released_bytes, m->oldest_done_ns,
+                            chunks, m->n_newly_released};
+    r = ctl_update(d->ctl, c->pid, &u, now_ns(), &a, &why);
+    if (chunks != stack_chunks)
+        free(chunks);
+    if (r < 0) {
+        drop(c, r == -EBADMSG ? why : strerror(-r));
+        return;
+    }
+    d->stats.updates++;
+    for (;;) {
+        send_destroys(d, &a);
+        if (!a.more)
+            break;
+        ctl_evict(d->ctl, now_ns(), &a);
+    }
+    if (c->kind == CONN_CHILD) /* sending destroys may have dropped a (wedged) peer */
+        send_poll(c);
+}
+
+static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
+{
+    struct daemon *d = c->d;
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__StatusReport rep = FLEETPROF__STATUS_REPORT__INIT;
+    Fleetprof__StatusTotals totals = FLEETPROF__STATUS_TOTALS__INIT;
+    Fleetprof__ChildStatus *items = NULL, **ptrs = NULL;
+    struct ctl_totals t;
+    size_t n = 0;
+    uint64_t now = now_ns();
+
+    for (struct conn *k = d->conns; k; k = k->next)
+        n += k->kind == CONN_CHILD;
+    if (n) {
+        items = calloc(n, sizeof(*items));
+        ptrs = calloc(n, sizeof(*ptrs));
+        if (!items || !ptrs) {
+            free(items);
+            free(ptrs);
+            drop(c, "out of memory for a status report");
+            return;
+        }
+    }
+    n = 0;
+    for (struct conn *k = d->conns; k; k = k->next) {
+        struct ctl_owner_status s = {0};
+        Fleetprof__ChildStatus *it = &items[n];
+
+        if (k->kind != CONN_CHILD)
+            continue;
+        fleetprof__child_status__init(it);
+        (void)ctl_get_owner(d->ctl, k->pid, &s);
+        it->pid = k->pid;
+        it->ppid = k->ppid;
+        it->name = k->name;
+        it->unreleased_bytes = s.unreleased_bytes;
+        it->released_bytes = s.released_bytes;
+        it->chunks = (uint32_t)s.released_chunks;
+        it->last_update_age_ms =
+                (now - (s.last_update_ns ? s.last_update_ns : k->connect_ns)) / 1000000u;
+        it->state = k->state;
+        ptrs[n++] = it;
+    }
+    ctl_get_totals(d->ctl, &t);
+    totals.unreleased_bytes = t.unreleased_bytes;
+    totals.released_bytes = t.released_bytes;
+    totals.children = (uint32_t)n;
+    rep.request_id = req->id;
+    rep.n_children = n;
+    rep.children = ptrs;
+    rep.totals = &totals;
+    rep.global_limit_bytes = t.global_limit;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_STATUS_REPORT;
+    env.status_report = &rep;
+    (void)send_env(c, &env);
+    free(items);
+    free(ptrs);
+}
+
+static void on_message(struct ipc_conn *ipc, const Fleetprof__Envelope *env, void *userdata)
+{
+    struct conn *c = userdata;
+
+    (void)ipc;
+    if (c->kind == CONN_DEAD)
+        return;
+    switch (env->msg_case) {
+    case FLEETPROF__ENVELOPE__MSG_HELLO:
+        if (c->kind != CONN_NEW)
+            drop(c, "Hello twice");
+        else
+            on_hello(c, env->hello);
+        return;
+    case FLEETPROF__ENVELOPE__MSG_STATUS_REQUEST:
+        if (c->kind == CONN_CHILD) {
+            drop(c, "a child asked for status");
+            return;
+        }
+        c->kind = CONN_TOOL;
+        on_status(c, env->status_request);
+        return;
+    case FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE:
+        if (c->kind != CONN_CHILD)
+            drop(c, "chunk-manager update before Hello");
+        else
+            on_update(c, env->chunk_manager_update);
+        return;
+    case FLEETPROF__ENVELOPE__MSG_ACK:
+    case FLEETPROF__ENVELOPE__MSG_ERROR:
+        return; /* replies to Start/Stop/Pause/Resume: nothing to do yet */
+    default:
+        if (c->kind == CONN_NEW)
+            drop(c, "did not start with Hello or a tool request");
+        else
+            logf_(c->d, DAEMON_LOG_DEBUG, "pid %d sent %s: ignored", (int)c->peer.pid,
+                  ipc_msg_name(env->msg_case));
+        return;
+    }
+}
+
+static int on_accept(struct ipc_listener *listener, struct ipc_conn *ipc,
+                     const struct ipc_peer *peer, void *userdata)
+{
+    static const struct ipc_conn_callbacks cbs = {.on_message = on_message,
+                                                  .on_close = on_conn_close};
+    struct daemon *d = userdata;
+    struct conn *c;
+
+    (void)listener;
+    if (d->closing)
+        return -ESHUTDOWN;
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->d = d;
+    c->ipc = ipc;
+    c->peer = *peer;
+    c->connect_ns = now_ns();
+    c->next = d->conns;
+    d->conns = c;
+    ipc_conn_set_callbacks(ipc, &cbs, c);
+    return 0;
+}
+
+static void on_refused(struct ipc_listener *listener, const struct ipc_peer *peer, int error,
+                       const char *reason, void *userdata)
+{
+    (void)listener;
+    (void)error;
+    logf_(userdata, DAEMON_LOG_WARNING, "refused pid %d (uid %u): %s", (int)peer->pid,
+          (unsigned)peer->uid, reason);
+}
+
+static void on_listen_error(struct ipc_listener *listener, int error, const char *reason,
+                            void *userdata)
+{
+    (void)listener;
+    logf_(userdata, DAEMON_LOG_ERROR, "accepting a connection failed: %s (%s)", reason,
+          strerror(-error));
+}
+
+int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct daemon **ret_daemon)
+{
+    static const struct ipc_listener_callbacks cbs = {
+            .on_accept = on_accept, .on_refused = on_refused, .on_error = on_listen_error};
+    struct ipc_listener_options lo = {0};
+    struct daemon *d;
+    int r;
+
+    if (!loop || !options || !options->socket_path)
+        return -EINVAL;
+    d = calloc(1, sizeof(*d));
+    if (!d)
+        return -ENOMEM;
+    d->loop = loop;
+    d->opt = *options;
+    if (!d->opt.global_limit_bytes)
+        d->opt.global_limit_bytes = 256ull << 20;
+    if (!d->opt.process_limit_bytes)
+        d->opt.process_limit_bytes = 64ull << 20;
+    if (!d->opt.chunk_bytes)
+        d->opt.chunk_bytes = 256u << 10;
+    if (!d->opt.interval_ns)
+        d->opt.interval_ns = 1000000;
+    if (!d->opt.child_timeout_ns)
+        d->opt.child_timeout_ns = 1000000000;
+    if (d->opt.chunk_bytes < (64u << 10) || d->opt.chunk_bytes > d->opt.process_limit_bytes) {
+        free(d);
+        return -EINVAL;
+    }
+    d->socket_path = strdup(options->socket_path);
+    d->opt.socket_path = d->socket_path;
+    r = d->socket_path ? ctl_new(d->opt.global_limit_bytes, &d->ctl) : -ENOMEM;
+    if (r < 0)
+        goto err_free;
+    lo.allow_any_uid = d->opt.allow_any_uid;
+    r = ipc_listener_open(loop, d->socket_path, &lo, &cbs, d, &d->listener);
+    if (r < 0)
+        goto err_ctl;
+    d->stats.global_limit_bytes = d->opt.global_limit_bytes;
+    logf_(d, DAEMON_LOG_INFO, "listening on %s (global limit %llu MiB)", d->socket_path,
+          (unsigned long long)(d->opt.global_limit_bytes >> 20));
+    *ret_daemon = d;
+    return 0;
+
+err_ctl:
+    d->ctl = ctl_free(d->ctl);
+err_free:
+    free(d->socket_path);
+    free(d);
+    return r;
+}
+
+static void maybe_finish_close(struct daemon *d)
+{
+    void (*done)(void *);
+    void *userdata;
+
+    if (!d->closing || d->conns)
+        return;
+    done = d->close_done;
+    userdata = d->close_userdata;
+    ctl_free(d->ctl);
+    free(d->socket_path);
+    free(d);
+    if (done)
+        done(userdata);
+}
+
+void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata)
+{
+    if (d->closing)
+        return;
+    d->closing = true;
+    d->close_done = done;
+    d->close_userdata = userdata;
+    ipc_listener_close(d->listener); /* also removes the socket file */
+    d->listener = NULL;
+    for (struct conn *c = d->conns; c; c = c->next) {
+        if (c->kind == CONN_CHILD) {
+            /* Children stop sampling, and learn from the closed socket that they are on
+             * their own (they keep their data for FLEETPROF_DIR). */
+            Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+            Fleetprof__Stop stop = FLEETPROF__STOP__INIT;
+
+            stop.id = ++d->next_id;
+            env.msg_case = FLEETPROF__ENVELOPE__MSG_STOP;
+            env.stop = &stop;
+            (void)ipc_conn_send(c->ipc, &env);
+            ipc_conn_shutdown(c->ipc);
+        } else if (c->kind != CONN_DEAD) {
+            c->kind = CONN_DEAD;
+            ipc_conn_close(c->ipc);
+        }
+    }
+    maybe_finish_close(d);
+}
+
+void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret)
+{
+    struct ctl_totals t;
+
+    *ret = d->stats;
+    ctl_get_totals(d->ctl, &t);
+    ret->unreleased_bytes = t.unreleased_bytes;
+    ret->released_bytes = t.released_bytes;
+}

@@ -1,0 +1,291 @@
+/* ipc/frame.c - frame encoding, reassembly of frames from a byte stream, the buffer pool.
+ *
+ * The reader is a small state machine: prefix bytes one at a time (a prefix may straddle two
+ * reads), then envelope bytes. A frame that arrives whole inside one input span is decoded in
+ * place, without a copy; otherwise its bytes are collected in a buffer that grows as they
+ * arrive, so a peer that announces 4 MiB and sends 1 byte holds 1 byte, not 4 MiB.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer/leb128.h"
+#include "common/macros.h"
+#include "ipc/ipc-internal.h"
+#include "ipc/ipc.h"
+
+/* First allocation for a frame that does not arrive in one piece. */
+#define FRAME_BUF_MIN_BYTES ((size_t)64 << 10)
+
+size_t ipc_frame_size(const Fleetprof__Envelope *env)
+{
+    size_t packed = fleetprof__envelope__get_packed_size(env);
+
+    return buf_uleb128_size(packed) + packed;
+}
+
+ssize_t ipc_frame_encode(const Fleetprof__Envelope *env, uint8_t *out, size_t out_len)
+{
+    size_t packed, prefix;
+
+    if (!env || env->msg_case == FLEETPROF__ENVELOPE__MSG__NOT_SET)
+        return -EINVAL;
+    packed = fleetprof__envelope__get_packed_size(env);
+    prefix = buf_uleb128_size(packed);
+    if (out_len < prefix || out_len - prefix < packed)
+        return -ENOBUFS;
+    (void)buf_uleb128_encode(packed, out);
+    if (fleetprof__envelope__pack(env, out + prefix) != packed)
+        return -EINVAL; /* cannot happen: protobuf-c packs exactly get_packed_size bytes */
+    return (ssize_t)(prefix + packed);
+}
+
+/* ---- pool -------------------------------------------------------------------------------- */
+
+int ipc_pool_init(struct ipc_pool *pool, size_t buf_bytes, size_t max_cached)
+{
+    pool->free_bufs = NULL;
+    pool->n_free = 0;
+    pool->max_cached = max_cached;
+    pool->buf_bytes = buf_bytes;
+    if (max_cached > 0) {
+        pool->free_bufs = calloc(max_cached, sizeof(*pool->free_bufs));
+        if (!pool->free_bufs)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+void ipc_pool_done(struct ipc_pool *pool)
+{
+    for (size_t i = 0; i < pool->n_free; i++)
+        free(pool->free_bufs[i]);
+    free(pool->free_bufs);
+    pool->free_bufs = NULL;
+    pool->n_free = 0;
+    pool->max_cached = 0;
+}
+
+void *ipc_pool_get(struct ipc_pool *pool, size_t bytes)
+{
+    if (bytes > pool->buf_bytes)
+        return malloc(bytes);
+    if (pool->n_free > 0)
+        return pool->free_bufs[--pool->n_free];
+    return malloc(pool->buf_bytes);
+}
+
+void ipc_pool_put(struct ipc_pool *pool, void *buf, size_t bytes)
+{
+    if (!buf)
+        return;
+    if (bytes > pool->buf_bytes || pool->n_free >= pool->max_cached) {
+        free(buf);
+        return;
+    }
+    pool->free_bufs[pool->n_free++] = buf;
+}
+
+/* ---- reader ------------------------------------------------------------------------------ */
+
+void ipc_reader_init(struct ipc_reader *r, size_t max_frame_bytes)
+{
+    memset(r, 0, sizeof(*r));
+    r->max_frame_bytes = max_frame_bytes ? max_frame_bytes : IPC_FRAME_MAX_BYTES_DEFAULT;
+    r->max_decode_bytes = r->max_frame_bytes <= SIZE_MAX / IPC_DECODE_BUDGET_FACTOR
+                                  ? r->max_frame_bytes * IPC_DECODE_BUDGET_FACTOR
+                                  : SIZE_MAX;
+    r->reason = "";
+}
+
+static void reset_frame(struct ipc_reader *r)
+{
+    free(r->frame);
+    r->frame = NULL;
+    r->cap = 0;
+    r->have = 0;
+    r->frame_len = 0;
+    r->in_frame = false;
+    r->len_value = 0;
+    r->len_shift = 0;
+}
+
+void ipc_reader_done(struct ipc_reader *r)
+{
+    reset_frame(r);
+}
+
+static ssize_t latch(struct ipc_reader *r, int error, const char *reason)
+{
+    r->error = error;
+    r->reason = reason;
+    reset_frame(r);
+    return error;
+}
+
+/* Decodes, validates and delivers one envelope. */
+static int deliver(struct ipc_reader *r, const uint8_t *p, size_t len, ipc_envelope_cb cb,
+                   void *userdata)
+{
+    Fleetprof__Envelope *env = NULL;
+    const char *reason = NULL;
+    int ret;
+
+    ret = ipc_envelope_decode(p, len, r->max_decode_bytes, &env, &reason);
+    if (ret < 0) {
+        (void)latch(r, ret, reason ? reason : "undecodable envelope");
+        return ret;
+    }
+    r->frames++;
+    ret = cb ? cb(userdata, env) : 0;
+    (void)ipc_envelope_free(env);
+    if (ret < 0)
+        (void)latch(r, ret, "stopped by the receiver");
+    return ret;
+}
+
+/* Feeds one prefix byte. Returns 1 when the length is complete (and valid), 0 for more. */
+static int feed_prefix_byte(struct ipc_reader *r, uint8_t byte)
+{
+    uint64_t bits = byte & 0x7fu;
+
+    /* The 10th byte (shift 63) may only hold the top bit of a u64; there is no 11th. */
+    if (r->len_shift > 63 || (r->len_shift == 63 && bits > 1))
+        return (int)latch(r, -EPROTO, "malformed frame length (over 64 bits)");
+    r->len_value |= bits << r->len_shift;
+    /* Refuse an oversized length as soon as its bits show it, before the prefix ends. */
+    if (r->len_value > r->max_frame_bytes)
+        return (int)latch(r, -EMSGSIZE, "frame larger than the maximum frame size");
+    if (byte & 0x80u) {
+        r->len_shift += 7;
+        return 0;
+    }
+    if (r->len_value == 0)
+        return (int)latch(r, -ENOMSG, "zero-length frame");
+    r->frame_len = (size_t)r->len_value;
+    r->in_frame = true;
+    r->have = 0;
+    return 1;
+}
+
+/* Makes room for want more frame bytes: grows geometrically, never beyond frame_len. */
+static int reserve(struct ipc_reader *r, size_t want)
+{
+    size_t need = r->have + want, cap;
+    uint8_t *grown;
+
+    if (need <= r->cap)
+        return 0;
+    cap = r->cap ? r->cap : MIN(r->frame_len, FRAME_BUF_MIN_BYTES);
+    while (cap < need)
+        cap = cap > r->frame_len / 4 ? r->frame_len : cap * 4;
+    grown = realloc(r->frame, cap);
+    if (!grown)
+        return -ENOMEM;
+    r->frame = grown;
+    r->cap = cap;
+    return 0;
+}
+
+ssize_t ipc_reader_feed(struct ipc_reader *r, const uint8_t *data, size_t len, ipc_envelope_cb cb,
+                        void *userdata)
+{
+    size_t off = 0;
+    ssize_t delivered = 0;
+    int ret;
+
+    if (r->error)
+        return r->error;
+    if (!data && len)
+        return -EINVAL;
+    while (off < len) {
+        if (!r->in_frame) {
+            ret = feed_prefix_byte(r, data[off++]);
+            if (ret < 0)
+                return ret;
+            if (ret == 0)
+                continue;
+            /* Whole frame in this span: decode in place. */
+            if (len - off >= r->frame_len) {
+                size_t n = r->frame_len;
+
+                ret = deliver(r, data + off, n, cb, userdata);
+                if (ret < 0)
+                    return ret;
+                off += n;
+                delivered++;
+                reset_frame(r);
+            }
+            continue;
+        }
+        {
+            size_t n = MIN(r->frame_len - r->have, len - off);
+
+            if (reserve(r, n) < 0)
+                return latch(r, -ENOMEM, "out of memory buffering a frame");
+            memcpy(r->frame + r->have, data + off, n);
+            r->have += n;
+            off += n;
+        }
+        if (r->have == r->frame_len) {
+            ret = deliver(r, r->frame, r->frame_len, cb, userdata);
+            if (ret < 0)
+                return ret;
+            delivered++;
+            reset_frame(r);
+        }
+    }
+    return delivered;
+}
+
+ssize_t ipc_reader_direct_buf(struct ipc_reader *r, uint8_t **ret_buf)
+{
+    size_t want;
+
+    if (r->error || !r->in_frame)
+        return r->error;
+    /* Offer what has arrived so far again (at least 64 KiB): memory stays within twice the
+     * bytes received plus 64 KiB. */
+    want = MIN(r->frame_len - r->have, MAX(r->have, FRAME_BUF_MIN_BYTES));
+    if (reserve(r, want) < 0)
+        return latch(r, -ENOMEM, "out of memory buffering a frame");
+    *ret_buf = r->frame + r->have;
+    return (ssize_t)(r->cap - r->have);
+}
+
+ssize_t ipc_reader_commit(struct ipc_reader *r, size_t n, ipc_envelope_cb cb, void *userdata)
+{
+    int ret;
+
+    if (r->error)
+        return r->error;
+    if (!r->in_frame || n > r->cap - r->have)
+        return -EINVAL;
+    r->have += n;
+    if (r->have < r->frame_len)
+        return 0;
+    ret = deliver(r, r->frame, r->frame_len, cb, userdata);
+    if (ret < 0)
+        return ret;
+    reset_frame(r);
+    return 1;
+}
+
+int ipc_reader_end(struct ipc_reader *r)
+{
+    if (r->error)
+        return r->error;
+    if (r->in_frame || r->len_shift > 0)
+        return (int)latch(r, -ENODATA, "stream ended inside a frame");
+    return 0;
+}
+
+const char *ipc_reader_reason(const struct ipc_reader *r)
+{
+    return r->reason ? r->reason : "";
+}
+
+size_t ipc_reader_pending_bytes(const struct ipc_reader *r)
+{
+    return r->in_frame ? r->have : 0;
+}

@@ -1,0 +1,16 @@
+/* ipc/ipc-internal.h - shared between the files of ipc/ only (and its unit tests). */
+#ifndef FLEETPROF_IPC_IPC_INTERNAL_H
+#define FLEETPROF_IPC_IPC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* protobuf-c may allocate up to this many times the frame size while decoding one envelope:
+ * a 2-byte empty submessage becomes a pointer plus a struct of several dozen bytes, so
+ * hostile input can amplify; legitimate messages stay well below. */
+#define IPC_DECODE_BUDGET_FACTOR 16
+
+/* Checks that the len bytes at p are valid UTF-8 without NUL. */
+int ipc__text_valid(const uint8_t *p, size_t len);
+
+#endif /* FLEETPROF_IPC_IPC_INTERNAL_H */

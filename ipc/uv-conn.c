@@ -1,0 +1,475 @@
+/* ipc/uv-conn.c - one framed connection on a libuv loop: reading, the write queue, closing.
+ *
+ * Every send is one uv_write of one encoded frame; libuv keeps writes of a stream in order.
+ * queued_bytes counts frames from uv_write() until their write callback, and is what the
+ * per-connection cap applies to. Closing is one path (close_conn) whatever the cause; libuv
+ * runs the write callbacks of cancelled writes before the close callback, which frees.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "buffer/leb128.h"
+#include "ipc/ipc.h"
+#include "ipc/uv-ipc-internal.h"
+#include "ipc/uv-ipc.h"
+
+/* Write requests up to this size (header + frame) come from the connection's pool. */
+#define POOL_BUF_BYTES        ((size_t)4 << 10)
+#define POOL_MAX_CACHED       32
+/* Read into a frame's own buffer when at least this much of it is missing. */
+#define DIRECT_READ_MIN_BYTES ((size_t)16 << 10)
+
+/* One queued frame. Owned by the connection's write queue from uv_write() to on_write(). */
+struct write_req {
+    uv_write_t req;
+    struct ipc_conn *conn; /* borrowed: outlives the request (close waits for it) */
+    size_t alloc_bytes;    /* size of this allocation, for the pool */
+    size_t frame_bytes;    /* bytes of data */
+    bool stream_last;      /* the last piece of the active profile stream */
+    uint8_t data[];        /* the encoded frame */
+};
+
+static void pump_stream(struct ipc_conn *c);
+static void begin_shutdown(struct ipc_conn *c);
+
+static void on_conn_closed(uv_handle_t *handle)
+{
+    struct ipc_conn *c = container_of(handle, struct ipc_conn, pipe);
+
+    if (c->stream.active) {
+        c->stream.active = false;
+        if (c->stream.done)
+            c->stream.done(c, c->stream.s.request_id, -ECANCELED, c->stream.userdata);
+    }
+    if (c->cbs.on_close)
+        c->cbs.on_close(c, c->close_error, c->close_reason, c->userdata);
+    ipc_reader_done(&c->reader);
+    ipc_pool_done(&c->pool);
+    free(c->read_buf);
+    free(c);
+}
+
+void ipc__conn_fail(struct ipc_conn *c, int error, const char *reason)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    c->close_error = error;
+    c->close_reason = reason;
+    uv_close((uv_handle_t *)&c->pipe, on_conn_closed);
+}
+
+static void on_discarded(uv_handle_t *handle)
+{
+    struct ipc_conn *c = container_of(handle, struct ipc_conn, pipe);
+
+    ipc_reader_done(&c->reader);
+    ipc_pool_done(&c->pool);
+    free(c->read_buf);
+    free(c);
+}
+
+void ipc__conn_discard(struct ipc_conn *c)
+{
+    c->closing = true;
+    uv_close((uv_handle_t *)&c->pipe, on_discarded);
+}
+
+int ipc__conn_new(uv_loop_t *loop, const struct ipc_conn_options *opts, struct ipc_conn **ret_conn)
+{
+    struct ipc_conn *c;
+    int r;
+
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->max_frame_bytes =
+            opts && opts->max_frame_bytes ? opts->max_frame_bytes : IPC_FRAME_MAX_BYTES_DEFAULT;
+    c->max_queued_bytes =
+            opts && opts->max_queued_bytes ? opts->max_queued_bytes : IPC_MAX_QUEUED_BYTES_DEFAULT;
+    c->drain_low_bytes =
+            opts && opts->drain_low_bytes ? opts->drain_low_bytes : IPC_DRAIN_LOW_BYTES_DEFAULT;
+    c->stream_window_bytes = opts && opts->stream_window_bytes ? opts->stream_window_bytes
+                                                               : IPC_STREAM_WINDOW_DEFAULT;
+    c->close_reason = "closed locally";
+    c->read_buf = malloc(IPC_READ_BUF_BYTES);
+    if (!c->read_buf) {
+        r = -ENOMEM;
+        goto err_free;
+    }
+    r = ipc_pool_init(&c->pool, POOL_BUF_BYTES, POOL_MAX_CACHED);
+    if (r < 0)
+        goto err_free_buf;
+    ipc_reader_init(&c->reader, c->max_frame_bytes);
+    r = uv_pipe_init(loop, &c->pipe, 0);
+    if (r < 0)
+        goto err_pool;
+    *ret_conn = c;
+    return 0;
+
+err_pool:
+    ipc_reader_done(&c->reader);
+    ipc_pool_done(&c->pool);
+err_free_buf:
+    free(c->read_buf);
+err_free:
+    free(c);
+    return r;
+}
+
+int ipc__conn_read_peer(struct ipc_conn *c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    uv_os_fd_t fd;
+    int r;
+
+    r = uv_fileno((uv_handle_t *)&c->pipe, &fd);
+    if (r < 0)
+        return r;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return -errno;
+    c->peer.pid = cred.pid;
+    c->peer.uid = cred.uid;
+    c->peer.gid = cred.gid;
+    c->has_peer = true;
+    return 0;
+}
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    struct ipc_conn *c = container_of(handle, struct ipc_conn, pipe);
+    uint8_t *direct = NULL;
+    ssize_t n;
+
+    (void)suggested;
+    /* Inside a large frame, read straight into its buffer: no copy, fewer reads. */
+    n = ipc_reader_direct_buf(&c->reader, &direct);
+    if (n >= (ssize_t)DIRECT_READ_MIN_BYTES) {
+        *buf = uv_buf_init((char *)direct, (unsigned)MIN((size_t)n, (size_t)UINT_MAX));
+        return;
+    }
+    /* Reads are consumed synchronously in on_read, so one buffer per connection suffices. */
+    *buf = uv_buf_init((char *)c->read_buf, (unsigned)IPC_READ_BUF_BYTES);
+}
+
+static int deliver(void *userdata, const Fleetprof__Envelope *env)
+{
+    struct ipc_conn *c = userdata;
+
+    if (c->cbs.on_message)
+        c->cbs.on_message(c, env, c->userdata);
+    /* The callback may have closed us: stop delivering what is left of this read. */
+    return c->closing ? -ECANCELED : 0;
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct ipc_conn *c = container_of(stream, struct ipc_conn, pipe);
+    ssize_t r;
+
+    if (c->closing)
+        return;
+    if (nread > 0) {
+        if (buf->base != (char *)c->read_buf)
+            r = ipc_reader_commit(&c->reader, (size_t)nread, deliver, c);
+        else
+            r = ipc_reader_feed(&c->reader, (const uint8_t *)buf->base, (size_t)nread, deliver, c);
+        if (r < 0)
+            ipc__conn_fail(c, (int)r, ipc_reader_reason(&c->reader));
+        return;
+    }
+    if (nread == UV_EOF) {
+        r = ipc_reader_end(&c->reader);
+        if (r < 0)
+            ipc__conn_fail(c, (int)r, ipc_reader_reason(&c->reader));
+        else if (c->write_error)
+            ipc__conn_fail(c, c->write_error, "write to peer failed");
+        else
+            ipc__conn_fail(c, 0, "peer closed the connection");
+        return;
+    }
+    if (nread < 0)
+        ipc__conn_fail(c, (int)nread, "read from peer failed");
+}
+
+int ipc__conn_start(struct ipc_conn *c)
+{
+    int r = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+
+    if (r < 0)
+        return r;
+    c->reading = true;
+    return 0;
+}
+
+int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_options *opts,
+                     const struct ipc_conn_callbacks *cbs, void *userdata,
+                     struct ipc_conn **ret_conn)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    struct ipc_conn *c;
+    int fd, r;
+
+    if (!loop || !path || !cbs || !cbs->on_message || !ret_conn)
+        return -EINVAL;
+    if (strlen(path) >= sizeof(addr.sun_path))
+        return -ENAMETOOLONG;
+    memcpy(addr.sun_path, path, strlen(path) + 1);
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    /* A Unix-domain connect completes at once or fails (EAGAIN: backlog full). */
+    if (connect(fd, (const struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        r = -errno;
+        goto err_close_fd;
+    }
+    r = ipc__conn_new(loop, opts, &c);
+    if (r < 0)
+        goto err_close_fd;
+    r = uv_pipe_open(&c->pipe, fd);
+    if (r < 0)
+        goto err_discard;
+    /* From here the pipe owns fd. */
+    fd = -1;
+    (void)ipc__conn_read_peer(c);
+    c->cbs = *cbs;
+    c->userdata = userdata;
+    r = ipc__conn_start(c);
+    if (r < 0)
+        goto err_discard;
+    *ret_conn = c;
+    return 0;
+
+err_discard:
+    c->cbs = (struct ipc_conn_callbacks){0};
+    ipc__conn_discard(c);
+err_close_fd:
+    if (fd >= 0)
+        (void)close(fd);
+    return r;
+}
+
+void ipc_conn_set_callbacks(struct ipc_conn *c, const struct ipc_conn_callbacks *cbs,
+                            void *userdata)
+{
+    c->cbs = *cbs;
+    c->userdata = userdata;
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct write_req *w = container_of(req, struct write_req, req);
+    struct ipc_conn *c = w->conn;
+    bool stream_last = w->stream_last;
+
+    c->queued_bytes -= w->frame_bytes;
+    ipc_pool_put(&c->pool, w, w->alloc_bytes);
+
+    if (stream_last && c->stream.active) {
+        c->stream.active = false;
+        if (c->stream.done)
+            c->stream.done(c, c->stream.s.request_id, status < 0 ? status : 0, c->stream.userdata);
+    }
+    if (status < 0) {
+        /* The peer may have closed after sending frames we have not read yet (a Refuse
+         * before it hung up): keep reading until the end of the stream, which closes. Sends
+         * fail from now on. UV_ECANCELED: we are closing already. */
+        if (c->reading && !c->closing && status != UV_ECANCELED) {
+            if (!c->write_error)
+                c->write_error = status;
+            return;
+        }
+        ipc__conn_fail(c, status, "write to peer failed");
+        return;
+    }
+    if (c->closing)
+        return;
+    if (c->stream.active)
+        pump_stream(c);
+    if (c->above_low && c->queued_bytes <= c->drain_low_bytes) {
+        c->above_low = false;
+        if (c->cbs.on_drain)
+            c->cbs.on_drain(c, c->userdata);
+    }
+}
+
+/* Queues env; marks the request as the stream's last piece when stream_last. */
+static int queue_frame(struct ipc_conn *c, const Fleetprof__Envelope *env, bool stream_last)
+{
+    struct write_req *w;
+    size_t packed, frame, alloc;
+    uv_buf_t buf;
+    ssize_t n;
+    int r;
+
+    if (!env || env->msg_case == FLEETPROF__ENVELOPE__MSG__NOT_SET || !env->hello)
+        return -EINVAL;
+    if (c->closing || c->write_error)
+        return -EPIPE;
+    packed = fleetprof__envelope__get_packed_size(env);
+    if (packed > c->max_frame_bytes)
+        return -EMSGSIZE;
+    frame = buf_uleb128_size(packed) + packed;
+    if (frame > c->max_queued_bytes - MIN(c->queued_bytes, c->max_queued_bytes))
+        return -ENOBUFS;
+    alloc = sizeof(*w) + frame;
+    w = ipc_pool_get(&c->pool, alloc);
+    if (!w)
+        return -ENOMEM;
+    w->conn = c;
+    w->alloc_bytes = alloc;
+    w->frame_bytes = frame;
+    w->stream_last = stream_last;
+    n = ipc_frame_encode(env, w->data, frame);
+    if (n < 0) {
+        r = (int)n;
+        goto err_put;
+    }
+    buf = uv_buf_init((char *)w->data, (unsigned)frame);
+    r = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write);
+    if (r < 0)
+        goto err_put;
+    c->queued_bytes += frame;
+    c->frames_sent++;
+    if (c->queued_bytes > c->drain_low_bytes)
+        c->above_low = true;
+    return 0;
+
+err_put:
+    ipc_pool_put(&c->pool, w, alloc);
+    return r;
+}
+
+int ipc_conn_send(struct ipc_conn *c, const Fleetprof__Envelope *env)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->want_shutdown)
+        return -EPIPE;
+    return queue_frame(c, env, false);
+}
+
+size_t ipc_conn_queued_bytes(const struct ipc_conn *c)
+{
+    return c->queued_bytes;
+}
+
+/* Queues pieces while the stream's window has room. */
+static void pump_stream(struct ipc_conn *c)
+{
+    while (c->stream.active && !c->stream.all_queued && !c->closing &&
+           c->queued_bytes < c->stream_window_bytes) {
+        Fleetprof__Envelope env;
+        Fleetprof__ProfileData piece;
+        int r;
+
+        if (ipc_profile_stream_next(&c->stream.s, &env, &piece) == 0)
+            break;
+        r = queue_frame(c, &env, ipc_profile_stream_done(&c->stream.s));
+        if (r < 0) {
+            c->stream.active = false;
+            if (c->stream.done)
+                c->stream.done(c, c->stream.s.request_id, r, c->stream.userdata);
+            break;
+        }
+        if (ipc_profile_stream_done(&c->stream.s))
+            c->stream.all_queued = true;
+    }
+    if (c->want_shutdown && (!c->stream.active || c->stream.all_queued))
+        begin_shutdown(c);
+}
+
+int ipc_conn_stream_profile(struct ipc_conn *c, uint64_t request_id, const void *data, size_t len,
+                            bool exit_profile, const char *error, ipc_stream_done_cb done,
+                            void *userdata)
+{
+    if (!c || request_id == 0 || (!data && len))
+        return -EINVAL;
+    if (c->closing || c->want_shutdown || c->write_error)
+        return -EPIPE;
+    if (c->stream.active)
+        return -EBUSY;
+    ipc_profile_stream_init(&c->stream.s, request_id, data, len, IPC_PROFILE_PIECE_MAX_BYTES,
+                            exit_profile, error);
+    c->stream.active = true;
+    c->stream.all_queued = false;
+    c->stream.done = done;
+    c->stream.userdata = userdata;
+    pump_stream(c);
+    return 0;
+}
+
+void ipc_conn_close(struct ipc_conn *c)
+{
+    if (c)
+        ipc__conn_fail(c, 0, "closed locally");
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct ipc_conn *c = container_of(req, struct ipc_conn, shutdown_req);
+
+    /* UV_ECANCELED: closed meanwhile; the close path reports it. */
+    if (status < 0 && status != UV_ECANCELED)
+        ipc__conn_fail(c, status, "shutdown failed");
+    else
+        ipc__conn_fail(c, 0, "closed locally");
+}
+
+static void begin_shutdown(struct ipc_conn *c)
+{
+    int r;
+
+    if (c->shutting_down || c->closing)
+        return;
+    c->shutting_down = true;
+    r = uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->pipe, on_shutdown);
+    if (r < 0)
+        ipc__conn_fail(c, r, "shutdown failed");
+}
+
+void ipc_conn_shutdown(struct ipc_conn *c)
+{
+    if (!c || c->want_shutdown || c->closing)
+        return;
+    c->want_shutdown = true;
+    if (!c->stream.active || c->stream.all_queued)
+        begin_shutdown(c);
+}
+
+int ipc_conn_peer(const struct ipc_conn *c, struct ipc_peer *ret_peer)
+{
+    if (!c->has_peer)
+        return -ENODATA;
+    *ret_peer = c->peer;
+    return 0;
+}
+
+uint64_t ipc_conn_frames_received(const struct ipc_conn *c)
+{
+    return c->reader.frames;
+}
+
+uint64_t ipc_conn_frames_sent(const struct ipc_conn *c)
+{
+    return c->frames_sent;
+}
+
+int ipc_conn_fileno(const struct ipc_conn *c)
+{
+    uv_os_fd_t fd;
+
+    if (uv_fileno((const uv_handle_t *)&c->pipe, &fd) < 0)
+        return -EBADF;
+    return fd;
+}

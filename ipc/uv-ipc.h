@@ -1,0 +1,168 @@
+/* ipc/uv-ipc.h - the libuv half of the wire: Unix-domain stream connections and a listener.
+ *
+ * One connection carries frames of ipc/ipc.h both ways: reads are reassembled and decoded
+ * into validated envelopes, sends go through an ordered write queue whose size is capped
+ * per connection (a slow peer makes send fail with -ENOBUFS instead of growing memory).
+ * Users: the daemon (listen, accept many), the child runtime (connect from a private loop on
+ * its own IPC thread) and the CLI (connect, request, wait for the reply).
+ *
+ * Threads and loops: nothing here touches the default loop; every object lives on the loop
+ * it was created with and every function must be called on that loop's thread. Objects are
+ * freed only from libuv close callbacks, so they stay valid until the loop has run once more
+ * after a close. SIGPIPE: writing to a peer that has gone raises SIGPIPE (libuv writes with
+ * writev); processes must ignore it, or block it on the thread that runs the loop.
+ */
+#ifndef FLEETPROF_IPC_UV_IPC_H
+#define FLEETPROF_IPC_UV_IPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "ipc/ipc.h"
+
+struct ipc_conn;     /* opaque: one connection */
+struct ipc_listener; /* opaque: a listening socket */
+
+#define IPC_MAX_QUEUED_BYTES_DEFAULT ((size_t)64 << 20)
+#define IPC_DRAIN_LOW_BYTES_DEFAULT  ((size_t)1 << 20)
+#define IPC_STREAM_WINDOW_DEFAULT    ((size_t)4 << 20)
+#define IPC_SOCKET_DIR_MODE          0700
+#define IPC_SOCKET_MODE              0600
+
+/* Peer credentials from SO_PEERCRED, taken when the peer called connect(2). */
+struct ipc_peer {
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+};
+
+/* env is borrowed for the call: it is freed when the callback returns. The callback may
+ * send, close or shut down conn. */
+typedef void (*ipc_conn_message_cb)(struct ipc_conn *conn, const Fleetprof__Envelope *env,
+                                    void *userdata);
+/* Called exactly once, from the libuv close callback, right before conn is freed (do not use
+ * conn afterwards). error is 0 for an orderly end (peer closed between frames, or a local
+ * ipc_conn_close()/ipc_conn_shutdown()), else a negative errno: -EMSGSIZE, -EPROTO, -ENOMSG,
+ * -EBADMSG, -ENODATA (see ipc_reader_feed()), a libuv read/write error (-ECONNRESET, or
+ * -EPIPE when a write failed: the connection then reads on to the end of the stream, so
+ * frames the peer sent before hanging up, like a Refuse, are still delivered).
+ * reason is a static or conn-owned string, valid during the call. */
+typedef void (*ipc_conn_close_cb)(struct ipc_conn *conn, int error, const char *reason,
+                                  void *userdata);
+/* The queued bytes fell from above drain_low_bytes to at or below it. */
+typedef void (*ipc_conn_drain_cb)(struct ipc_conn *conn, void *userdata);
+/* A stream started by ipc_conn_stream_profile() is over: status 0 once its last piece was
+ * written to the socket, else a negative errno (-ECANCELED when the connection closed). */
+typedef void (*ipc_stream_done_cb)(struct ipc_conn *conn, uint64_t request_id, int status,
+                                   void *userdata);
+
+struct ipc_conn_callbacks {
+    ipc_conn_message_cb on_message; /* required */
+    ipc_conn_close_cb on_close;     /* optional */
+    ipc_conn_drain_cb on_drain;     /* optional */
+};
+
+/* Zero fields take the defaults. */
+struct ipc_conn_options {
+    size_t max_frame_bytes;     /* frames in and out; default IPC_FRAME_MAX_BYTES_DEFAULT */
+    size_t max_queued_bytes;    /* send cap; default IPC_MAX_QUEUED_BYTES_DEFAULT */
+    size_t drain_low_bytes;     /* on_drain threshold; default IPC_DRAIN_LOW_BYTES_DEFAULT */
+    size_t stream_window_bytes; /* bytes a profile stream keeps queued; default 4 MiB */
+};
+
+/* Connects to the listener at path (a non-blocking connect(2), which for a Unix socket either
+ * succeeds at once or fails) and starts reading. opts may be NULL. cbs and userdata are
+ * copied/borrowed for the connection's life. On success stores the connection in *ret_conn;
+ * it belongs to the loop: close it with ipc_conn_close()/ipc_conn_shutdown(), and it is
+ * freed after on_close. Returns 0, -EINVAL, -ENAMETOOLONG, -ENOMEM, or the connect error:
+ * -ENOENT (no socket), -ECONNREFUSED (stale socket), -EACCES, -EAGAIN (backlog full). */
+int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_options *opts,
+                     const struct ipc_conn_callbacks *cbs, void *userdata,
+                     struct ipc_conn **ret_conn);
+
+/* Replaces the callbacks and userdata (the listener's on_accept must call it). */
+void ipc_conn_set_callbacks(struct ipc_conn *conn, const struct ipc_conn_callbacks *cbs,
+                            void *userdata);
+
+/* Encodes env as one frame and queues it behind the frames already queued. env is only read
+ * during the call. Returns 0, -EINVAL (no message set), -EMSGSIZE (frame above
+ * max_frame_bytes), -ENOBUFS (the queue would exceed max_queued_bytes: the peer is not
+ * reading; nothing queued, the connection stays open), -EPIPE (closing or shutting down),
+ * -ENOMEM, or a libuv write error. */
+int ipc_conn_send(struct ipc_conn *conn, const Fleetprof__Envelope *env);
+
+/* Bytes queued and not yet written to the socket. */
+size_t ipc_conn_queued_bytes(const struct ipc_conn *conn);
+
+/* Streams a payload (a profile JSON text) as ProfileData pieces of <= 1 MiB, keeping at most
+ * stream_window_bytes queued and queuing more as writes complete, so a large profile never
+ * sits in the queue whole and other replies interleave. data is borrowed until done runs.
+ * error (may be NULL, borrowed likewise) goes into the last piece. One stream at a time.
+ * Returns 0 (done will be called exactly once, possibly before this returns if the first
+ * piece cannot be queued), -EBUSY (a stream is active), -EPIPE, -EINVAL. */
+int ipc_conn_stream_profile(struct ipc_conn *conn, uint64_t request_id, const void *data,
+                            size_t len, bool exit_profile, const char *error,
+                            ipc_stream_done_cb done, void *userdata);
+
+/* Closes now; queued frames are dropped. Idempotent. on_close runs later, from the loop,
+ * with error 0 ("closed locally"). */
+void ipc_conn_close(struct ipc_conn *conn);
+
+/* Stops accepting sends, lets the queued frames (and an active stream) drain, shuts down the
+ * write side, then closes. Reads go on meanwhile. Idempotent. */
+void ipc_conn_shutdown(struct ipc_conn *conn);
+
+/* The peer's credentials (for a connected client: the listener's). Returns 0 or -ENODATA. */
+int ipc_conn_peer(const struct ipc_conn *conn, struct ipc_peer *ret_peer);
+
+/* Counts frames received and sent so far (for status and tests). */
+uint64_t ipc_conn_frames_received(const struct ipc_conn *conn);
+uint64_t ipc_conn_frames_sent(const struct ipc_conn *conn);
+
+/* The socket's descriptor, or -EBADF once closed. For a forked child only: it must close
+ * the inherited descriptor without touching the connection (whose loop is the parent's). */
+int ipc_conn_fileno(const struct ipc_conn *conn);
+
+/* ---- listener ---------------------------------------------------------------------------- */
+
+/* Decides whether a peer may talk to a listener running as self_uid: the same uid, or root.
+ * Returns 0, or -EPERM with a reason written into reason (NUL-terminated if reason_len > 0). */
+int ipc_peer_check(const struct ipc_peer *peer, uid_t self_uid, char *reason, size_t reason_len);
+
+struct ipc_listener_callbacks {
+    /* A peer passed the uid check. Call ipc_conn_set_callbacks() and return 0 to start
+     * reading, or return a negative errno to close the connection (then none of the
+     * callbacks set here run). conn belongs to the loop like a connected one. Required. */
+    int (*on_accept)(struct ipc_listener *listener, struct ipc_conn *conn,
+                     const struct ipc_peer *peer, void *userdata);
+    /* A peer was refused (-EPERM: uid mismatch). The caller logs reason; the listener has
+     * sent it a Refuse and closes its connection. Optional. */
+    void (*on_refused)(struct ipc_listener *listener, const struct ipc_peer *peer, int error,
+                       const char *reason, void *userdata);
+    /* accept(2) or setting up a connection failed (-EMFILE, -ENOMEM...). Optional. */
+    void (*on_error)(struct ipc_listener *listener, int error, const char *reason, void *userdata);
+};
+
+struct ipc_listener_options {
+    struct ipc_conn_options conn; /* for accepted connections */
+    int backlog;                  /* listen(2) backlog; 0 = 128 */
+    bool allow_any_uid;           /* skip the peer uid check (tests only) */
+};
+
+/* Listens on path. Creates the missing directories of path with mode 0700, binds the socket
+ * with mode 0600, and removes a stale socket left by a dead daemon. opts may be NULL.
+ * Returns 0 and stores the listener in *ret_listener, or -EADDRINUSE (a live listener owns
+ * path), -EEXIST (path is not a socket), -ENOTDIR, -ENAMETOOLONG, -EACCES, -ENOMEM... */
+int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listener_options *opts,
+                      const struct ipc_listener_callbacks *cbs, void *userdata,
+                      struct ipc_listener **ret_listener);
+
+/* Stops listening and removes the socket file (if it is still ours). Accepted connections
+ * are not affected. Idempotent; the listener is freed from the loop. */
+void ipc_listener_close(struct ipc_listener *listener);
+
+#endif /* FLEETPROF_IPC_UV_IPC_H */

@@ -1,0 +1,303 @@
+/* tools/fleetprof.c - the fleetprof command: status (record, capture and summary follow).
+ *
+ * Just another client of the daemon's socket: it sends a request, waits for the reply with
+ * a timeout, prints it for people (a table) or scripts (--json). Errors say what to do.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "ipc/ipc.h"
+#include "ipc/uv-ipc.h"
+#include "proto/fleetprof-protocol.h"
+
+#define REQUEST_TIMEOUT_MS 5000
+
+static int default_socket(char *out, size_t size)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    int n;
+
+    if (xdg && *xdg)
+        n = snprintf(out, size, "%s/fleetprof.sock", xdg);
+    else
+        n = snprintf(out, size, "/tmp/fleetprof-%u/fleetprof.sock", (unsigned)getuid());
+    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* One request, one reply: a tiny synchronous client on its own loop. */
+struct exchange {
+    uv_loop_t loop;
+    uv_timer_t timer;
+    struct ipc_conn *conn;
+    Fleetprof__Envelope__MsgCase want;
+    Fleetprof__Envelope *reply; /* owned copy (packed + unpacked) */
+    int error;
+    const char *reason;
+};
+
+static void on_reply(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *userdata)
+{
+    struct exchange *x = userdata;
+    size_t len;
+    uint8_t *buf;
+
+    if (env->msg_case != x->want && env->msg_case != FLEETPROF__ENVELOPE__MSG_ERROR)
+        return;
+    /* The envelope is only borrowed for this call: keep a copy. */
+    len = fleetprof__envelope__get_packed_size(env);
+    buf = malloc(len ? len : 1);
+    if (buf) {
+        (void)fleetprof__envelope__pack(env, buf);
+        x->reply = fleetprof__envelope__unpack(NULL, len, buf);
+        free(buf);
+    }
+    if (!x->reply)
+        x->error = -ENOMEM;
+    ipc_conn_close(conn);
+}
+
+static void on_closed(struct ipc_conn *conn, int error, const char *reason, void *userdata)
+{
+    struct exchange *x = userdata;
+
+    (void)conn;
+    x->conn = NULL;
+    if (!x->reply && !x->error) {
+        x->error = error < 0 ? error : -ECONNRESET;
+        x->reason = reason;
+    }
+    uv_timer_stop(&x->timer);
+    uv_close((uv_handle_t *)&x->timer, NULL);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    struct exchange *x = t->data;
+
+    x->error = -ETIMEDOUT;
+    if (x->conn)
+        ipc_conn_close(x->conn);
+}
+
+static int request(const char *socket_path, Fleetprof__Envelope *env,
+                   Fleetprof__Envelope__MsgCase want, struct exchange *x)
+{
+    static const struct ipc_conn_callbacks cbs = {.on_message = on_reply, .on_close = on_closed};
+    int r;
+
+    memset(x, 0, sizeof(*x));
+    x->want = want;
+    r = uv_loop_init(&x->loop);
+    if (r < 0)
+        return r;
+    r = ipc_conn_connect(&x->loop, socket_path, NULL, &cbs, x, &x->conn);
+    if (r < 0) {
+        (void)uv_loop_close(&x->loop);
+        return r;
+    }
+    (void)uv_timer_init(&x->loop, &x->timer);
+    x->timer.data = x;
+    (void)uv_timer_start(&x->timer, on_timeout, REQUEST_TIMEOUT_MS, 0);
+    r = ipc_conn_send(x->conn, env);
+    if (r < 0)
+        ipc_conn_close(x->conn);
+    (void)uv_run(&x->loop, UV_RUN_DEFAULT);
+    (void)uv_loop_close(&x->loop);
+    return r < 0 ? r : x->error;
+}
+
+static void explain_connect_error(const char *socket_path, int r)
+{
+    if (r == -ENOENT || r == -ECONNREFUSED)
+        fprintf(stderr,
+                "fleetprof: no daemon is listening on %s; start one with "
+                "`fleetprofd --socket %s` or pass --socket PATH\n",
+                socket_path, socket_path);
+    else if (r == -ETIMEDOUT)
+        fprintf(stderr, "fleetprof: the daemon on %s did not answer within %d s\n", socket_path,
+                REQUEST_TIMEOUT_MS / 1000);
+    else
+        fprintf(stderr, "fleetprof: cannot talk to the daemon on %s: %s\n", socket_path,
+                strerror(-r));
+}
+
+static void print_bytes(char *out, size_t size, uint64_t b)
+{
+    if (b >= (1ull << 30))
+        (void)snprintf(out, size, "%.1f GiB", (double)b / (1 << 30));
+    else if (b >= (1u << 20))
+        (void)snprintf(out, size, "%.1f MiB", (double)b / (1 << 20));
+    else
+        (void)snprintf(out, size, "%.0f KiB", (double)b / 1024);
+}
+
+static const char *state_name(Fleetprof__ChildState s)
+{
+    switch (s) {
+    case FLEETPROF__CHILD_STATE__CHILD_STATE_HELLO:
+        return "hello";
+    case FLEETPROF__CHILD_STATE__CHILD_STATE_RUNNING:
+        return "running";
+    case FLEETPROF__CHILD_STATE__CHILD_STATE_PAUSED:
+        return "paused";
+    default:
+        return "other";
+    }
+}
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static int cmd_status(const char *socket_path, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+            {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__StatusRequest req = FLEETPROF__STATUS_REQUEST__INIT;
+    const Fleetprof__StatusReport *rep;
+    struct exchange x;
+    bool json = false;
+    int c, r;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'j') {
+            json = true;
+        } else {
+            printf("Usage: fleetprof status [--socket PATH] [--json]\n"
+                   "Lists the processes connected to the daemon and their buffer memory.\n");
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    req.id = 1;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_STATUS_REQUEST;
+    env.status_request = &req;
+    r = request(socket_path, &env, FLEETPROF__ENVELOPE__MSG_STATUS_REPORT, &x);
+    if (r < 0) {
+        explain_connect_error(socket_path, r);
+        return 1;
+    }
+    if (x.reply->msg_case == FLEETPROF__ENVELOPE__MSG_ERROR) {
+        fprintf(stderr, "fleetprof: the daemon says: %s\n", x.reply->error->message);
+        fleetprof__envelope__free_unpacked(x.reply, NULL);
+        return 1;
+    }
+    rep = x.reply->status_report;
+    if (json) {
+        printf("{\"global_limit_bytes\":%" PRIu64 ",\"unreleased_bytes\":%" PRIu64
+               ",\"released_bytes\":%" PRIu64 ",\"children\":[",
+               rep->global_limit_bytes, rep->totals ? rep->totals->unreleased_bytes : 0,
+               rep->totals ? rep->totals->released_bytes : 0);
+        for (size_t i = 0; i < rep->n_children; i++) {
+            const Fleetprof__ChildStatus *s = rep->children[i];
+
+            printf("%s{\"pid\":%d,\"ppid\":%d,\"name\":", i ? "," : "", s->pid, s->ppid);
+            json_string(s->name);
+            printf(",\"unreleased_bytes\":%" PRIu64 ",\"released_bytes\":%" PRIu64
+                   ",\"chunks\":%u,\"last_update_age_ms\":%" PRIu64 ",\"state\":\"%s\"}",
+                   s->unreleased_bytes, s->released_bytes, s->chunks, s->last_update_age_ms,
+                   state_name(s->state));
+        }
+        printf("]}\n");
+    } else {
+        char a[32], b[32], lim[32];
+        uint64_t total =
+                rep->totals ? rep->totals->unreleased_bytes + rep->totals->released_bytes : 0;
+
+        printf("%8s %8s  %-20s %12s %12s %7s %12s\n", "PID", "PPID", "NAME", "UNRELEASED",
+               "RELEASED", "CHUNKS", "LAST UPDATE");
+        for (size_t i = 0; i < rep->n_children; i++) {
+            const Fleetprof__ChildStatus *s = rep->children[i];
+
+            print_bytes(a, sizeof(a), s->unreleased_bytes);
+            print_bytes(b, sizeof(b), s->released_bytes);
+            printf("%8d %8d  %-20.20s %12s %12s %7u %9.1f s\n", s->pid, s->ppid, s->name, a, b,
+                   s->chunks, (double)s->last_update_age_ms / 1000);
+        }
+        print_bytes(a, sizeof(a), total);
+        print_bytes(lim, sizeof(lim), rep->global_limit_bytes);
+        printf("%zu process%s, %s of %s (%.0f%%)\n", rep->n_children,
+               rep->n_children == 1 ? "" : "es", a, lim,
+               rep->global_limit_bytes ? 100.0 * (double)total / (double)rep->global_limit_bytes
+                                       : 0.0);
+    }
+    fleetprof__envelope__free_unpacked(x.reply, NULL);
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: fleetprof [--socket PATH] COMMAND [ARGS]\n"
+                 "Commands:\n"
+                 "  status [--json]   processes connected to the daemon, buffer memory\n"
+                 "Run `fleetprof COMMAND --help` for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    char socket_path[4096];
+    const char *sock = NULL;
+    int i = 1;
+
+    while (i < argc && argv[i][0] == '-') {
+        if (!strcmp(argv[i], "--socket") && i + 1 < argc) {
+            sock = argv[i + 1];
+            i += 2;
+        } else if (!strncmp(argv[i], "--socket=", 9)) {
+            sock = argv[i] + 9;
+            i++;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            break;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    /* Options may also follow the command: `fleetprof status --socket PATH`. */
+    for (int k = i + 1; k < argc; k++) {
+        if (!strcmp(argv[k], "--socket") && k + 1 < argc) {
+            sock = argv[k + 1];
+            memmove(&argv[k], &argv[k + 2], (size_t)(argc - k - 2) * sizeof(argv[0]));
+            argc -= 2;
+            k--;
+        }
+    }
+    if (!sock) {
+        if (default_socket(socket_path, sizeof(socket_path)) < 0) {
+            fprintf(stderr, "fleetprof: $XDG_RUNTIME_DIR is too long for a socket path\n");
+            return 1;
+        }
+        sock = socket_path;
+    }
+    (void)signal(SIGPIPE, SIG_IGN); /* a daemon that goes away is an error, not a crash */
+    if (!strcmp(argv[i], "status"))
+        return cmd_status(sock, argc - i, argv + i);
+    fprintf(stderr, "fleetprof: unknown command '%s'\n", argv[i]);
+    usage(stderr);
+    return 2;
+}
