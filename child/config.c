@@ -70,6 +70,13 @@ void rt_config_from_env(struct rt_config *cfg)
         else
             complain("FLEETPROF_BUFFER_MB", v, "a size in MiB from 1 to 65536");
     }
+    v = getenv("FLEETPROF_CHUNK_KB");
+    if (v && *v) {
+        if (parse_double(v, BUF_CHUNK_MIN_BYTES / 1024, 1024 * 1024, &d) == 0)
+            cfg->chunk_bytes = (uint32_t)(d * 1024);
+        else
+            complain("FLEETPROF_CHUNK_KB", v, "a chunk size in KiB from 64 to 1048576");
+    }
     /* Small buffers get small chunks, so the limit still holds several. */
     while (cfg->chunk_bytes > BUF_CHUNK_MIN_BYTES && cfg->buffer_bytes < 8ull * cfg->chunk_bytes)
         cfg->chunk_bytes /= 2;

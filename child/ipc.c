@@ -194,14 +194,19 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
         rt_debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
     ipc.conn = NULL;
     atomic_store(&ipc.connected, 0);
-    /* Without a connection the loop has nothing left to do. */
-    if (!uv_is_closing((uv_handle_t *)&ipc.wake))
+    /* The wake handle stays open until rt_ipc_stop() (the thread idles in its loop
+     * meanwhile): closing it here would race with a uv_async_send from the exit path. */
+    if (atomic_load(&ipc.exiting) && !uv_is_closing((uv_handle_t *)&ipc.wake))
         uv_close((uv_handle_t *)&ipc.wake, NULL);
 }
 
 static void on_wake(uv_async_t *handle)
 {
     (void)handle;
+    if (atomic_load(&ipc.exiting) && !ipc.conn) {
+        uv_close((uv_handle_t *)&ipc.wake, NULL); /* the loop ends, the thread with it */
+        return;
+    }
     if (!ipc.conn)
         return;
     if (atomic_load(&ipc.exiting)) {
@@ -248,12 +253,10 @@ static void *ipc_main(void *arg)
 
     (void)arg;
     r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, &ipc.conn);
-    if (r < 0) {
+    if (r < 0) /* the thread then idles until rt_ipc_stop() */
         rt_debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
-        uv_close((uv_handle_t *)&ipc.wake, NULL);
-    } else {
+    else
         send_hello();
-    }
     (void)uv_run(&ipc.loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(&ipc.loop);
     ipc.loop_ready = false;

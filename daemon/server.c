@@ -359,6 +359,10 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     totals.unreleased_bytes = t.unreleased_bytes;
     totals.released_bytes = t.released_bytes;
     totals.children = (uint32_t)n;
+    totals.evicted_chunks = t.evicted_chunks;
+    totals.destroy_requests = d->stats.destroy_requests;
+    totals.dropped_children = d->stats.dropped_children;
+    totals.rejected_updates = t.rejected_updates;
     rep.request_id = req->id;
     rep.n_children = n;
     rep.children = ptrs;

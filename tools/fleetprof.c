@@ -205,10 +205,15 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
     }
     rep = x.reply->status_report;
     if (json) {
+        const Fleetprof__StatusTotals *t = rep->totals;
+
         printf("{\"global_limit_bytes\":%" PRIu64 ",\"unreleased_bytes\":%" PRIu64
-               ",\"released_bytes\":%" PRIu64 ",\"children\":[",
-               rep->global_limit_bytes, rep->totals ? rep->totals->unreleased_bytes : 0,
-               rep->totals ? rep->totals->released_bytes : 0);
+               ",\"released_bytes\":%" PRIu64 ",\"evicted_chunks\":%" PRIu64
+               ",\"destroy_requests\":%" PRIu64 ",\"dropped_children\":%" PRIu64
+               ",\"rejected_updates\":%" PRIu64 ",\"children\":[",
+               rep->global_limit_bytes, t ? t->unreleased_bytes : 0, t ? t->released_bytes : 0,
+               t ? t->evicted_chunks : 0, t ? t->destroy_requests : 0, t ? t->dropped_children : 0,
+               t ? t->rejected_updates : 0);
         for (size_t i = 0; i < rep->n_children; i++) {
             const Fleetprof__ChildStatus *s = rep->children[i];
 
@@ -237,10 +242,15 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
         }
         print_bytes(a, sizeof(a), total);
         print_bytes(lim, sizeof(lim), rep->global_limit_bytes);
-        printf("%zu process%s, %s of %s (%.0f%%)\n", rep->n_children,
+        printf("%zu process%s, %s of %s (%.0f%%)", rep->n_children,
                rep->n_children == 1 ? "" : "es", a, lim,
                rep->global_limit_bytes ? 100.0 * (double)total / (double)rep->global_limit_bytes
                                        : 0.0);
+        if (rep->totals && rep->totals->evicted_chunks)
+            printf(", %" PRIu64 " chunks evicted", rep->totals->evicted_chunks);
+        if (rep->totals && rep->totals->dropped_children)
+            printf(", %" PRIu64 " misbehaving children dropped", rep->totals->dropped_children);
+        printf("\n");
     }
     fleetprof__envelope__free_unpacked(x.reply, NULL);
     return 0;

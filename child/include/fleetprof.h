@@ -10,6 +10,8 @@
  *   FLEETPROF_STARTUP=1        start from the library constructor
  *   FLEETPROF_INTERVAL_MS=1    sampling interval (0.05 .. 1000)
  *   FLEETPROF_BUFFER_MB=64     per-process buffer limit
+ *   FLEETPROF_CHUNK_KB=256     buffer chunk size (64 .. 1048576; the unit of eviction)
+ *   FLEETPROF_SOCKET=PATH      join the fleetprofd listening there
  *   FLEETPROF_STACKWALK=dwarf  fp | dwarf | copy
  *   FLEETPROF_OUTPUT=FILE      write this process's profile there at exit (%p = pid)
  *   FLEETPROF_DEBUG=1          diagnostics on stderr

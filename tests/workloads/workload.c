@@ -8,6 +8,10 @@
  *   workload exit-underscore SECONDS   busy, then _exit(3)
  *   workload wait-signal               spins until killed
  *   workload idle SECONDS              sleeps (samples without CPU)
+ *   workload flood SECONDS RATE        markers "m <seq>" (seq 0, 1, 2...) at RATE per second
+ *                                      through fleetprof_marker (found with dlsym: preloaded)
+ *   workload pause-main SECONDS RATE   the same from a second thread, while the main thread
+ *                                      waits in pause(); the process then exits normally
  * Functions are noinline and never tail-called, so every frame is on the stack.
  */
 #include <dlfcn.h>
@@ -72,6 +76,48 @@ static void (*const thread_functions[])(double) = {wl_thread_alpha, wl_thread_be
                                                    wl_thread_delta};
 static void (*const worker_tasks[])(double) = {wl_worker_task_0, wl_worker_task_1, wl_worker_task_2,
                                                wl_worker_task_3};
+
+typedef void (*marker_fn)(const char *name, int category, const char *text);
+
+struct flood_arg {
+    double seconds;
+    double rate;
+};
+
+/* Writes markers numbered from 0 at about rate per second: tests check that what survives
+ * eviction is exactly the newest run of numbers. */
+static void *flood_main(void *p)
+{
+    const struct flood_arg *a = p;
+    marker_fn marker;
+    double start = now_s(), until = start + a->seconds;
+    unsigned long seq = 0;
+    char text[32];
+
+    *(void **)&marker = dlsym(RTLD_DEFAULT, "fleetprof_marker");
+    if (!marker) {
+        fprintf(stderr, "workload: fleetprof_marker not found (is libfleetprof preloaded?)\n");
+        exit(1);
+    }
+    while (now_s() < until) {
+        double due = (now_s() - start) * a->rate;
+
+        while ((double)seq < due) {
+            snprintf(text, sizeof(text), "m %lu", seq++);
+            marker("flood", 7, text);
+        }
+        usleep(2000);
+    }
+    printf("markers: %lu\n", seq);
+    fflush(stdout);
+    return NULL;
+}
+
+static void *flood_and_exit(void *a)
+{
+    flood_main(a);
+    exit(0);
+}
 
 struct thread_arg {
     int index;
@@ -161,6 +207,18 @@ int main(int argc, char **argv)
         _exit(3);
     } else if (!strcmp(mode, "wait-signal")) {
         wl_recurse(5, now_s() + 3600);
+    } else if (!strcmp(mode, "flood")) {
+        struct flood_arg a = {seconds, argc > 3 ? atof(argv[3]) : 100000};
+
+        flood_main(&a);
+    } else if (!strcmp(mode, "pause-main")) {
+        static struct flood_arg a;
+        pthread_t th;
+
+        a = (struct flood_arg){seconds, argc > 3 ? atof(argv[3]) : 100000};
+        pthread_create(&th, NULL, flood_and_exit, &a);
+        for (;;)
+            pause(); /* the main thread never runs again; the flood thread exits */
     } else if (!strcmp(mode, "idle")) {
         struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
 

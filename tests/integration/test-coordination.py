@@ -1,0 +1,527 @@
+#!/usr/bin/env python3
+"""Integration tests of parent/child coordination (issue 5): a real fleetprofd, real
+profiled processes, the real CLI. Checks design invariants 1 (the fleet's total memory stays
+under the global limit + 2 chunks per process) and 2 (eviction takes the globally oldest
+data) from the outside, and that misbehaving peers never take the daemon down.
+
+Usage: test-coordination.py BUILD_DIR   (TAP output)
+"""
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import profile_check as pc  # noqa: E402
+import taplib  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1])
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
+CLI = os.path.join(BUILD, "tools", "fleetprof")
+WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
+KiB, MiB = 1024, 1024 * 1024
+CHUNK = 64 * KiB
+
+
+class Daemon:
+    def __init__(self, tmp, *args):
+        self.dir = os.path.join(tmp, "run")
+        self.sock = os.path.join(self.dir, "fleetprof.sock")
+        self.log_path = os.path.join(tmp, "daemon.log")
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen([DAEMON, "--foreground", "--socket", self.sock,
+                                      "--log-level", "debug", *args], stderr=self.log_file)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.sock):
+            assert self.proc.poll() is None, f"fleetprofd exited: {self.log()}"
+            assert time.monotonic() < deadline, "fleetprofd did not create its socket"
+            time.sleep(0.02)
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def status(self):
+        r = subprocess.run([CLI, "status", "--socket", self.sock, "--json"], capture_output=True,
+                           text=True, timeout=10)
+        assert r.returncode == 0, f"fleetprof status failed: {r.stderr}"
+        return json.loads(r.stdout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+
+
+def child_env(d, tmp, **extra):
+    e = dict(os.environ)
+    e.update({"LD_PRELOAD": LIB, "FLEETPROF_STARTUP": "1", "FLEETPROF_SOCKET": d.sock,
+              "FLEETPROF_OUTPUT": os.path.join(tmp, "p-%p.json"), "FLEETPROF_CHUNK_KB": "64"})
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def flood(d, tmp, seconds, rate, **extra):
+    return subprocess.Popen([WORKLOAD, "flood", str(seconds), str(rate)],
+                            env=child_env(d, tmp, **extra), stdout=subprocess.PIPE, text=True)
+
+
+def surviving_markers(path):
+    """Sequence numbers and absolute times (ms since epoch) of the flood markers kept."""
+    doc = pc.load(path)
+    problems = pc.check_profile(doc)
+    assert not problems, f"{path}: " + "; ".join(problems[:5])
+    out = []
+    for _, t in pc.all_threads(doc):
+        ms = t["markers"]["schema"]
+        for row in t["markers"]["data"]:
+            data = row[ms["data"]]
+            if data and str(data.get("name", "")).startswith("m "):
+                out.append((int(data["name"].split()[1]),
+                            doc["meta"]["startTime"] + row[ms["startTime"]]))
+    out.sort()
+    return doc, out
+
+
+def wait_children(d, n, timeout=15):
+    deadline = time.monotonic() + timeout
+    while True:
+        st = d.status()
+        if len(st["children"]) >= n:
+            return st
+        assert time.monotonic() < deadline, f"only {len(st['children'])} of {n} children joined"
+        time.sleep(0.05)
+
+
+def test_sixteen_children_stay_under_the_global_limit(tmp):
+    seconds = float(os.environ.get("FLEETPROF_COORD_SECONDS", "20"))
+    limit, n = 8 * MiB, 16
+    d = Daemon(tmp, "--global-limit", "8M", "--process-limit", "8M")
+    procs = []
+    try:
+        procs = [flood(d, tmp, seconds, 30000, FLEETPROF_BUFFER_MB=8) for _ in range(n)]
+        wait_children(d, n)
+        worst, polls = 0, 0
+        while any(p.poll() is None for p in procs):
+            st = d.status()
+            total = st["unreleased_bytes"] + st["released_bytes"]
+            bound = limit + 2 * CHUNK * len(st["children"])
+            assert total <= bound, f"fleet holds {total} bytes > {bound} (invariant 1)"
+            worst = max(worst, total)
+            polls += 1
+            time.sleep(0.05)
+        assert polls > 50, f"only {polls} status polls"
+        final = d.status()
+        assert final["evicted_chunks"] > 0 and final["destroy_requests"] > 0, final
+        assert worst > limit / 2, f"the fleet never came near the limit (max {worst})"
+        # Each child kept exactly its newest markers: a contiguous run ending at its last.
+        for p in procs:
+            out, _ = p.communicate(timeout=30)
+            assert p.returncode == 0
+            written = int(out.split(":")[1])
+            path = os.path.join(tmp, f"p-{p.pid}.json")
+            _, kept = surviving_markers(path)
+            seqs = [s for s, _ in kept]
+            assert seqs, f"child {p.pid} kept no markers"
+            assert seqs == list(range(seqs[0], written)), \
+                f"child {p.pid} kept {seqs[0]}..{seqs[-1]} of 0..{written - 1}, not its newest"
+            assert seqs[0] > 0, f"child {p.pid} lost nothing: the limit was never enforced"
+        assert d.alive()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        d.stop()
+
+
+def test_eviction_takes_the_globally_oldest(tmp):
+    """Two children at different rates share a 2 MiB budget. If the daemon always evicts the
+    globally oldest chunk (invariant 2), both keep data back to about the same moment; a
+    per-process share would give the faster child a much shorter window."""
+    d = Daemon(tmp, "--global-limit", "2M", "--process-limit", "8M")
+    try:
+        fast = flood(d, tmp, 8, 45000, FLEETPROF_BUFFER_MB=8)
+        slow = flood(d, tmp, 8, 15000, FLEETPROF_BUFFER_MB=8)
+        for p in (fast, slow):
+            p.communicate(timeout=60)
+            assert p.returncode == 0
+        _, kf = surviving_markers(os.path.join(tmp, f"p-{fast.pid}.json"))
+        _, ks = surviving_markers(os.path.join(tmp, f"p-{slow.pid}.json"))
+        # Compare the oldest kept marker while both were running (the end of each window is
+        # when each child exited).
+        fast_oldest, slow_oldest = kf[0][1], ks[0][1]
+        fast_window = kf[-1][1] - fast_oldest
+        slow_window = ks[-1][1] - slow_oldest
+        assert fast_window > 100 and slow_window > 100, (fast_window, slow_window)
+        assert abs(fast_oldest - slow_oldest) < 0.35 * max(fast_window, slow_window), \
+            f"oldest kept data differs by {abs(fast_oldest - slow_oldest):.0f} ms " \
+            f"(windows {fast_window:.0f} and {slow_window:.0f} ms)"
+        assert len(kf) > 2 * len(ks), "the faster child should keep more markers"
+    finally:
+        d.stop()
+
+
+# A tiny protobuf encoder/decoder, enough to play a misbehaving child.
+def varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field(num, value):
+    if isinstance(value, (bytes, str)):
+        value = value.encode() if isinstance(value, str) else value
+        return varint(num << 3 | 2) + varint(len(value)) + value
+    return varint(num << 3) + varint(value)
+
+
+def frame(env_field, *fields):
+    body = field(env_field, b"".join(fields))
+    return varint(len(body)) + body
+
+
+def read_frames(sock, timeout=5):
+    """Yields (envelope field number, {field: [values]}) for frames read until timeout."""
+    sock.settimeout(timeout)
+    buf = b""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            return
+        if not data:
+            return
+        buf += data
+        while True:
+            n, shift, i = 0, 0, 0
+            while i < len(buf):
+                n |= (buf[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not buf[i - 1] & 0x80:
+                    break
+            else:
+                break
+            if len(buf) - i < n:
+                break
+            body, buf = buf[i:i + n], buf[i + n:]
+            yield parse(body)
+
+
+def parse(body):
+    fields, i = {}, 0
+    while i < len(body):
+        key, shift = 0, 0
+        while True:
+            key |= (body[i] & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not body[i - 1] & 0x80:
+                break
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            v, shift = 0, 0
+            while True:
+                v |= (body[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not body[i - 1] & 0x80:
+                    break
+        else:
+            n, shift = 0, 0
+            while True:
+                n |= (body[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not body[i - 1] & 0x80:
+                    break
+            v, i = body[i:i + n], i + n
+        fields.setdefault(num, []).append(v)
+    (num, sub), = fields.items()
+    return num, parse_flat(sub[0])
+
+
+def parse_flat(body):
+    out, i = {}, 0
+    while i < len(body):
+        key, shift = 0, 0
+        while True:
+            key |= (body[i] & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not body[i - 1] & 0x80:
+                break
+        num, wire = key >> 3, key & 7
+        v, shift = 0, 0
+        if wire == 0:
+            while True:
+                v |= (body[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not body[i - 1] & 0x80:
+                    break
+        else:
+            n = 0
+            while True:
+                n |= (body[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not body[i - 1] & 0x80:
+                    break
+            v, i = body[i:i + n], i + n
+        out.setdefault(num, []).append(v)
+    return out
+
+
+HELLO, WELCOME, AWAIT, UPDATE = 1, 2, 9, 10
+
+
+def hostile_child(d, behaviour):
+    """Forks a process that connects and misbehaves; returns once it has done so."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.sock)
+            try:
+                behaviour(s)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the daemon closed on us mid-send: what we wanted
+            s.close()
+        except Exception:  # noqa: BLE001 - the child only reports through its exit code
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return pid, os.waitstatus_to_exitcode(status)
+
+
+def hello(s):
+    s.sendall(frame(HELLO, field(1, 1), field(2, 1), field(3, os.getpid()), field(5, "hostile")))
+    for num, msg in read_frames(s):
+        if num == AWAIT:
+            return msg[1][0]
+    raise AssertionError("no AwaitNextChunkManagerUpdate after Hello")
+
+
+def expect_closed(s):
+    s.settimeout(5)
+    while True:
+        try:
+            if not s.recv(65536):
+                return
+        except ConnectionResetError:
+            return
+
+
+def test_misbehaving_children_are_dropped_and_logged(tmp):
+    d = Daemon(tmp, "--global-limit", "64M")
+    healthy = None
+    try:
+        healthy = flood(d, tmp, 6, 2000)
+        wait_children(d, 1)
+
+        def garbage(s):
+            s.sendall(os.urandom(4096))
+            expect_closed(s)
+
+        def update_before_hello(s):
+            s.sendall(frame(UPDATE, field(1, 5), field(2, 1000)))
+            expect_closed(s)
+
+        def chunks_backwards(s):
+            poll = hello(s)
+            s.sendall(frame(UPDATE, field(1, poll), field(2, 4096), field(4, 10),
+                            field(5, field(1, 300) + field(2, 65536)),
+                            field(5, field(1, 200) + field(2, 65536))))
+            expect_closed(s)
+
+        def flooding(s):
+            hello(s)
+            for i in range(40):
+                s.sendall(frame(UPDATE, field(1, 999999), field(2, 4096)))
+            expect_closed(s)
+
+        def oversized(s):
+            s.sendall(varint(64 * MiB) + b"x" * 1024)
+            expect_closed(s)
+
+        for name, b in [("garbage", garbage), ("update before Hello", update_before_hello),
+                        ("chunks backwards", chunks_backwards), ("flooding", flooding),
+                        ("oversized frame", oversized)]:
+            pid, code = hostile_child(d, b)
+            assert code == 0, f"{name}: the daemon did not close the connection"
+            assert d.alive(), f"the daemon died after: {name}"
+
+        log = d.log()
+        for reason in ("before Hello", "released chunks not in increasing done time",
+                       "flooding", "dropping"):
+            assert reason in log, f"daemon log lacks '{reason}':\n{log[-3000:]}"
+        st = d.status()
+        pids = [c["pid"] for c in st["children"]]
+        assert pids == [healthy.pid], f"only the healthy child should remain: {pids}"
+        assert st["dropped_children"] >= 2, st
+
+        # A killed child and a normally exiting one leave the tracker.
+        victim = flood(d, tmp, 30, 2000)
+        wait_children(d, 2)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        healthy.communicate(timeout=30)
+        deadline = time.monotonic() + 5
+        while d.status()["children"]:
+            assert time.monotonic() < deadline, f"children still tracked: {d.status()}"
+            time.sleep(0.05)
+        assert d.alive()
+        log = d.log()
+        assert f"child {victim.pid}" in log and f"child {healthy.pid}" in log
+    finally:
+        if healthy and healthy.poll() is None:
+            healthy.kill()
+        d.stop()
+
+
+def test_long_poll_answered_while_main_thread_is_paused(tmp):
+    d = Daemon(tmp, "--global-limit", "64M")
+    p = subprocess.Popen([WORKLOAD, "pause-main", "4", "20000"],
+                         env=child_env(d, tmp, FLEETPROF_BUFFER_MB=2), stdout=subprocess.PIPE)
+    try:
+        wait_children(d, 1)
+        seen = set()
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            st = d.status()
+            if st["children"]:
+                c = st["children"][0]
+                seen.add((c["released_bytes"], c["chunks"]))
+                assert c["last_update_age_ms"] < 1500, c
+            time.sleep(0.1)
+        assert len(seen) >= 3, f"the released state changed only {len(seen)} times: {seen}"
+        p.communicate(timeout=20)
+        assert p.returncode == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        d.stop()
+
+
+def test_socket_permissions_and_other_uid_refused(tmp):
+    if os.getuid() != 0:
+        print("# not root: cannot run a peer under another uid; checking modes only")
+    d = Daemon(tmp)
+    try:
+        assert stat.S_IMODE(os.stat(d.dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(d.sock).st_mode) == 0o600
+        if os.getuid() != 0:
+            return
+
+        def as_nobody(*argv):
+            return subprocess.run(list(argv), capture_output=True, text=True, timeout=10,
+                                  preexec_fn=lambda: os.setuid(65534))
+
+        r = as_nobody(CLI, "status", "--socket", d.sock)
+        assert r.returncode != 0, "another uid must not reach the daemon"
+        # Even with the file modes opened up, the daemon refuses the peer's uid.
+        os.chmod(os.path.dirname(tmp), 0o755)
+        os.chmod(tmp, 0o755)
+        os.chmod(d.dir, 0o755)
+        os.chmod(d.sock, 0o666)
+        r = as_nobody(CLI, "status", "--socket", d.sock)
+        assert r.returncode != 0, f"uid 65534 got a status report: {r.stdout}"
+        time.sleep(0.2)
+        assert "uid 65534" in d.log(), d.log()[-2000:]
+        assert d.alive()
+    finally:
+        d.stop()
+
+
+def test_shutdown_stops_children_and_removes_socket(tmp):
+    d = Daemon(tmp)
+    p = flood(d, tmp, 6, 2000)
+    try:
+        wait_children(d, 1)
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=10) == 0
+        assert not os.path.exists(d.sock), "the socket must be removed"
+        assert p.poll() is None, "the child must carry on without the daemon"
+        out, _ = p.communicate(timeout=30)
+        assert p.returncode == 0
+        doc = pc.load(os.path.join(tmp, f"p-{p.pid}.json"))
+        assert not pc.check_profile(doc)
+        # It was told to stop: sampling paused from the daemon's shutdown on.
+        assert doc["pausedRanges"], "no paused range after the daemon's Stop"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        d.stop()
+
+
+def test_forked_workers_connect_on_their_own(tmp):
+    d = Daemon(tmp)
+    try:
+        e = child_env(d, tmp)
+        r = subprocess.run([WORKLOAD, "prefork", "3", "1"], env=e, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        time.sleep(0.3)
+        log = d.log()
+        connected = [line for line in log.splitlines() if "connected" in line]
+        master = [line for line in connected if f"parent {os.getpid()})" in line]
+        assert len(master) == 1, f"the master should connect once: {connected}"
+        master_pid = master[0].split("child ")[1].split(" ")[0]
+        workers = [line for line in connected if f"parent {master_pid})" in line]
+        assert len(workers) == 3, f"3 forked workers should connect with parent {master_pid}:" \
+                                  f" {connected}"
+        assert "dropping" not in log, log
+    finally:
+        d.stop()
+
+
+def test_status_without_daemon_says_what_to_do(tmp):
+    r = subprocess.run([CLI, "status", "--socket", os.path.join(tmp, "none.sock")],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1
+    assert "no daemon is listening" in r.stderr and "fleetprofd --socket" in r.stderr, r.stderr
+
+
+def test_second_daemon_on_same_socket_refuses_to_start(tmp):
+    d = Daemon(tmp)
+    try:
+        r = subprocess.run([DAEMON, "--foreground", "--socket", d.sock], capture_output=True,
+                           text=True, timeout=10)
+        assert r.returncode == 1 and "another fleetprofd" in r.stderr, r.stderr
+        assert d.alive() and os.path.exists(d.sock)
+    finally:
+        d.stop()
+
+
+taplib.run([
+    test_sixteen_children_stay_under_the_global_limit,
+    test_eviction_takes_the_globally_oldest,
+    test_misbehaving_children_are_dropped_and_logged,
+    test_long_poll_answered_while_main_thread_is_paused,
+    test_socket_permissions_and_other_uid_refused,
+    test_shutdown_stops_children_and_removes_socket,
+    test_forked_workers_connect_on_their_own,
+    test_status_without_daemon_says_what_to_do,
+    test_second_daemon_on_same_socket_refuses_to_start,
+])
