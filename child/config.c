@@ -99,6 +99,13 @@ void rt_config_from_env(struct rt_config *cfg)
         else
             complain("FLEETPROF_SOCKET", "(too long)", "a path shorter than 4096 bytes");
     }
+    v = getenv("FLEETPROF_DIR");
+    if (v && *v) {
+        if (strlen(v) < sizeof(cfg->dir) - 16)
+            strcpy(cfg->dir, v);
+        else
+            complain("FLEETPROF_DIR", "(too long)", "a directory path shorter than 4080 bytes");
+    }
     v = getenv("FLEETPROF_OUTPUT");
     if (v && *v) {
         if (strlen(v) < sizeof(cfg->output))

@@ -22,6 +22,8 @@
 #include <uv.h>
 
 #include "buffer/chunked-buffer.h"
+#include "buffer/json-writer.h"
+#include "buffer/progress.h"
 #include "buffer/update.h"
 #include "child/include/fleetprof.h"
 #include "child/runtime-internal.h"
@@ -47,6 +49,20 @@ static struct {
     pthread_mutex_t done_lock;
     pthread_cond_t done_cond;
     bool done;
+
+    /* Gathering: a gather thread writes the profile while this thread answers progress
+     * polls from the cell; the finished JSON waits in the outbox for this thread. */
+    struct progress_cell progress;
+    _Atomic int gathering;       /* a gather thread is running or its data is streaming */
+    pthread_mutex_t outbox_lock; /* guards the outbox */
+    char *outbox;                /* owned JSON, or NULL */
+    size_t outbox_len;
+    uint64_t outbox_id; /* GatherProfile id; the pid for the exit profile */
+    bool outbox_exit;
+    bool outbox_ready;
+    int outbox_error;
+    uint64_t gather_id;  /* gather thread's request (set before it starts) */
+    bool exit_streaming; /* IPC thread: the exit profile is on its way */
 } ipc;
 
 static void on_chunk_update(const struct buf_update *u, void *userdata)
@@ -144,6 +160,164 @@ static void apply_welcome(const Fleetprof__Welcome *w)
     rt_debug("connected to the daemon at %s", ipc.socket_path);
 }
 
+bool rt_ipc_connected(void)
+{
+    return atomic_load(&ipc.connected) && !atomic_load(&ipc.exiting);
+}
+
+/* Puts finished JSON (or an error) in the outbox and wakes the IPC thread. Takes json. */
+static void post_outbox(uint64_t id, bool exit_profile, char *json, size_t len, int error)
+{
+    (void)pthread_mutex_lock(&ipc.outbox_lock);
+    free(ipc.outbox);
+    ipc.outbox = json;
+    ipc.outbox_len = len;
+    ipc.outbox_id = id;
+    ipc.outbox_exit = exit_profile;
+    ipc.outbox_error = error;
+    ipc.outbox_ready = true;
+    (void)pthread_mutex_unlock(&ipc.outbox_lock);
+    (void)uv_async_send(&ipc.wake);
+}
+
+void rt_ipc_send_exit_profile(char *json, size_t len)
+{
+    /* Every ProfileData names a request; an exit profile answers none, so it carries the
+     * (nonzero) pid instead. */
+    post_outbox((uint64_t)getpid(), true, json, len, 0);
+}
+
+static void *gather_main(void *arg)
+{
+    struct progress_logger logger = progress_logger_root(&ipc.progress);
+    struct json_writer *w = NULL;
+    char *json = NULL;
+    int r;
+
+    (void)arg;
+    r = json_writer_new_memory(&w);
+    if (r == 0)
+        r = rt_profile_write(w, 0, false, &logger);
+    if (r == 0)
+        r = json_writer_copy_to(w, &json);
+    w = json_writer_free(w);
+    post_outbox(ipc.gather_id, false, json, json ? strlen(json) : 0, r);
+    return NULL;
+}
+
+static void send_profile_error(uint64_t id, const char *message)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__ProfileData msg = FLEETPROF__PROFILE_DATA__INIT;
+
+    msg.request_id = id;
+    msg.last = true;
+    msg.error = (char *)message;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_PROFILE_DATA;
+    env.profile_data = &msg;
+    (void)send_env(&env);
+}
+
+static void on_gather_request(uint64_t id)
+{
+    pthread_t thread;
+    int r;
+
+    if (atomic_exchange(&ipc.gathering, 1)) {
+        send_profile_error(id, "a profile is already being gathered");
+        return;
+    }
+    progress_cell_init(&ipc.progress);
+    ipc.gather_id = id;
+    r = rt_create_internal_thread(&thread, gather_main, NULL);
+    if (r < 0) {
+        atomic_store(&ipc.gathering, 0);
+        send_profile_error(id, strerror(-r));
+        return;
+    }
+    (void)pthread_detach(thread);
+}
+
+static void on_progress_request(const Fleetprof__GetGatherProfileProgress *m)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__GatherProgress msg = FLEETPROF__GATHER_PROGRESS__INIT;
+    struct proportion value;
+    const char *location;
+
+    progress_cell_read(&ipc.progress, &value, &location);
+    msg.request_id = m->id;
+    msg.gather_id = m->gather_id;
+    msg.proportion = atomic_load(&ipc.gathering) ? value.raw : PROPORTION_INVALID_RAW;
+    msg.location = (char *)(location ? location : "");
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_GATHER_PROGRESS;
+    env.gather_progress = &msg;
+    (void)send_env(&env);
+}
+
+static void send_final_and_close(void);
+
+static void on_stream_done(struct ipc_conn *conn, uint64_t request_id, int status, void *userdata)
+{
+    (void)conn;
+    (void)request_id;
+    (void)status;
+    free(userdata); /* the JSON, kept alive while it streamed */
+    if (ipc.exit_streaming) {
+        ipc.exit_streaming = false;
+        if (ipc.conn)
+            send_final_and_close();
+        return;
+    }
+    atomic_store(&ipc.gathering, 0);
+}
+
+/* Streams what the outbox holds; returns true if an exit profile is now streaming. */
+static bool flush_outbox(void)
+{
+    char *json;
+    size_t len;
+    uint64_t id;
+    bool exit_profile;
+    int error, r;
+
+    (void)pthread_mutex_lock(&ipc.outbox_lock);
+    if (!ipc.outbox_ready) {
+        (void)pthread_mutex_unlock(&ipc.outbox_lock);
+        return false;
+    }
+    json = ipc.outbox;
+    len = ipc.outbox_len;
+    id = ipc.outbox_id;
+    exit_profile = ipc.outbox_exit;
+    error = ipc.outbox_error;
+    ipc.outbox = NULL;
+    ipc.outbox_ready = false;
+    (void)pthread_mutex_unlock(&ipc.outbox_lock);
+
+    if (!ipc.conn) {
+        free(json);
+        atomic_store(&ipc.gathering, 0);
+        return false;
+    }
+    if (error < 0 || !json) {
+        send_profile_error(id, strerror(error < 0 ? -error : ENOMEM));
+        free(json);
+        atomic_store(&ipc.gathering, 0);
+        return false;
+    }
+    r = ipc_conn_stream_profile(ipc.conn, id, json, len, exit_profile, NULL, on_stream_done, json);
+    if (r < 0) {
+        rt_debug("cannot send the profile: %s", strerror(-r));
+        free(json);
+        atomic_store(&ipc.gathering, 0);
+        return false;
+    }
+    if (exit_profile)
+        ipc.exit_streaming = true;
+    return exit_profile;
+}
+
 static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *userdata)
 {
     (void)conn;
@@ -163,6 +337,12 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
     case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE:
         buf_chunked_buffer_destroy_at_or_before(rt.buffer,
                                                 env->destroy_released_chunks_at_or_before->done_ns);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_GATHER_PROFILE:
+        on_gather_request(env->gather_profile->id);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_GET_GATHER_PROFILE_PROGRESS:
+        on_progress_request(env->get_gather_profile_progress);
         break;
     case FLEETPROF__ENVELOPE__MSG_STOP:
         fleetprof_pause();
@@ -200,25 +380,35 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
         uv_close((uv_handle_t *)&ipc.wake, NULL);
 }
 
+static void send_final_and_close(void)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
+
+    /* Our chunks die with us: the daemon forgets them now, not at EOF. */
+    msg.final = true;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
+    env.chunk_manager_update = &msg;
+    (void)send_env(&env);
+    ipc_conn_shutdown(ipc.conn); /* flush, then close */
+}
+
 static void on_wake(uv_async_t *handle)
 {
     (void)handle;
     if (atomic_load(&ipc.exiting) && !ipc.conn) {
-        uv_close((uv_handle_t *)&ipc.wake, NULL); /* the loop ends, the thread with it */
+        if (!uv_is_closing((uv_handle_t *)&ipc.wake))
+            uv_close((uv_handle_t *)&ipc.wake, NULL); /* the loop ends, the thread with it */
         return;
     }
     if (!ipc.conn)
         return;
+    /* The exit profile goes first; the Final update and the close follow when it has left
+     * (on_stream_done). */
+    if (flush_outbox() || ipc.exit_streaming)
+        return;
     if (atomic_load(&ipc.exiting)) {
-        Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
-        Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
-
-        /* Our chunks die with us: the daemon forgets them now, not at EOF. */
-        msg.final = true;
-        env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
-        env.chunk_manager_update = &msg;
-        (void)send_env(&env);
-        ipc_conn_shutdown(ipc.conn); /* flush, then close */
+        send_final_and_close();
         return;
     }
     flush_update();
@@ -277,6 +467,8 @@ int rt_ipc_start(const char *socket_path)
     r = buf_update_slot_init(&ipc.slot);
     if (r < 0)
         return r;
+    (void)pthread_mutex_init(&ipc.outbox_lock, NULL);
+    progress_cell_init(&ipc.progress);
     (void)pthread_mutex_init(&ipc.done_lock, NULL);
     (void)pthread_cond_init(&ipc.done_cond, NULL);
     ipc.done = false;
@@ -313,7 +505,10 @@ void rt_ipc_stop(void)
     if (!ipc.thread_started)
         return;
     ipc.thread_started = false;
+    /* Set under the outbox lock: an exit profile posted just before is seen with it. */
+    (void)pthread_mutex_lock(&ipc.outbox_lock);
     atomic_store(&ipc.exiting, 1);
+    (void)pthread_mutex_unlock(&ipc.outbox_lock);
     (void)uv_async_send(&ipc.wake);
     (void)clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)(EXIT_WAIT_NS / 1000000000u);

@@ -44,6 +44,7 @@ struct rt_config {
     bool startup;
     bool debug;
     char socket[4096]; /* FLEETPROF_SOCKET, "" = none */
+    char dir[4096];    /* FLEETPROF_DIR: exit profiles when no daemon is reachable */
 };
 
 /* Reads FLEETPROF_* into *cfg (defaults first). A bad value gets one line on stderr naming
@@ -185,6 +186,12 @@ void rt_sampler_stop(void);
 int rt_sampler_install_handler(void);
 
 /* runtime.c */
+struct json_writer;
+struct progress_logger;
+/* This process's profile into w (one JSON object). shutdown_ns != 0 marks an ending
+ * process; progress may be NULL. */
+int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
+                     const struct progress_logger *progress);
 int rt_write_profile_to(const char *path, uint64_t shutdown_ns);
 /* exit() and _exit(): stop sampling, write the exit profile once. */
 void rt_on_process_exit(void);
@@ -199,6 +206,10 @@ void rt_ipc_stop(void);
 void rt_ipc_tick(void);
 /* In a forked child: drop the parent's connection without touching it. */
 void rt_ipc_forget_after_fork(void);
+bool rt_ipc_connected(void);
+/* Hands the exit profile (malloc'd, owned by the IPC layer from now on) to the IPC thread;
+ * rt_ipc_stop() then waits for it to leave before the Final update. */
+void rt_ipc_send_exit_profile(char *json, size_t len);
 const char *rt_program_name(void);
 
 /* preload.c: threads of our own, never registered for sampling, all signals blocked. */

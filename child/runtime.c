@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "buffer/chunk-manager.h"
@@ -161,7 +162,8 @@ static int expand_path(const char *pattern, char *out, size_t size)
     return 0;
 }
 
-static int write_json(int fd, uint64_t shutdown_ns)
+int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
+                     const struct progress_logger *progress)
 {
     struct prof_counter_info counters[RT_MAX_COUNTERS];
     struct prof_marker_schema schemas[RT_MAX_SCHEMAS];
@@ -172,7 +174,6 @@ static int write_json(int fd, uint64_t shutdown_ns)
     struct prof_symbolizer symbolizer;
     struct buf_chunked_buffer_state state;
     char runtime_log[512];
-    struct json_writer *w = NULL;
     size_t thread_count = 0;
     uint32_t counter_count = atomic_load(&rt.counter_count);
     int r;
@@ -220,15 +221,12 @@ static int write_json(int fd, uint64_t shutdown_ns)
                    state.pushed_blocks, state.cleared_blocks, state.failed_puts, state.failed_bytes,
                    rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns);
     info.runtime_log_json = runtime_log;
+    info.exit_profile = exit_profile;
 
-    r = json_writer_new_fd(fd, &w);
-    if (r < 0)
-        goto out;
-    r = prof_gecko_write_process(w, NULL, &info, rt.buffer, &symbolizer, NULL);
+    r = prof_gecko_write_process(w, NULL, &info, rt.buffer, &symbolizer, progress);
     if (r == 0)
         r = json_writer_finish(w);
 out:
-    w = json_writer_free(w);
     symbols = prof_symbols_free(symbols);
     if (threads)
         rt_threads_snapshot_free(threads, thread_count);
@@ -239,6 +237,7 @@ out:
 int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
 {
     char path[PATH_MAX], tmp[PATH_MAX + 32];
+    struct json_writer *w = NULL;
     int fd, r;
 
     if (!pattern || !*pattern)
@@ -252,7 +251,10 @@ int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
-    r = write_json(fd, shutdown_ns);
+    r = json_writer_new_fd(fd, &w);
+    if (r == 0)
+        r = rt_profile_write(w, shutdown_ns, shutdown_ns != 0, NULL);
+    w = json_writer_free(w);
     if (close(fd) < 0 && r == 0)
         r = -errno;
     if (r == 0 && rename(tmp, path) < 0)
@@ -266,14 +268,39 @@ int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
     return r;
 }
 
-/* Writes the exit profile once per process; later callers wait for the first. */
+/* The exit profile, once per process (later callers wait for the first): to the daemon
+ * when connected, else to FLEETPROF_DIR/<pid>.json when set, so nothing is lost; and to
+ * FLEETPROF_OUTPUT when set. */
 static void write_exit_profile(void)
 {
+    char dir_path[PATH_MAX];
+    uint64_t now;
+
     (void)pthread_mutex_lock(&rt.write_lock);
     if (!rt.exit_profile_written && atomic_load(&rt.running)) {
         rt.exit_profile_written = true;
+        now = rt_now_ns();
+        if (rt_ipc_connected()) {
+            struct json_writer *w = NULL;
+            char *json = NULL;
+            int r = json_writer_new_memory(&w);
+
+            if (r == 0)
+                r = rt_profile_write(w, now, true, NULL);
+            if (r == 0)
+                r = json_writer_copy_to(w, &json);
+            w = json_writer_free(w);
+            if (r == 0)
+                rt_ipc_send_exit_profile(json, strlen(json)); /* takes json */
+            else
+                rt_debug("cannot make the exit profile: %s", strerror(-r));
+        } else if (rt.cfg.dir[0] && snprintf(dir_path, sizeof(dir_path), "%s/%%p.json",
+                                             rt.cfg.dir) < (int)sizeof(dir_path)) {
+            (void)mkdir(rt.cfg.dir, 0700);
+            (void)rt_write_profile_to(dir_path, now);
+        }
         if (rt.cfg.output[0])
-            (void)rt_write_profile_to(rt.cfg.output, rt_now_ns());
+            (void)rt_write_profile_to(rt.cfg.output, now);
     }
     (void)pthread_mutex_unlock(&rt.write_lock);
 }

@@ -50,6 +50,39 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
  * callbacks; done (may be NULL) is called then. */
 void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata);
 
+/* Gathering (design §6): every live child is asked for its profile, exit profiles kept
+ * since the last capture are added, and the whole fleet is written as one Gecko profile
+ * to output_path (via a temporary file in the same directory, renamed when complete: the
+ * file is the previous one or a complete profile, never half). Children that stop making
+ * progress for a child timeout are given up; profileGatheringLog says what happened. */
+struct daemon_capture_progress {
+    uint32_t children_total; /* asked for their profile */
+    uint32_t children_done;  /* answered (completely, with an error, or given up) */
+    uint32_t exit_profiles;  /* stored exit profiles included */
+    uint64_t bytes;          /* profile bytes received so far */
+};
+
+struct daemon_capture_result {
+    int error;           /* 0, or a negative errno (the file was not written) */
+    const char *message; /* what went wrong, for the user; NULL on success */
+    const char *path;    /* the written file */
+    uint64_t bytes;      /* its size */
+    uint32_t processes;  /* process profiles in it */
+    uint32_t given_up;   /* children that made no progress in time */
+};
+
+typedef void (*daemon_capture_progress_cb)(void *userdata,
+                                           const struct daemon_capture_progress *progress);
+typedef void (*daemon_capture_done_cb)(void *userdata, const struct daemon_capture_result *result);
+
+/* Starts a capture. product names the recording in the profile (e.g. the recorded command
+ * line; NULL = "fleetprofd"). progress (may be NULL) is called as children answer; done
+ * exactly once, from the loop, after the file is written or the capture failed. Returns 0,
+ * -EBUSY while another capture runs, -EINVAL, -ENOMEM. The path is copied. */
+int daemon_capture(struct daemon *d, const char *output_path, const char *product,
+                   daemon_capture_progress_cb progress, daemon_capture_done_cb done,
+                   void *userdata);
+
 struct daemon_stats {
     uint64_t children;         /* connected profiled processes */
     uint64_t children_total;   /* ever connected */
@@ -59,6 +92,8 @@ struct daemon_stats {
     uint64_t unreleased_bytes;
     uint64_t released_bytes;
     uint64_t global_limit_bytes;
+    uint64_t exit_profiles; /* stored, not yet gathered */
+    uint64_t exit_profile_bytes;
 };
 void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret);
 

@@ -20,6 +20,7 @@
 
 #include "common/macros.h"
 #include "daemon/controller.h"
+#include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
@@ -27,43 +28,7 @@
 
 #define UNSOLICITED_UPDATES_MAX 16 /* updates without a poll before the child is dropped */
 
-enum conn_kind {
-    CONN_NEW,   /* nothing received yet */
-    CONN_CHILD, /* said Hello: a profiled process */
-    CONN_TOOL,  /* a CLI */
-    CONN_DEAD,  /* being closed */
-};
-
-struct conn {
-    struct daemon *d; /* borrowed */
-    struct ipc_conn *ipc;
-    struct ipc_peer peer;
-    enum conn_kind kind;
-    int32_t pid; /* children: the peer's pid (SO_PEERCRED), authoritative */
-    int32_t ppid;
-    char name[64];
-    uint64_t connect_ns;
-    uint64_t poll_id;     /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
-    uint64_t unsolicited; /* updates that answered no poll */
-    Fleetprof__ChildState state;
-    struct conn *next;
-};
-
-struct daemon {
-    uv_loop_t *loop;
-    struct daemon_options opt;
-    char *socket_path; /* owned copy */
-    struct ipc_listener *listener;
-    struct ctl *ctl;
-    struct conn *conns; /* owned list */
-    uint64_t next_id;
-    struct daemon_stats stats;
-    bool closing;
-    void (*close_done)(void *);
-    void *close_userdata;
-};
-
-static uint64_t now_ns(void)
+uint64_t daemon__now_ns(void)
 {
     struct timespec ts;
 
@@ -71,7 +36,7 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t epoch_ms(void)
+uint64_t daemon__epoch_ms(void)
 {
     struct timespec ts;
 
@@ -79,8 +44,7 @@ static uint64_t epoch_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-__attribute__((format(printf, 3, 4))) static void
-logf_(struct daemon *d, enum daemon_log_level level, const char *fmt, ...)
+void daemon__log(struct daemon *d, enum daemon_log_level level, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
@@ -111,7 +75,7 @@ static void unlink_conn(struct daemon *d, struct conn *c)
     }
 }
 
-static void maybe_finish_close(struct daemon *d);
+void daemon__maybe_finish_close(struct daemon *d);
 
 /* The ipc layer calls this once, whatever closed the connection. */
 static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, void *userdata)
@@ -120,49 +84,56 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
     struct daemon *d = c->d;
 
     (void)ipc;
+    if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid))
+        daemon__gather_on_child_gone(c);
+    else
+        daemon__gather_on_tool_gone(c);
+    free(c->exit_data);
     if (c->kind == CONN_CHILD) {
-        ctl_remove(d->ctl, c->pid, now_ns());
+        ctl_remove(d->ctl, c->pid, daemon__now_ns());
         d->stats.children--;
         if (error < 0 && !d->closing)
-            logf_(d, DAEMON_LOG_WARNING, "child %d (%s) disconnected: %s", (int)c->pid, c->name,
-                  reason ? reason : strerror(-error));
+            daemon__log(d, DAEMON_LOG_WARNING, "child %d (%s) disconnected: %s", (int)c->pid,
+                        c->name, reason ? reason : strerror(-error));
         else
-            logf_(d, DAEMON_LOG_INFO, "child %d (%s) left", (int)c->pid, c->name);
+            daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) left", (int)c->pid, c->name);
     } else if (error < 0 && c->kind != CONN_DEAD && !d->closing) {
-        logf_(d, DAEMON_LOG_WARNING, "connection from pid %d dropped: %s", (int)c->peer.pid,
-              reason ? reason : strerror(-error));
+        daemon__log(d, DAEMON_LOG_WARNING, "connection from pid %d dropped: %s", (int)c->peer.pid,
+                    reason ? reason : strerror(-error));
     }
     unlink_conn(d, c);
     free(c);
-    maybe_finish_close(d);
+    daemon__maybe_finish_close(d);
 }
 
 /* Drops a misbehaving peer: logged once here, the close callback only cleans up. */
-static void drop(struct conn *c, const char *why)
+void daemon__drop(struct conn *c, const char *why)
 {
     struct daemon *d = c->d;
 
     if (c->kind == CONN_DEAD)
         return;
     if (c->kind == CONN_CHILD) {
-        logf_(d, DAEMON_LOG_WARNING, "dropping child %d (%s): %s", (int)c->pid, c->name, why);
+        daemon__log(d, DAEMON_LOG_WARNING, "dropping child %d (%s): %s", (int)c->pid, c->name, why);
         d->stats.dropped_children++;
-        ctl_remove(d->ctl, c->pid, now_ns());
+        ctl_remove(d->ctl, c->pid, daemon__now_ns());
         d->stats.children--;
     } else {
-        logf_(d, DAEMON_LOG_WARNING, "dropping connection from pid %d: %s", (int)c->peer.pid, why);
+        daemon__log(d, DAEMON_LOG_WARNING, "dropping connection from pid %d: %s", (int)c->peer.pid,
+                    why);
     }
     c->kind = CONN_DEAD;
     ipc_conn_close(c->ipc);
 }
 
-static int send_env(struct conn *c, Fleetprof__Envelope *env)
+int daemon__send(struct conn *c, Fleetprof__Envelope *env)
 {
     int r = ipc_conn_send(c->ipc, env);
 
     /* A peer that does not read (-ENOBUFS: its queue is full) is as good as gone. */
     if (r < 0)
-        drop(c, r == -ENOBUFS ? "not reading its messages (send queue full)" : strerror(-r));
+        daemon__drop(c,
+                     r == -ENOBUFS ? "not reading its messages (send queue full)" : strerror(-r));
     return r;
 }
 
@@ -174,20 +145,23 @@ static void send_poll(struct conn *c)
     msg.id = ++c->d->next_id;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE;
     env.await_next_chunk_manager_update = &msg;
-    if (send_env(c, &env) == 0)
+    if (daemon__send(c, &env) == 0)
         c->poll_id = msg.id;
 }
 
 static void send_destroys(struct daemon *d, const struct ctl_actions *a)
 {
     for (size_t i = 0; i < a->destroy_count; i++) {
+        if (a->destroy[i].owner == CTL_OWNER_DAEMON) {
+            daemon__exit_profiles_evict(d, a->destroy[i].done_ns,
+                                        "evicted by the global memory limit");
+            continue;
+        }
         Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
         Fleetprof__DestroyReleasedChunksAtOrBefore msg =
                 FLEETPROF__DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE__INIT;
         struct conn *owner;
 
-        if (a->destroy[i].owner == CTL_OWNER_DAEMON)
-            continue; /* exit profiles: handled with gathering */
         owner = child_by_pid(d, a->destroy[i].owner);
         if (!owner)
             continue; /* gone: its chunks already left the controller */
@@ -195,8 +169,18 @@ static void send_destroys(struct daemon *d, const struct ctl_actions *a)
         msg.done_ns = a->destroy[i].done_ns;
         env.msg_case = FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE;
         env.destroy_released_chunks_at_or_before = &msg;
-        if (send_env(owner, &env) == 0)
+        if (daemon__send(owner, &env) == 0)
             d->stats.destroy_requests++;
+    }
+}
+
+void daemon__apply_actions(struct daemon *d, struct ctl_actions *a)
+{
+    for (;;) {
+        send_destroys(d, a);
+        if (!a->more)
+            break;
+        ctl_evict(d->ctl, daemon__now_ns(), a);
     }
 }
 
@@ -217,25 +201,26 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
         env.msg_case = FLEETPROF__ENVELOPE__MSG_REFUSE;
         env.refuse = &refuse;
         (void)ipc_conn_send(c->ipc, &env);
-        logf_(d, DAEMON_LOG_WARNING, "refused pid %d: %s", (int)c->peer.pid, reason);
+        daemon__log(d, DAEMON_LOG_WARNING, "refused pid %d: %s", (int)c->peer.pid, reason);
         c->kind = CONN_DEAD;
         ipc_conn_shutdown(c->ipc); /* flushes the Refuse, then closes */
         return;
     }
     if (child_by_pid(d, (int32_t)c->peer.pid)) {
-        drop(c, "a second connection from the same process");
+        daemon__drop(c, "a second connection from the same process");
         return;
     }
     c->kind = CONN_CHILD;
     c->pid = (int32_t)c->peer.pid;
     c->ppid = h->ppid;
+    c->start_epoch_ms = (double)h->start_epoch_ms;
     (void)snprintf(c->name, sizeof(c->name), "%s", h->name && *h->name ? h->name : "?");
     c->state = FLEETPROF__CHILD_STATE__CHILD_STATE_RUNNING;
     d->stats.children++;
     d->stats.children_total++;
 
-    clock.monotonic_ns = now_ns();
-    clock.epoch_ms = epoch_ms();
+    clock.monotonic_ns = daemon__now_ns();
+    clock.epoch_ms = daemon__epoch_ms();
     w.request_id = h->id;
     w.version = FLEETPROF_PROTOCOL_VERSION;
     w.interval_ns = d->opt.interval_ns;
@@ -250,9 +235,9 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     w.start = true;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_WELCOME;
     env.welcome = &w;
-    logf_(d, DAEMON_LOG_INFO, "child %d (%s, parent %d) connected", (int)c->pid, c->name,
-          (int)c->ppid);
-    if (send_env(c, &env) == 0)
+    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s, parent %d) connected", (int)c->pid, c->name,
+                (int)c->ppid);
+    if (daemon__send(c, &env) == 0)
         send_poll(c);
 }
 
@@ -267,7 +252,7 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
 
     if (m->final) {
         /* Unsolicited Finals are allowed: a manager can go away at any time. */
-        ctl_remove(d->ctl, c->pid, now_ns());
+        ctl_remove(d->ctl, c->pid, daemon__now_ns());
         d->stats.updates++;
         return;
     }
@@ -275,18 +260,18 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
         /* An update nobody asked for: tolerated a few times (a poll crossing a reply),
          * then the child is flooding. */
         if (++c->unsolicited > UNSOLICITED_UPDATES_MAX)
-            drop(c, "chunk-manager updates nobody asked for (flooding)");
+            daemon__drop(c, "chunk-manager updates nobody asked for (flooding)");
         return;
     }
     c->poll_id = 0;
     if (m->n_newly_released > ARRAY_SIZE(stack_chunks)) {
         if (m->n_newly_released > CTL_MAX_NEW_PER_UPDATE) {
-            drop(c, "too many newly released chunks in one update");
+            daemon__drop(c, "too many newly released chunks in one update");
             return;
         }
         chunks = malloc(m->n_newly_released * sizeof(*chunks));
         if (!chunks) {
-            drop(c, "out of memory for its update");
+            daemon__drop(c, "out of memory for its update");
             return;
         }
     }
@@ -294,20 +279,15 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
         chunks[i] = (struct ctl_chunk){m->newly_released[i]->done_ns, m->newly_released[i]->bytes};
     u = (struct ctl_update){false,  m->unreleased_bytes, m->released_bytes, m->oldest_done_ns,
                             chunks, m->n_newly_released};
-    r = ctl_update(d->ctl, c->pid, &u, now_ns(), &a, &why);
+    r = ctl_update(d->ctl, c->pid, &u, daemon__now_ns(), &a, &why);
     if (chunks != stack_chunks)
         free(chunks);
     if (r < 0) {
-        drop(c, r == -EBADMSG ? why : strerror(-r));
+        daemon__drop(c, r == -EBADMSG ? why : strerror(-r));
         return;
     }
     d->stats.updates++;
-    for (;;) {
-        send_destroys(d, &a);
-        if (!a.more)
-            break;
-        ctl_evict(d->ctl, now_ns(), &a);
-    }
+    daemon__apply_actions(d, &a);
     if (c->kind == CONN_CHILD) /* sending destroys may have dropped a (wedged) peer */
         send_poll(c);
 }
@@ -321,7 +301,7 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     Fleetprof__ChildStatus *items = NULL, **ptrs = NULL;
     struct ctl_totals t;
     size_t n = 0;
-    uint64_t now = now_ns();
+    uint64_t now = daemon__now_ns();
 
     for (struct conn *k = d->conns; k; k = k->next)
         n += k->kind == CONN_CHILD;
@@ -331,7 +311,7 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
         if (!items || !ptrs) {
             free(items);
             free(ptrs);
-            drop(c, "out of memory for a status report");
+            daemon__drop(c, "out of memory for a status report");
             return;
         }
     }
@@ -363,6 +343,8 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     totals.destroy_requests = d->stats.destroy_requests;
     totals.dropped_children = d->stats.dropped_children;
     totals.rejected_updates = t.rejected_updates;
+    totals.exit_profiles = (uint32_t)d->stats.exit_profiles;
+    totals.exit_profile_bytes = d->stats.exit_profile_bytes;
     rep.request_id = req->id;
     rep.n_children = n;
     rep.children = ptrs;
@@ -370,9 +352,55 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     rep.global_limit_bytes = t.global_limit;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_STATUS_REPORT;
     env.status_report = &rep;
-    (void)send_env(c, &env);
+    (void)daemon__send(c, &env);
     free(items);
     free(ptrs);
+}
+
+#define EXIT_PROFILE_MAX_BYTES (512u << 20) /* one process's JSON; beyond: "too large" */
+
+/* A piece of the exit profile a child sends as it ends. */
+static void on_exit_piece(struct conn *c, const Fleetprof__ProfileData *m)
+{
+    size_t n = m->data.len;
+
+    if (m->error && *m->error) {
+        daemon__log(c->d, DAEMON_LOG_WARNING, "child %d could not make its exit profile: %s",
+                    (int)c->pid, m->error);
+        goto reset;
+    }
+    if (m->offset != c->exit_len || c->exit_len + n > EXIT_PROFILE_MAX_BYTES) {
+        daemon__log(c->d, DAEMON_LOG_WARNING, "exit profile of child %d dropped: %s", (int)c->pid,
+                    m->offset != c->exit_len ? "pieces out of order" : "too large");
+        goto reset;
+    }
+    if (c->exit_len + n > c->exit_cap) {
+        size_t cap = c->exit_cap ? c->exit_cap : 1u << 16;
+        char *grown;
+
+        while (cap < c->exit_len + n)
+            cap *= 2;
+        grown = realloc(c->exit_data, cap);
+        if (!grown) {
+            daemon__log(c->d, DAEMON_LOG_WARNING, "exit profile of child %d dropped: out of memory",
+                        (int)c->pid);
+            goto reset;
+        }
+        c->exit_data = grown;
+        c->exit_cap = cap;
+    }
+    memcpy(c->exit_data + c->exit_len, m->data.data, n);
+    c->exit_len += n;
+    if (!m->last)
+        return;
+    daemon__exit_profile_add(c->d, c, c->exit_data, c->exit_len);
+    c->exit_data = NULL;
+    c->exit_len = c->exit_cap = 0;
+    return;
+reset:
+    free(c->exit_data);
+    c->exit_data = NULL;
+    c->exit_len = c->exit_cap = 0;
 }
 
 static void on_message(struct ipc_conn *ipc, const Fleetprof__Envelope *env, void *userdata)
@@ -385,13 +413,13 @@ static void on_message(struct ipc_conn *ipc, const Fleetprof__Envelope *env, voi
     switch (env->msg_case) {
     case FLEETPROF__ENVELOPE__MSG_HELLO:
         if (c->kind != CONN_NEW)
-            drop(c, "Hello twice");
+            daemon__drop(c, "Hello twice");
         else
             on_hello(c, env->hello);
         return;
     case FLEETPROF__ENVELOPE__MSG_STATUS_REQUEST:
         if (c->kind == CONN_CHILD) {
-            drop(c, "a child asked for status");
+            daemon__drop(c, "a child asked for status");
             return;
         }
         c->kind = CONN_TOOL;
@@ -399,19 +427,39 @@ static void on_message(struct ipc_conn *ipc, const Fleetprof__Envelope *env, voi
         return;
     case FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE:
         if (c->kind != CONN_CHILD)
-            drop(c, "chunk-manager update before Hello");
+            daemon__drop(c, "chunk-manager update before Hello");
         else
             on_update(c, env->chunk_manager_update);
+        return;
+    case FLEETPROF__ENVELOPE__MSG_PROFILE_DATA:
+        if (c->kind != CONN_CHILD)
+            daemon__drop(c, "profile data before Hello");
+        else if (env->profile_data->exit)
+            on_exit_piece(c, env->profile_data);
+        else
+            daemon__gather_on_profile_data(c, env->profile_data);
+        return;
+    case FLEETPROF__ENVELOPE__MSG_GATHER_PROGRESS:
+        if (c->kind == CONN_CHILD)
+            daemon__gather_on_progress(c, env->gather_progress);
+        return;
+    case FLEETPROF__ENVELOPE__MSG_CAPTURE_REQUEST:
+        if (c->kind == CONN_CHILD) {
+            daemon__drop(c, "a child asked for a capture");
+            return;
+        }
+        c->kind = CONN_TOOL;
+        daemon__capture_request(c, env->capture_request);
         return;
     case FLEETPROF__ENVELOPE__MSG_ACK:
     case FLEETPROF__ENVELOPE__MSG_ERROR:
         return; /* replies to Start/Stop/Pause/Resume: nothing to do yet */
     default:
         if (c->kind == CONN_NEW)
-            drop(c, "did not start with Hello or a tool request");
+            daemon__drop(c, "did not start with Hello or a tool request");
         else
-            logf_(c->d, DAEMON_LOG_DEBUG, "pid %d sent %s: ignored", (int)c->peer.pid,
-                  ipc_msg_name(env->msg_case));
+            daemon__log(c->d, DAEMON_LOG_DEBUG, "pid %d sent %s: ignored", (int)c->peer.pid,
+                        ipc_msg_name(env->msg_case));
         return;
     }
 }
@@ -433,7 +481,7 @@ static int on_accept(struct ipc_listener *listener, struct ipc_conn *ipc,
     c->d = d;
     c->ipc = ipc;
     c->peer = *peer;
-    c->connect_ns = now_ns();
+    c->connect_ns = daemon__now_ns();
     c->next = d->conns;
     d->conns = c;
     ipc_conn_set_callbacks(ipc, &cbs, c);
@@ -445,16 +493,16 @@ static void on_refused(struct ipc_listener *listener, const struct ipc_peer *pee
 {
     (void)listener;
     (void)error;
-    logf_(userdata, DAEMON_LOG_WARNING, "refused pid %d (uid %u): %s", (int)peer->pid,
-          (unsigned)peer->uid, reason);
+    daemon__log(userdata, DAEMON_LOG_WARNING, "refused pid %d (uid %u): %s", (int)peer->pid,
+                (unsigned)peer->uid, reason);
 }
 
 static void on_listen_error(struct ipc_listener *listener, int error, const char *reason,
                             void *userdata)
 {
     (void)listener;
-    logf_(userdata, DAEMON_LOG_ERROR, "accepting a connection failed: %s (%s)", reason,
-          strerror(-error));
+    daemon__log(userdata, DAEMON_LOG_ERROR, "accepting a connection failed: %s (%s)", reason,
+                strerror(-error));
 }
 
 int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct daemon **ret_daemon)
@@ -496,8 +544,10 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     if (r < 0)
         goto err_ctl;
     d->stats.global_limit_bytes = d->opt.global_limit_bytes;
-    logf_(d, DAEMON_LOG_INFO, "listening on %s (global limit %llu MiB)", d->socket_path,
-          (unsigned long long)(d->opt.global_limit_bytes >> 20));
+    d->start_ns = daemon__now_ns();
+    d->start_epoch_ms = (double)daemon__epoch_ms();
+    daemon__log(d, DAEMON_LOG_INFO, "listening on %s (global limit %llu MiB)", d->socket_path,
+                (unsigned long long)(d->opt.global_limit_bytes >> 20));
     *ret_daemon = d;
     return 0;
 
@@ -509,15 +559,16 @@ err_free:
     return r;
 }
 
-static void maybe_finish_close(struct daemon *d)
+void daemon__maybe_finish_close(struct daemon *d)
 {
     void (*done)(void *);
     void *userdata;
 
-    if (!d->closing || d->conns)
+    if (!d->closing || d->conns || d->gather)
         return;
     done = d->close_done;
     userdata = d->close_userdata;
+    daemon__exit_profiles_free(d);
     ctl_free(d->ctl);
     free(d->socket_path);
     free(d);
@@ -551,7 +602,7 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
             ipc_conn_close(c->ipc);
         }
     }
-    maybe_finish_close(d);
+    daemon__maybe_finish_close(d);
 }
 
 void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret)

@@ -341,6 +341,7 @@ static void decode_marker(struct dec *d, struct prof_marker *m)
 {
     uint64_t phase, payload;
 
+    m->text = (struct prof_string){"", 0}; /* no TEXT payload: empty, never NULL */
     m->tid = dec_i32(d);
     m->category = (uint32_t)dec_u(d);
     phase = dec_u(d);

@@ -653,7 +653,7 @@ static void write_schema_table(struct json_writer *w, const char *key, const cha
     json_writer_object_end(w);
 }
 
-static void write_categories(struct json_writer *w)
+void prof_gecko_write_categories(struct json_writer *w)
 {
     json_writer_array_begin(w, "categories");
     for (size_t i = 0; i < PROF_CATEGORY_COUNT; i++) {
@@ -756,7 +756,7 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_string(w, "eventDelay", "ms");
     json_writer_string(w, "threadCPUDelta", "ns");
     json_writer_object_end(w);
-    write_categories(w);
+    prof_gecko_write_categories(w);
     write_marker_schemas(w, info);
     json_writer_object_begin(w, "configuration");
     json_writer_array_begin(w, "threads");
@@ -772,6 +772,7 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_int(w, "pid", info->pid);
     json_writer_int(w, "ppid", info->ppid);
     json_writer_string(w, "stackwalk", info->stackwalk ? info->stackwalk : "dwarf");
+    json_writer_bool(w, "exit", info->exit_profile);
     json_writer_object_end(w);
     json_writer_object_end(w);
 }

@@ -85,6 +85,7 @@ struct prof_process_info {
     size_t schema_count;
     const struct prof_libs *libs; /* loaded modules: address lookup and `libs` */
     const char *runtime_log_json; /* optional JSON object: profilingLog[pid].runtime */
+    bool exit_profile;            /* written as the process ends: meta.fleetprof.exit */
 };
 
 /* Symbolization in batches: one call per profile with every unique address, so that a
@@ -107,6 +108,10 @@ struct prof_symbolizer {
                    struct prof_frame_result *results);
     void *userdata;
 };
+
+/* Writes "categories": the list every process of a fleet profile must share (the front-end
+ * reads per-thread data with the top level's list). */
+void prof_gecko_write_categories(struct json_writer *w);
 
 /* Writes the process profile (one JSON object) as the next value of w (a key must be
  * passed when w is inside an object). Reads the buffer once. Reports progress through

@@ -171,8 +171,16 @@ static Fleetprof__ChildStatus child_b = {
 };
 static Fleetprof__ChildStatus *children[] = {&child_a, &child_b};
 static Fleetprof__StatusTotals totals = {
-        PROTOBUF_C_MESSAGE_INIT(&fleetprof__status_totals__descriptor), 262145, 524290, 777, 2, 1,
-        11, 12, 13, 14};
+        PROTOBUF_C_MESSAGE_INIT(&fleetprof__status_totals__descriptor),
+        262145,
+        524290,
+        777,
+        2,
+        1,
+        11,
+        12,
+        13,
+        14};
 static Fleetprof__StatusReport status_report = {
         .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__status_report__descriptor),
         .request_id = 23,

@@ -1,0 +1,103 @@
+/* daemon/daemon-internal.h - state shared by the daemon's files (server.c, gather.c).
+ *
+ * Single-threaded: everything runs on the daemon's loop, except the capture's file write,
+ * which a libuv worker does on data it owns until the after-work callback.
+ */
+#ifndef FLEETPROF_DAEMON_DAEMON_INTERNAL_H
+#define FLEETPROF_DAEMON_DAEMON_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "daemon/controller.h"
+#include "daemon/daemon.h"
+#include "ipc/uv-ipc.h"
+#include "proto/fleetprof-protocol.h"
+
+struct gather;
+
+enum conn_kind {
+    CONN_NEW,   /* nothing received yet */
+    CONN_CHILD, /* said Hello: a profiled process */
+    CONN_TOOL,  /* a CLI */
+    CONN_DEAD,  /* being closed */
+};
+
+struct conn {
+    struct daemon *d; /* borrowed */
+    struct ipc_conn *ipc;
+    struct ipc_peer peer;
+    enum conn_kind kind;
+    int32_t pid; /* children: the peer's pid (SO_PEERCRED), authoritative */
+    int32_t ppid;
+    char name[64];
+    uint64_t connect_ns;
+    uint64_t poll_id;     /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
+    uint64_t unsolicited; /* updates that answered no poll */
+    Fleetprof__ChildState state;
+    double start_epoch_ms; /* from Hello */
+    /* An exit profile arriving in pieces (ProfileData with exit set). */
+    char *exit_data;
+    size_t exit_len, exit_cap;
+    struct conn *next;
+};
+
+/* A child's whole profile, sent as it exited, kept until the next capture. */
+struct exit_profile {
+    int32_t pid;
+    char name[64];
+    uint64_t receipt_ns; /* its identity in the controller (a daemon-owned chunk) */
+    char *json;          /* owned */
+    size_t len;
+    struct exit_profile *next;
+};
+
+struct daemon {
+    uv_loop_t *loop;
+    struct daemon_options opt;
+    char *socket_path; /* owned copy */
+    struct ipc_listener *listener;
+    struct ctl *ctl;
+    struct conn *conns; /* owned list */
+    uint64_t next_id;
+    struct daemon_stats stats;
+    uint64_t start_ns; /* when the daemon started: the time origin of captures */
+    double start_epoch_ms;
+    struct exit_profile *exit_profiles; /* owned list, oldest first */
+    struct gather *gather;              /* the running capture, or NULL */
+    bool closing;
+    void (*close_done)(void *);
+    void *close_userdata;
+};
+
+uint64_t daemon__now_ns(void);
+uint64_t daemon__epoch_ms(void);
+void daemon__log(struct daemon *d, enum daemon_log_level level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+/* Drops a misbehaving peer; logs why once. */
+void daemon__drop(struct conn *c, const char *why);
+/* Sends, dropping the peer if its queue is full. Returns 0 or the negative errno. */
+int daemon__send(struct conn *c, Fleetprof__Envelope *env);
+/* Frees the daemon once closing and nothing is left (connections, capture). */
+void daemon__maybe_finish_close(struct daemon *d);
+/* Carries out the controller's actions (destroy requests, exit-profile evictions). */
+void daemon__apply_actions(struct daemon *d, struct ctl_actions *a);
+
+/* gather.c */
+/* A ProfileData or GatherProgress from a child; returns true if the gather used it. */
+void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m);
+void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress *m);
+/* A child left: its partial data is dropped and logged. */
+void daemon__gather_on_child_gone(struct conn *c);
+/* A tool left: its capture goes on, the result is just not sent. */
+void daemon__gather_on_tool_gone(struct conn *c);
+void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req);
+/* Stores a complete exit profile (takes ownership of json). */
+void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len);
+/* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
+void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
+void daemon__exit_profiles_free(struct daemon *d);
+
+#endif /* FLEETPROF_DAEMON_DAEMON_INTERNAL_H */

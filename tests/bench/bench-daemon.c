@@ -1,0 +1,1204 @@
+/* tests/bench/bench-daemon.c - fleetprofd under a simulated fleet of 256 children.
+ *
+ * The real daemon runs as its own process (so its CPU time and RSS are its own) and serves
+ * N forked simulator processes, one connection each: the daemon names a child by its
+ * SO_PEERCRED pid and refuses a second connection from one process. Each simulator behaves
+ * like a real child's IPC thread (child/ipc.c) on a private libuv loop: Hello, then every
+ * AwaitNextChunkManagerUpdate is answered with a ChunkManagerUpdate once its simulated
+ * chunk manager changed. The manager releases one 256 KiB chunk every period (100 ms,
+ * phases spread over the fleet) with strictly increasing CLOCK_MONOTONIC done times, keeps
+ * one chunk unreleased, obeys DestroyReleasedChunksAtOrBefore and its local limit, and,
+ * like the real runtime, reports a change on the next 1 ms sampler tick.
+ *
+ * Measured over 5 windows of 2 s in steady state (medians): the daemon's CPU time
+ * (/proc/PID/stat) per update handled (an update counts once the next poll answered it) and
+ * its CPU%; its RSS per connected child at the end of the window (RSS grows until the
+ * controller's log is full). For context: the children's update -> poll latency, the time
+ * the daemon was runnable but waiting for a CPU (a busy machine inflates every figure), and
+ * the daemon's own view (StatusRequest). The fleet's memory as the simulators hold it is
+ * checked against design invariant 1 (printed, not asserted). Never asserts on time; exits
+ * non-zero only when the setup fails or the daemon dies.
+ *
+ * Usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--period-ms MS]
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "ipc/ipc.h"
+#include "ipc/uv-ipc.h"
+#include "proto/fleetprof-protocol.h"
+
+#define DEFAULT_CHILDREN    256
+#define DEFAULT_PERIOD_MS   100
+#define CHUNK_BYTES         ((uint64_t)256 << 10) /* the daemon's default chunk size */
+#define GLOBAL_LIMIT_BYTES  ((uint64_t)256 << 20) /* passed as --global-limit 256M */
+#define PROCESS_LIMIT_BYTES ((uint64_t)64 << 20)  /* default; the Welcome may change it */
+#define TICK_MS             1                     /* the real runtime's sampler tick */
+#define RING_CAP            512                   /* > any process limit / chunk size here */
+#define WARMUP_MS           3000
+#define WINDOWS             5
+#define WINDOW_MS           2000
+#define SAMPLE_MS           10 /* fleet-memory sampling period */
+#define CONNECT_WAIT_MS     15000
+#define STOP_WAIT_MS        3000
+#define CONNECT_RETRIES     400 /* 5 ms apart: a full accept backlog answers -EAGAIN */
+#define SHOWN_LOG_LINES     10
+#define RTT_BUCKETS         24 /* update -> next poll, log2 microseconds: up to 8 s */
+
+/* ---- shared between the parent and the simulators (MAP_SHARED, lock-free atomics) ------- */
+
+enum sim_state {
+    SIM_STARTING,
+    SIM_CONNECTING,
+    SIM_WELCOMED,
+    SIM_REFUSED,  /* Refuse received */
+    SIM_FAILED,   /* could not connect */
+    SIM_LOST,     /* connection closed while running */
+    SIM_FINISHED, /* orderly stop */
+};
+
+struct sim_slot {
+    _Atomic int state;                 /* enum sim_state */
+    _Atomic uint64_t sent;             /* updates sent */
+    _Atomic uint64_t answered;         /* updates followed by the daemon's next poll */
+    _Atomic uint64_t destroys;         /* DestroyReleasedChunksAtOrBefore received */
+    _Atomic uint64_t destroyed_chunks; /* chunks those requests destroyed */
+    _Atomic uint64_t stale_destroys;   /* requests that destroyed nothing */
+    _Atomic uint64_t local_destroyed;  /* chunks destroyed by the local limit */
+    _Atomic uint64_t released_chunks;
+    _Atomic uint64_t held_bytes;            /* unreleased + released, as simulated */
+    _Atomic uint64_t connect_retries;       /* -EAGAIN/-ECONNREFUSED from connect */
+    _Atomic uint64_t unexpected;            /* messages a child does not expect */
+    _Atomic uint64_t rtt_hist[RTT_BUCKETS]; /* update sent -> next poll, bucket log2(us) */
+    _Atomic uint64_t rtt_max_ns;
+    _Atomic int close_error; /* on_close's error */
+    char reason[128];        /* refuse or close reason */
+};
+
+struct sim_shared {
+    _Atomic int stop; /* set by the parent: send Final, close, exit */
+    struct sim_slot slot[];
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* ---- one simulated child ----------------------------------------------------------------- */
+
+static struct {
+    uv_loop_t loop;
+    uv_timer_t period_timer; /* releases a chunk each period */
+    uv_timer_t tick_timer;   /* one-shot: the sampler tick that reports a change */
+    struct ipc_conn *conn;
+    struct sim_shared *shared;
+    struct sim_slot *slot;
+    uint64_t poll_id;        /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
+    bool dirty;              /* the manager changed since the last update sent */
+    bool in_flight;          /* an update was sent and no poll followed yet */
+    uint64_t sent_ns;        /* when it was sent */
+    bool tick_armed;         /* tick_timer runs */
+    bool stopping;           /* Final sent */
+    uint64_t ring[RING_CAP]; /* released chunks' done times, oldest first */
+    size_t head, count;
+    size_t unreported; /* the newest `unreported` chunks were not sent yet */
+    uint64_t last_done_ns;
+    uint64_t destroyed_through_ns;
+    uint64_t unreleased_bytes;
+    uint64_t process_limit_bytes;
+} sim;
+
+static void sim_publish(void)
+{
+    atomic_store(&sim.slot->held_bytes, sim.unreleased_bytes + sim.count * CHUNK_BYTES);
+}
+
+static void sim_destroy_oldest(void)
+{
+    uint64_t done = sim.ring[sim.head];
+
+    sim.head = (sim.head + 1) % RING_CAP;
+    sim.count--;
+    if (sim.unreported > sim.count)
+        sim.unreported = sim.count;
+    if (done > sim.destroyed_through_ns)
+        sim.destroyed_through_ns = done;
+}
+
+/* Answers the outstanding poll with the manager's state, like child/ipc.c flush_update(). */
+static void sim_send_update(void)
+{
+    static Fleetprof__ChunkMetadata items[RING_CAP];
+    static Fleetprof__ChunkMetadata *ptrs[RING_CAP];
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
+
+    if (!sim.poll_id || !sim.dirty || !sim.conn || sim.stopping)
+        return;
+    for (size_t i = 0; i < sim.unreported; i++) {
+        size_t at = (sim.head + sim.count - sim.unreported + i) % RING_CAP;
+
+        fleetprof__chunk_metadata__init(&items[i]);
+        items[i].done_ns = sim.ring[at];
+        items[i].bytes = CHUNK_BYTES;
+        ptrs[i] = &items[i];
+    }
+    msg.request_id = sim.poll_id;
+    msg.unreleased_bytes = sim.unreleased_bytes;
+    msg.released_bytes = sim.count * CHUNK_BYTES;
+    /* As the local manager: the oldest live chunk, else just after the last destroyed. */
+    if (sim.count)
+        msg.oldest_done_ns = sim.ring[sim.head];
+    else if (sim.destroyed_through_ns)
+        msg.oldest_done_ns = sim.destroyed_through_ns + 1;
+    msg.n_newly_released = sim.unreported;
+    msg.newly_released = ptrs;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
+    env.chunk_manager_update = &msg;
+    if (ipc_conn_send(sim.conn, &env) == 0) {
+        sim.poll_id = 0;
+        sim.dirty = false;
+        sim.unreported = 0;
+        sim.in_flight = true;
+        sim.sent_ns = now_ns();
+        atomic_fetch_add(&sim.slot->sent, 1);
+    }
+}
+
+static void sim_on_tick(uv_timer_t *t)
+{
+    (void)t;
+    sim.tick_armed = false;
+    sim_send_update();
+}
+
+/* The manager changed: the next sampler tick tells the IPC side (child/ipc.c rt_ipc_tick). */
+static void sim_changed(void)
+{
+    sim.dirty = true;
+    if (!sim.tick_armed && !uv_is_closing((uv_handle_t *)&sim.tick_timer)) {
+        sim.tick_armed = true;
+        (void)uv_timer_start(&sim.tick_timer, sim_on_tick, TICK_MS, 0);
+    }
+}
+
+static void sim_close_timers(void)
+{
+    if (!uv_is_closing((uv_handle_t *)&sim.period_timer))
+        uv_close((uv_handle_t *)&sim.period_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&sim.tick_timer))
+        uv_close((uv_handle_t *)&sim.tick_timer, NULL);
+}
+
+static void sim_on_period(uv_timer_t *t)
+{
+    uint64_t done;
+
+    (void)t;
+    if (atomic_load(&sim.shared->stop)) {
+        Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+        Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
+
+        /* As the runtime at exit: an unsolicited Final, then flush and close. */
+        sim.stopping = true;
+        msg.final = true;
+        env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
+        env.chunk_manager_update = &msg;
+        if (sim.conn) {
+            (void)ipc_conn_send(sim.conn, &env);
+            ipc_conn_shutdown(sim.conn);
+        }
+        sim_close_timers();
+        return;
+    }
+    done = now_ns();
+    if (done <= sim.last_done_ns)
+        done = sim.last_done_ns + 1;
+    sim.last_done_ns = done;
+    /* The local limit, as local_get_chunk(): make room before the next chunk is taken. */
+    while (sim.count &&
+           sim.unreleased_bytes + (sim.count + 1) * CHUNK_BYTES >= sim.process_limit_bytes) {
+        sim_destroy_oldest();
+        atomic_fetch_add(&sim.slot->local_destroyed, 1);
+    }
+    if (sim.count == RING_CAP) { /* cannot happen with a 64 MiB limit; stay bounded */
+        sim_destroy_oldest();
+        atomic_fetch_add(&sim.slot->local_destroyed, 1);
+    }
+    sim.ring[(sim.head + sim.count) % RING_CAP] = done;
+    sim.count++;
+    sim.unreported++;
+    atomic_fetch_add(&sim.slot->released_chunks, 1);
+    sim_publish();
+    sim_changed();
+}
+
+static void sim_send_ack(uint64_t id)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Ack ack = FLEETPROF__ACK__INIT;
+
+    ack.request_id = id;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_ACK;
+    env.ack = &ack;
+    (void)ipc_conn_send(sim.conn, &env);
+}
+
+static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *userdata)
+{
+    (void)conn;
+    (void)userdata;
+    switch (env->msg_case) {
+    case FLEETPROF__ENVELOPE__MSG_WELCOME:
+        if (env->welcome->process_limit_bytes)
+            sim.process_limit_bytes = env->welcome->process_limit_bytes;
+        if (env->welcome->chunk_bytes != CHUNK_BYTES)
+            atomic_fetch_add(&sim.slot->unexpected, 1);
+        atomic_store(&sim.slot->state, SIM_WELCOMED);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_REFUSE:
+        (void)snprintf(sim.slot->reason, sizeof(sim.slot->reason), "refused: %s",
+                       env->refuse->reason);
+        atomic_store(&sim.slot->state, SIM_REFUSED);
+        ipc_conn_close(sim.conn);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE:
+        if (sim.in_flight) {
+            uint64_t rtt_ns = now_ns() - sim.sent_ns, us = rtt_ns / 1000;
+            int bucket = 0;
+
+            while (us > 1 && bucket < RTT_BUCKETS - 1) {
+                us >>= 1;
+                bucket++;
+            }
+            sim.in_flight = false;
+            atomic_fetch_add(&sim.slot->answered, 1);
+            atomic_fetch_add(&sim.slot->rtt_hist[bucket], 1);
+            if (rtt_ns > atomic_load(&sim.slot->rtt_max_ns))
+                atomic_store(&sim.slot->rtt_max_ns, rtt_ns);
+        }
+        if (sim.poll_id)
+            atomic_fetch_add(&sim.slot->unexpected, 1); /* a second poll outstanding */
+        sim.poll_id = env->await_next_chunk_manager_update->id;
+        sim_send_update(); /* the real child flushes a pending update at once */
+        break;
+    case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE: {
+        uint64_t at = env->destroy_released_chunks_at_or_before->done_ns, n = 0;
+
+        while (sim.count && sim.ring[sim.head] <= at) {
+            sim_destroy_oldest();
+            n++;
+        }
+        atomic_fetch_add(&sim.slot->destroys, 1);
+        atomic_fetch_add(&sim.slot->destroyed_chunks, n);
+        if (n) {
+            sim_publish();
+            sim_changed();
+        } else {
+            atomic_fetch_add(&sim.slot->stale_destroys, 1);
+        }
+        break;
+    }
+    case FLEETPROF__ENVELOPE__MSG_STOP:
+        sim_send_ack(env->stop->id);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_START:
+        sim_send_ack(env->start->id);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_PAUSE:
+        sim_send_ack(env->pause->id);
+        break;
+    case FLEETPROF__ENVELOPE__MSG_RESUME:
+        sim_send_ack(env->resume->id);
+        break;
+    default:
+        atomic_fetch_add(&sim.slot->unexpected, 1);
+        break;
+    }
+}
+
+static void sim_on_close(struct ipc_conn *conn, int error, const char *reason, void *userdata)
+{
+    (void)conn;
+    (void)userdata;
+    sim.conn = NULL;
+    atomic_store(&sim.slot->close_error, error);
+    if (!sim.stopping && atomic_load(&sim.slot->state) != SIM_REFUSED) {
+        (void)snprintf(sim.slot->reason, sizeof(sim.slot->reason), "lost the daemon: %s",
+                       reason ? reason : strerror(-error));
+        atomic_store(&sim.slot->state, SIM_LOST);
+    } else if (sim.stopping) {
+        atomic_store(&sim.slot->state, SIM_FINISHED);
+    }
+    sim_close_timers();
+}
+
+static void sim_send_hello(void)
+{
+    static char name[] = "bench-daemon-sim";
+    char *argv0 = name;
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Hello h = FLEETPROF__HELLO__INIT;
+    struct timespec wall;
+
+    (void)clock_gettime(CLOCK_REALTIME, &wall);
+    h.id = 1;
+    h.version = FLEETPROF_PROTOCOL_VERSION;
+    h.pid = (int32_t)getpid();
+    h.ppid = (int32_t)getppid();
+    h.name = name;
+    h.n_argv = 1;
+    h.argv = &argv0;
+    h.start_ns = now_ns();
+    h.start_epoch_ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
+    env.hello = &h;
+    (void)ipc_conn_send(sim.conn, &env);
+}
+
+static int sim_main(struct sim_shared *shared, int index, int children, unsigned period_ms)
+{
+    static const struct ipc_conn_callbacks cbs = {.on_message = sim_on_message,
+                                                  .on_close = sim_on_close};
+    const char *path = getenv("BENCH_DAEMON_SOCKET");
+    int r = -ENOENT;
+
+    sim.shared = shared;
+    sim.slot = &shared->slot[index];
+    sim.unreleased_bytes = CHUNK_BYTES; /* the chunk being written */
+    sim.process_limit_bytes = PROCESS_LIMIT_BYTES;
+    atomic_store(&sim.slot->state, SIM_CONNECTING);
+    if (uv_loop_init(&sim.loop) < 0)
+        return 1;
+    (void)uv_timer_init(&sim.loop, &sim.period_timer);
+    (void)uv_timer_init(&sim.loop, &sim.tick_timer);
+    for (int i = 0; i < CONNECT_RETRIES; i++) {
+        r = ipc_conn_connect(&sim.loop, path, NULL, &cbs, NULL, &sim.conn);
+        if (r != -EAGAIN && r != -ECONNREFUSED)
+            break;
+        atomic_fetch_add(&sim.slot->connect_retries, 1);
+        sleep_ms(5);
+    }
+    if (r < 0) {
+        (void)snprintf(sim.slot->reason, sizeof(sim.slot->reason), "connect: %s", strerror(-r));
+        atomic_store(&sim.slot->state, SIM_FAILED);
+        return 1;
+    }
+    sim_publish();
+    sim_send_hello();
+    /* Spread the fleet's releases evenly over one period. */
+    (void)uv_timer_start(&sim.period_timer, sim_on_period,
+                         (uint64_t)period_ms * (uint64_t)index / (uint64_t)children + period_ms,
+                         period_ms);
+    (void)uv_run(&sim.loop, UV_RUN_DEFAULT);
+    (void)uv_loop_close(&sim.loop);
+    return 0;
+}
+
+/* ---- the parent: daemon, fleet, measurements, cleanup ------------------------------------ */
+
+static volatile pid_t daemon_pid; /* 0 once reaped */
+static pid_t *child_pids;         /* 0 once reaped */
+static int child_count;
+static char tmp_dir[64], sock_path[128], log_path[128];
+
+/* Kills and reaps whatever is left; async-signal-safe, so it also serves the signal handler. */
+static void cleanup(void)
+{
+    for (int i = 0; i < child_count; i++) {
+        if (child_pids[i] > 0) {
+            (void)kill(child_pids[i], SIGKILL);
+            (void)waitpid(child_pids[i], NULL, 0);
+            child_pids[i] = 0;
+        }
+    }
+    if (daemon_pid > 0) {
+        (void)kill(daemon_pid, SIGKILL);
+        (void)waitpid(daemon_pid, NULL, 0);
+        daemon_pid = 0;
+    }
+    if (tmp_dir[0]) {
+        (void)unlink(sock_path);
+        (void)unlink(log_path);
+        (void)rmdir(tmp_dir);
+    }
+}
+
+static void on_fatal_signal(int sig)
+{
+    cleanup();
+    (void)signal(sig, SIG_DFL);
+    (void)raise(sig);
+}
+
+static double mono_s(void)
+{
+    return (double)now_ns() / 1e9;
+}
+
+/* utime + stime of pid in clock ticks (/proc/PID/stat fields 14 and 15). */
+static int read_cpu_ticks(pid_t pid, uint64_t *ret)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long ut, st;
+    FILE *f;
+    size_t n;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return -errno;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    (void)fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')'); /* comm may contain spaces */
+    if (!p)
+        return -EBADMSG;
+    /* After ") ": state is field 3; skip to field 14 (utime), then 15 (stime). */
+    p += 2;
+    for (int field = 3; field < 14; field++) {
+        p = strchr(p, ' ');
+        if (!p)
+            return -EBADMSG;
+        p++;
+    }
+    ut = strtoull(p, &p, 10);
+    st = strtoull(p, NULL, 10);
+    *ret = ut + st;
+    return 0;
+}
+
+/* /proc/PID/schedstat: ns on a CPU (a finer cross-check of the ticks, and the only usable
+ * figure for processes that run less than a tick at a time) and ns runnable but waiting for
+ * a CPU. Zeros when unreadable. */
+static void read_schedstat(pid_t pid, uint64_t *ret_run_ns, uint64_t *ret_wait_ns)
+{
+    char path[64], line[128], *p;
+    FILE *f;
+
+    *ret_run_ns = *ret_wait_ns = 0;
+    (void)snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return;
+    if (fgets(line, sizeof(line), f)) {
+        *ret_run_ns = strtoull(line, &p, 10);
+        *ret_wait_ns = strtoull(p, NULL, 10);
+    }
+    (void)fclose(f);
+}
+
+static uint64_t read_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kb = 0;
+    FILE *f;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, "VmRSS:", 6)) {
+            kb = strtoull(line + 6, NULL, 10);
+            break;
+        }
+    }
+    (void)fclose(f);
+    return kb;
+}
+
+/* Resident kB of the daemon's [heap] and of its anonymous mappings (large mallocs). */
+struct rss_split {
+    uint64_t heap_kb, anon_kb;
+};
+
+static void read_rss_split(pid_t pid, struct rss_split *ret)
+{
+    char path[64], line[512];
+    enum { OTHER, HEAP, ANON } kind = OTHER;
+    uint64_t kb;
+    FILE *f;
+
+    memset(ret, 0, sizeof(*ret));
+    (void)snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof(line), f)) {
+        size_t hex = strspn(line, "0123456789abcdef");
+        int off = 0;
+
+        /* A mapping's header: "start-end perms offset dev inode [pathname]". */
+        if (hex && line[hex] == '-' && sscanf(line, "%*s %*s %*s %*s %*s%n", &off) >= 0 && off) {
+            const char *name = line + off + strspn(line + off, " \t");
+
+            kind = !strncmp(name, "[heap]", 6) ? HEAP : *name && *name != '\n' ? OTHER : ANON;
+        } else if (!strncmp(line, "Rss:", 4)) {
+            kb = strtoull(line + 4, NULL, 10);
+            if (kind == HEAP)
+                ret->heap_kb += kb;
+            else if (kind == ANON)
+                ret->anon_kb += kb;
+        }
+    }
+    (void)fclose(f);
+}
+
+static bool daemon_alive(int *ret_status)
+{
+    int status = 0;
+
+    if (daemon_pid <= 0)
+        return false;
+    if (waitpid(daemon_pid, &status, WNOHANG) == daemon_pid) {
+        daemon_pid = 0;
+        *ret_status = status;
+        return false;
+    }
+    return true;
+}
+
+static void describe_status(int status, char *out, size_t len)
+{
+    if (WIFEXITED(status))
+        (void)snprintf(out, len, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        (void)snprintf(out, len, "killed by signal %d (%s)", WTERMSIG(status),
+                       strsignal(WTERMSIG(status)));
+    else
+        (void)snprintf(out, len, "status 0x%x", status);
+}
+
+static void print_daemon_log(int max_lines)
+{
+    char line[1024];
+    int shown = 0;
+    FILE *f = fopen(log_path, "r");
+
+    if (!f)
+        return;
+    while (fgets(line, sizeof(line), f) && shown < max_lines) {
+        (void)fprintf(stderr, "  | %s", line);
+        shown++;
+    }
+    (void)fclose(f);
+}
+
+static int start_daemon(const char *exe)
+{
+    pid_t parent = getpid();
+    struct stat st;
+    int status = 0;
+    pid_t pid;
+
+    pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+        /* Dies with us, whatever happens to us. */
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        if (fd >= 0) {
+            (void)dup2(fd, STDOUT_FILENO);
+            (void)dup2(fd, STDERR_FILENO);
+        }
+        execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
+              "--log-level", "info", (char *)NULL);
+        (void)fprintf(stderr, "bench-daemon: cannot run %s: %s\n", exe, strerror(errno));
+        _exit(127);
+    }
+    daemon_pid = pid;
+    for (int i = 0; i < 500; i++) {
+        if (stat(sock_path, &st) == 0 && S_ISSOCK(st.st_mode))
+            return 0;
+        if (!daemon_alive(&status)) {
+            char what[96];
+
+            describe_status(status, what, sizeof(what));
+            (void)fprintf(stderr, "bench-daemon: fleetprofd %s before listening; its log:\n", what);
+            print_daemon_log(40);
+            return -ECHILD;
+        }
+        sleep_ms(10);
+    }
+    (void)fprintf(stderr, "bench-daemon: fleetprofd did not create %s within 5 s\n", sock_path);
+    return -ETIMEDOUT;
+}
+
+/* ---- StatusRequest: the daemon's own view, compared with the simulators' ------------------ */
+
+struct status_query {
+    uv_timer_t timer;
+    struct ipc_conn *conn;
+    bool got;
+    uint32_t children;
+    uint64_t unreleased_bytes, released_bytes, limit_bytes;
+    uint64_t max_age_ms;     /* oldest last update among the children */
+    uint32_t stale_children; /* children whose last update is older than 1 s */
+};
+
+static void status_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *data)
+{
+    struct status_query *q = data;
+    const Fleetprof__StatusReport *rep = env->status_report;
+
+    if (env->msg_case != FLEETPROF__ENVELOPE__MSG_STATUS_REPORT)
+        return;
+    q->got = true;
+    q->limit_bytes = rep->global_limit_bytes;
+    if (rep->totals) {
+        q->children = rep->totals->children;
+        q->unreleased_bytes = rep->totals->unreleased_bytes;
+        q->released_bytes = rep->totals->released_bytes;
+    }
+    for (size_t i = 0; i < rep->n_children; i++) {
+        uint64_t age = rep->children[i]->last_update_age_ms;
+
+        if (age > q->max_age_ms)
+            q->max_age_ms = age;
+        q->stale_children += age > 1000;
+    }
+    ipc_conn_close(conn);
+}
+
+static void status_on_close(struct ipc_conn *conn, int error, const char *reason, void *data)
+{
+    struct status_query *q = data;
+
+    (void)conn;
+    (void)error;
+    (void)reason;
+    q->conn = NULL;
+    if (!uv_is_closing((uv_handle_t *)&q->timer))
+        uv_close((uv_handle_t *)&q->timer, NULL);
+}
+
+static void status_on_timeout(uv_timer_t *t)
+{
+    struct status_query *q = (struct status_query *)t;
+
+    if (q->conn)
+        ipc_conn_close(q->conn);
+}
+
+static int query_status(struct status_query *q)
+{
+    static const struct ipc_conn_callbacks cbs = {.on_message = status_on_message,
+                                                  .on_close = status_on_close};
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__StatusRequest req = FLEETPROF__STATUS_REQUEST__INIT;
+    uv_loop_t loop;
+    int r;
+
+    memset(q, 0, sizeof(*q));
+    r = uv_loop_init(&loop);
+    if (r < 0)
+        return r;
+    (void)uv_timer_init(&loop, &q->timer);
+    r = ipc_conn_connect(&loop, sock_path, NULL, &cbs, q, &q->conn);
+    if (r < 0) {
+        uv_close((uv_handle_t *)&q->timer, NULL);
+    } else {
+        req.id = 1;
+        env.msg_case = FLEETPROF__ENVELOPE__MSG_STATUS_REQUEST;
+        env.status_request = &req;
+        (void)ipc_conn_send(q->conn, &env);
+        (void)uv_timer_start(&q->timer, status_on_timeout, 2000, 0);
+    }
+    (void)uv_run(&loop, UV_RUN_DEFAULT);
+    (void)uv_loop_close(&loop);
+    return r < 0 ? r : (q->got ? 0 : -ETIMEDOUT);
+}
+
+/* ---- measurements ------------------------------------------------------------------------ */
+
+struct fleet_sum {
+    uint64_t sent, answered, destroys, destroyed_chunks, stale_destroys, local_destroyed;
+    uint64_t released_chunks, held_bytes, connect_retries, unexpected;
+    uint64_t rtt_hist[RTT_BUCKETS], rtt_max_ns;
+    int states[SIM_FINISHED + 1];
+};
+
+static void fleet_sum(const struct sim_shared *sh, int n, struct fleet_sum *s)
+{
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < n; i++) {
+        const struct sim_slot *k = &sh->slot[i];
+        int state = atomic_load(&k->state);
+
+        s->sent += atomic_load(&k->sent);
+        s->answered += atomic_load(&k->answered);
+        s->destroys += atomic_load(&k->destroys);
+        s->destroyed_chunks += atomic_load(&k->destroyed_chunks);
+        s->stale_destroys += atomic_load(&k->stale_destroys);
+        s->local_destroyed += atomic_load(&k->local_destroyed);
+        s->released_chunks += atomic_load(&k->released_chunks);
+        s->held_bytes += atomic_load(&k->held_bytes);
+        s->connect_retries += atomic_load(&k->connect_retries);
+        s->unexpected += atomic_load(&k->unexpected);
+        for (int b = 0; b < RTT_BUCKETS; b++)
+            s->rtt_hist[b] += atomic_load(&k->rtt_hist[b]);
+        if (atomic_load(&k->rtt_max_ns) > s->rtt_max_ns)
+            s->rtt_max_ns = atomic_load(&k->rtt_max_ns);
+        if (state >= 0 && state <= SIM_FINISHED)
+            s->states[state]++;
+    }
+}
+
+/* CPU ns of the whole simulator fleet (context: the machine's other load). */
+static uint64_t fleet_cpu_ns(void)
+{
+    uint64_t total = 0, run, wait;
+
+    for (int i = 0; i < child_count; i++) {
+        if (child_pids[i] > 0) {
+            read_schedstat(child_pids[i], &run, &wait);
+            total += run;
+        }
+    }
+    return total;
+}
+
+struct snap {
+    double t_s;
+    uint64_t ticks, sched_ns, sched_wait_ns, fleet_ns, rss_kb;
+    struct fleet_sum f;
+};
+
+static void take_snap(const struct sim_shared *sh, struct snap *s)
+{
+    s->t_s = mono_s();
+    if (read_cpu_ticks(daemon_pid, &s->ticks) < 0)
+        s->ticks = 0;
+    read_schedstat(daemon_pid, &s->sched_ns, &s->sched_wait_ns);
+    s->rss_kb = read_rss_kb(daemon_pid);
+    s->fleet_ns = fleet_cpu_ns();
+    fleet_sum(sh, child_count, &s->f);
+}
+
+/* The largest fleet memory seen in a phase, and when (s since the fleet started). */
+struct held_max {
+    uint64_t bytes;
+    double at_s;
+};
+
+/* Samples the fleet's simulated memory for ms milliseconds into *m. */
+static void watch_fleet(const struct sim_shared *sh, unsigned ms, double t_fleet,
+                        struct held_max *m)
+{
+    double end = mono_s() + ms / 1000.0;
+    struct fleet_sum f;
+
+    while (mono_s() < end) {
+        fleet_sum(sh, child_count, &f);
+        if (f.held_bytes > m->bytes) {
+            m->bytes = f.held_bytes;
+            m->at_s = mono_s() - t_fleet;
+        }
+        sleep_ms(SAMPLE_MS);
+    }
+}
+
+/* Quantile of a log2 histogram, as its bucket's upper bound in microseconds. */
+static double hist_quantile(const uint64_t *a, const uint64_t *b, double q)
+{
+    uint64_t total = 0, seen = 0;
+
+    for (int i = 0; i < RTT_BUCKETS; i++)
+        total += b[i] - a[i];
+    for (int i = 0; i < RTT_BUCKETS; i++) {
+        seen += b[i] - a[i];
+        if (total && (double)seen >= q * (double)total)
+            return (double)(2ull << i);
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+    double tmp[WINDOWS];
+
+    memcpy(tmp, v, (size_t)n * sizeof(*v));
+    qsort(tmp, (size_t)n, sizeof(*tmp), cmp_double);
+    return tmp[n / 2];
+}
+
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+
+    for (int i = 1; i < n; i++)
+        if (v[i] < m)
+            m = v[i];
+    return m;
+}
+
+static double max_of(const double *v, int n)
+{
+    double m = v[0];
+
+    for (int i = 1; i < n; i++)
+        if (v[i] > m)
+            m = v[i];
+    return m;
+}
+
+/* Counts the daemon's warnings and errors, and shows the first few of them. */
+static void summarize_daemon_log(void)
+{
+    char line[1024];
+    int warnings = 0, errors = 0, connected = 0, left = 0, shown = 0;
+    FILE *f = fopen(log_path, "r");
+
+    if (!f) {
+        printf("daemon log: unreadable (%s)\n", strerror(errno));
+        return;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        bool w = strstr(line, " warning: ") != NULL, e = strstr(line, " error: ") != NULL;
+
+        connected += strstr(line, ") connected") != NULL;
+        left += strstr(line, ") left") != NULL;
+        warnings += w;
+        errors += e;
+        if ((w || e) && shown < SHOWN_LOG_LINES) {
+            printf("  daemon: %s", line);
+            shown++;
+        }
+    }
+    (void)fclose(f);
+    printf("daemon log: %d children connected, %d left, %d warnings, %d errors\n", connected, left,
+           warnings, errors);
+}
+
+static void usage(void)
+{
+    (void)fprintf(stderr,
+                  "usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--period-ms MS]\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *exe = "build/daemon/fleetprofd";
+    int children = DEFAULT_CHILDREN;
+    unsigned period_ms = DEFAULT_PERIOD_MS;
+    struct sim_shared *shared;
+    size_t shared_bytes;
+    struct snap snaps[WINDOWS + 1];
+    double us_per_update[WINDOWS], sched_us_per_update[WINDOWS], cpu_pct[WINDOWS];
+    double updates_per_s[WINDOWS], rss_kb[WINDOWS], fleet_pct[WINDOWS], wait_pct[WINDOWS];
+    uint64_t rss0_kb, rss_after_kb, bound;
+    struct rss_split split0, split1;
+    struct held_max warm_max = {0, 0}, steady_max = {0, 0};
+    struct fleet_sum f;
+    struct status_query q;
+    double t_connect, t0, t_fleet;
+    long clk_tck = sysconf(_SC_CLK_TCK);
+    int connected, status = 0, exit_code = 0;
+    char what[96];
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--children") && i + 1 < argc) {
+            children = (int)strtol(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--period-ms") && i + 1 < argc) {
+            period_ms = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (argv[i][0] != '-') {
+            exe = argv[i];
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (children < 1 || children > 4096 || period_ms < 1 || period_ms > 10000) {
+        usage();
+        return 2;
+    }
+    if (access(exe, X_OK) < 0) {
+        (void)fprintf(stderr, "bench-daemon: %s: %s (pass the path to fleetprofd)\n", exe,
+                      strerror(errno));
+        return 1;
+    }
+
+    /* Writing to a simulator that died must not kill us (ipc/uv-ipc.h). */
+    (void)signal(SIGPIPE, SIG_IGN);
+    (void)snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/bench-daemon-XXXXXX");
+    if (!mkdtemp(tmp_dir)) {
+        tmp_dir[0] = '\0';
+        (void)fprintf(stderr, "bench-daemon: mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    (void)snprintf(sock_path, sizeof(sock_path), "%s/fleetprof.sock", tmp_dir);
+    (void)snprintf(log_path, sizeof(log_path), "%s/fleetprofd.log", tmp_dir);
+    (void)setenv("BENCH_DAEMON_SOCKET", sock_path, 1);
+
+    child_pids = calloc((size_t)children, sizeof(*child_pids));
+    shared_bytes = sizeof(*shared) + (size_t)children * sizeof(shared->slot[0]);
+    shared = mmap(NULL, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (!child_pids || shared == MAP_FAILED) {
+        (void)fprintf(stderr, "bench-daemon: out of memory\n");
+        (void)rmdir(tmp_dir);
+        return 1;
+    }
+    (void)atexit(cleanup);
+    (void)signal(SIGINT, on_fatal_signal);
+    (void)signal(SIGTERM, on_fatal_signal);
+    (void)signal(SIGHUP, on_fatal_signal);
+
+    if (start_daemon(exe) < 0)
+        return 1;
+    sleep_ms(300);
+    rss0_kb = read_rss_kb(daemon_pid);
+    read_rss_split(daemon_pid, &split0);
+
+    /* The fleet: one process per connection. */
+    (void)fflush(stdout);
+    (void)fflush(stderr);
+    t_fleet = t0 = mono_s();
+    for (int i = 0; i < children; i++) {
+        pid_t parent = getpid(), pid = fork();
+
+        if (pid < 0) {
+            (void)fprintf(stderr, "bench-daemon: fork #%d: %s\n", i, strerror(errno));
+            return 1;
+        }
+        if (pid == 0) {
+            (void)signal(SIGINT, SIG_DFL);
+            (void)signal(SIGTERM, SIG_DFL);
+            (void)signal(SIGHUP, SIG_DFL);
+            (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent)
+                _exit(1);
+            _exit(sim_main(shared, i, children, period_ms)); /* never our atexit handler */
+        }
+        child_pids[i] = pid;
+        child_count = i + 1;
+    }
+    for (;;) {
+        fleet_sum(shared, child_count, &f);
+        if (f.states[SIM_STARTING] + f.states[SIM_CONNECTING] == 0 ||
+            mono_s() - t0 > CONNECT_WAIT_MS / 1000.0)
+            break;
+        if (!daemon_alive(&status))
+            break;
+        sleep_ms(5);
+    }
+    t_connect = mono_s() - t0;
+    connected = f.states[SIM_WELCOMED];
+    printf("fleet: %d/%d children welcomed in %.2f s (%llu connect retries, %d refused, "
+           "%d failed to connect, %d lost)\n",
+           connected, children, t_connect, (unsigned long long)f.connect_retries,
+           f.states[SIM_REFUSED], f.states[SIM_FAILED], f.states[SIM_LOST]);
+    for (int i = 0, shown = 0; i < children && shown < 5; i++) {
+        if (shared->slot[i].reason[0]) {
+            printf("  child #%d: %s\n", i, shared->slot[i].reason);
+            shown++;
+        }
+    }
+    if (!daemon_alive(&status)) {
+        describe_status(status, what, sizeof(what));
+        (void)fprintf(stderr, "bench-daemon: fleetprofd %s while the fleet connected; its log:\n",
+                      what);
+        print_daemon_log(40);
+        return 1;
+    }
+    if (connected == 0) {
+        (void)fprintf(stderr, "bench-daemon: no child was welcomed\n");
+        return 1;
+    }
+
+    /* Warm-up: the fleet fills the global limit within a second; then steady state. */
+    watch_fleet(shared, WARMUP_MS, t_fleet, &warm_max);
+    take_snap(shared, &snaps[0]);
+    for (int w = 0; w < WINDOWS; w++) {
+        double dt, cpu_s;
+        uint64_t upd;
+
+        watch_fleet(shared, WINDOW_MS, t_fleet, &steady_max);
+        take_snap(shared, &snaps[w + 1]);
+        dt = snaps[w + 1].t_s - snaps[w].t_s;
+        cpu_s = (double)(snaps[w + 1].ticks - snaps[w].ticks) / (double)clk_tck;
+        upd = snaps[w + 1].f.answered - snaps[w].f.answered;
+        us_per_update[w] = upd ? cpu_s * 1e6 / (double)upd : 0;
+        sched_us_per_update[w] =
+                upd ? (double)(snaps[w + 1].sched_ns - snaps[w].sched_ns) / 1e3 / (double)upd : 0;
+        cpu_pct[w] = 100.0 * cpu_s / dt;
+        updates_per_s[w] = (double)upd / dt;
+        rss_kb[w] = (double)snaps[w + 1].rss_kb;
+        fleet_pct[w] = 100.0 * (double)(snaps[w + 1].fleet_ns - snaps[w].fleet_ns) / 1e9 / dt;
+        wait_pct[w] =
+                100.0 * (double)(snaps[w + 1].sched_wait_ns - snaps[w].sched_wait_ns) / 1e9 / dt;
+    }
+    read_rss_split(daemon_pid, &split1);
+    fleet_sum(shared, child_count, &f);
+    connected = f.states[SIM_WELCOMED];
+    if (query_status(&q) < 0)
+        printf("daemon status: no StatusReport within 2 s\n");
+
+    /* Orderly end: every simulator sends Final and closes, as a real child at exit. */
+    atomic_store(&shared->stop, 1);
+    t0 = mono_s();
+    for (int left = child_count; left > 0 && mono_s() - t0 < STOP_WAIT_MS / 1000.0;) {
+        for (int i = 0; i < child_count; i++) {
+            if (child_pids[i] > 0 && waitpid(child_pids[i], NULL, WNOHANG) == child_pids[i]) {
+                child_pids[i] = 0;
+                left--;
+            }
+        }
+        sleep_ms(10);
+    }
+    {
+        struct fleet_sum end;
+
+        fleet_sum(shared, child_count, &end);
+        for (int i = 0; i < child_count; i++) {
+            if (child_pids[i] > 0) {
+                (void)kill(child_pids[i], SIGKILL);
+                (void)waitpid(child_pids[i], NULL, 0);
+                child_pids[i] = 0;
+            }
+        }
+        printf("fleet stop: %d finished in order, %d lost before the stop\n",
+               end.states[SIM_FINISHED], end.states[SIM_LOST]);
+    }
+    sleep_ms(500);
+    rss_after_kb = read_rss_kb(daemon_pid);
+    if (!daemon_alive(&status)) {
+        describe_status(status, what, sizeof(what));
+        printf("fleetprofd %s during the run (expected to be alive)\n", what);
+        exit_code = 1;
+    } else {
+        (void)kill(daemon_pid, SIGTERM);
+        for (int i = 0; i < 300 && daemon_alive(&status); i++)
+            sleep_ms(10);
+        if (daemon_pid > 0) {
+            printf("fleetprofd ignored SIGTERM for 3 s: killed\n");
+            (void)kill(daemon_pid, SIGKILL);
+            (void)waitpid(daemon_pid, &status, 0);
+            daemon_pid = 0;
+        }
+        describe_status(status, what, sizeof(what));
+        printf("fleetprofd after SIGTERM: %s\n", what);
+    }
+    summarize_daemon_log();
+
+    /* Results. */
+    {
+        const struct snap *a = &snaps[0], *b = &snaps[WINDOWS];
+        double dt = b->t_s - a->t_s;
+        uint64_t upd = b->f.answered - a->f.answered, sent = b->f.sent - a->f.sent;
+        double cpu_s = (double)(b->ticks - a->ticks) / (double)clk_tck;
+        double us_med = median(us_per_update, WINDOWS), pct_med = median(cpu_pct, WINDOWS);
+        double ups_med = median(updates_per_s, WINDOWS), rss_med = median(rss_kb, WINDOWS);
+        /* RSS only grows while the controller's log fills (CTL_LOG_MAX entries, then it stays
+         * at that size): the last sample is the steady state. */
+        double rss_end = rss_kb[WINDOWS - 1];
+        double per_child_kb = connected ? (rss_end - (double)rss0_kb) / connected : 0;
+
+        bound = GLOBAL_LIMIT_BYTES + 2 * CHUNK_BYTES * (uint64_t)children;
+        printf("\n%d simulated children, one 256 KiB chunk each per %u ms, --global-limit 256M;"
+               " %d windows of %.1f s after %.1f s of warm-up\n",
+               children, period_ms, WINDOWS, WINDOW_MS / 1000.0, WARMUP_MS / 1000.0);
+        printf("%-44s %12s %12s %12s %10s\n", "daemon benchmark", "median", "min", "max", "unit");
+        printf("%-44s %12.2f %12.2f %12.2f %10s\n", "daemon CPU per update (/proc stat)", us_med,
+               min_of(us_per_update, WINDOWS), max_of(us_per_update, WINDOWS), "us");
+        printf("%-44s %12.2f %12.2f %12.2f %10s\n", "daemon CPU per update (schedstat)",
+               median(sched_us_per_update, WINDOWS), min_of(sched_us_per_update, WINDOWS),
+               max_of(sched_us_per_update, WINDOWS), "us");
+        printf("%-44s %12.1f %12.1f %12.1f %10s\n", "daemon CPU", pct_med, min_of(cpu_pct, WINDOWS),
+               max_of(cpu_pct, WINDOWS), "% core");
+        printf("%-44s %12.0f %12.0f %12.0f %10s\n", "updates handled", ups_med,
+               min_of(updates_per_s, WINDOWS), max_of(updates_per_s, WINDOWS), "1/s");
+        printf("%-44s %12.0f %12.0f %12.0f %10s\n", "daemon RSS, children connected", rss_med,
+               min_of(rss_kb, WINDOWS), max_of(rss_kb, WINDOWS), "kB");
+        printf("%-44s %12.1f %12.1f %12.1f %10s\n", "daemon runnable, waiting for a CPU",
+               median(wait_pct, WINDOWS), min_of(wait_pct, WINDOWS), max_of(wait_pct, WINDOWS),
+               "% time");
+        printf("%-44s %12.1f %12.1f %12.1f %10s\n", "simulator fleet CPU (context)",
+               median(fleet_pct, WINDOWS), min_of(fleet_pct, WINDOWS), max_of(fleet_pct, WINDOWS),
+               "% core");
+        printf("update -> next poll, seen by the children: p50 <= %.0f us, p99 <= %.0f us, "
+               "p99.9 <= %.0f us in the window; max %.1f ms over the run\n",
+               hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.5),
+               hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.99),
+               hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.999), (double)f.rtt_max_ns / 1e6);
+        printf("whole window: %.2f s, %llu updates sent, %llu handled (%.0f/s), daemon CPU %.2f s"
+               " = %.2f us/update, %.1f%%\n",
+               dt, (unsigned long long)sent, (unsigned long long)upd, (double)upd / dt, cpu_s,
+               upd ? cpu_s * 1e6 / (double)upd : 0.0, 100.0 * cpu_s / dt);
+        printf("chunks: %llu released, %llu destroy requests seen (%.0f/s in the window, %llu "
+               "destroyed nothing), %llu chunks destroyed on request, %llu by a local limit\n",
+               (unsigned long long)f.released_chunks, (unsigned long long)f.destroys,
+               (double)(b->f.destroys - a->f.destroys) / dt, (unsigned long long)f.stale_destroys,
+               (unsigned long long)f.destroyed_chunks, (unsigned long long)f.local_destroyed);
+        printf("daemon RSS: %llu kB with 0 children, %.0f kB with %d at the end of the window, "
+               "%llu kB after they left => %.1f kB per child\n",
+               (unsigned long long)rss0_kb, rss_end, connected, (unsigned long long)rss_after_kb,
+               per_child_kb);
+        printf("daemon RSS split: [heap] %llu -> %llu kB (%.1f kB per child), anonymous mappings "
+               "%llu -> %llu kB (large allocations, e.g. the controller log)\n",
+               (unsigned long long)split0.heap_kb, (unsigned long long)split1.heap_kb,
+               connected ? (double)(split1.heap_kb - split0.heap_kb) / connected : 0.0,
+               (unsigned long long)split0.anon_kb, (unsigned long long)split1.anon_kb);
+        printf("fleet memory (simulated unreleased + released, sampled every %d ms): max %.1f "
+               "MiB in the window, %.1f MiB in the warm-up (at %.2f s); bound (limit + 2 chunks "
+               "per process) %.1f MiB: %s\n",
+               SAMPLE_MS, (double)steady_max.bytes / (1 << 20), (double)warm_max.bytes / (1 << 20),
+               warm_max.at_s, (double)bound / (1 << 20),
+               steady_max.bytes <= bound && warm_max.bytes <= bound
+                       ? "ok"
+                       : "EXCEEDED (design invariant 1)");
+        if (q.got)
+            printf("daemon status: %u children, unreleased %.1f MiB + released %.1f MiB = %.1f "
+                   "MiB of %.0f MiB limit; oldest last update %llu ms ago, %u children "
+                   "silent > 1 s\n",
+                   q.children, (double)q.unreleased_bytes / (1 << 20),
+                   (double)q.released_bytes / (1 << 20),
+                   (double)(q.unreleased_bytes + q.released_bytes) / (1 << 20),
+                   (double)q.limit_bytes / (1 << 20), (unsigned long long)q.max_age_ms,
+                   q.stale_children);
+        if (f.unexpected)
+            printf("simulators saw %llu unexpected messages\n", (unsigned long long)f.unexpected);
+        printf("BENCH daemon.update_handling_us %.2f us\n", us_med);
+        printf("BENCH daemon.cpu_pct_256_children %.1f %%\n", pct_med);
+        printf("BENCH daemon.rss_per_child_kB %.1f kB\n", per_child_kb);
+    }
+    return exit_code;
+}

@@ -1,0 +1,142 @@
+"""A tiny protobuf encoder/decoder for the integration tests: enough of fleetprof.proto's
+wire format (varints and length-delimited fields) to play a child or a tool that behaves in
+exactly the way a test needs, including badly."""
+import socket
+
+
+def varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field(num, value):
+    if isinstance(value, (bytes, str)):
+        value = value.encode() if isinstance(value, str) else value
+        return varint(num << 3 | 2) + varint(len(value)) + value
+    return varint(num << 3) + varint(value)
+
+
+def frame(env_field, *fields):
+    body = field(env_field, b"".join(fields))
+    return varint(len(body)) + body
+
+
+def read_frames(sock, timeout=5):
+    """Yields (envelope field number, {field: [values]}) for frames read until timeout."""
+    sock.settimeout(timeout)
+    buf = b""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            return
+        if not data:
+            return
+        buf += data
+        while True:
+            n, shift, i = 0, 0, 0
+            while i < len(buf):
+                n |= (buf[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not buf[i - 1] & 0x80:
+                    break
+            else:
+                break
+            if len(buf) - i < n:
+                break
+            body, buf = buf[i:i + n], buf[i + n:]
+            yield parse(body)
+
+
+def parse(body):
+    fields, i = {}, 0
+    while i < len(body):
+        key, shift = 0, 0
+        while True:
+            key |= (body[i] & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not body[i - 1] & 0x80:
+                break
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            v, shift = 0, 0
+            while True:
+                v |= (body[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not body[i - 1] & 0x80:
+                    break
+        else:
+            n, shift = 0, 0
+            while True:
+                n |= (body[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not body[i - 1] & 0x80:
+                    break
+            v, i = body[i:i + n], i + n
+        fields.setdefault(num, []).append(v)
+    (num, sub), = fields.items()
+    return num, parse_flat(sub[0])
+
+
+def parse_flat(body):
+    out, i = {}, 0
+    while i < len(body):
+        key, shift = 0, 0
+        while True:
+            key |= (body[i] & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not body[i - 1] & 0x80:
+                break
+        num, wire = key >> 3, key & 7
+        v, shift = 0, 0
+        if wire == 0:
+            while True:
+                v |= (body[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not body[i - 1] & 0x80:
+                    break
+        else:
+            n = 0
+            while True:
+                n |= (body[i] & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not body[i - 1] & 0x80:
+                    break
+            v, i = body[i:i + n], i + n
+        out.setdefault(num, []).append(v)
+    return out
+
+
+
+
+CAPTURE_REQUEST, CAPTURE_RESULT, ERROR = 30, 35, 18
+
+
+def capture(sock_path, output_path, timeout=60):
+    """Asks the daemon for a capture; returns (result fields, error fields) as dicts."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+    try:
+        s.sendall(frame(CAPTURE_REQUEST, field(1, 1), field(2, output_path)))
+        for num, msg in read_frames(s, timeout=timeout):
+            if num == CAPTURE_RESULT:
+                return msg, None
+            if num == ERROR:
+                return None, msg
+    finally:
+        s.close()
+    raise AssertionError("no capture result from the daemon")
