@@ -41,9 +41,10 @@ static struct {
     bool loop_ready;             /* loop and wake initialised (for the fork child) */
     struct buf_update_slot slot; /* the manager's callback folds here */
     _Atomic int update_pending;  /* set by the callback, cleared by the sampler's wake */
-    _Atomic int connected;
-    _Atomic int exiting; /* send Final and close */
-    uint64_t poll_id;    /* IPC thread only: outstanding poll, 0 = none */
+    _Atomic int connected;       /* welcomed: settings applied */
+    _Atomic int linked;          /* the socket is open (Hello sent): exit profiles can go */
+    _Atomic int exiting;         /* send Final and close */
+    uint64_t poll_id;            /* IPC thread only: outstanding poll, 0 = none */
     uint64_t next_id;
     char socket_path[4096];
     pthread_mutex_t done_lock;
@@ -162,7 +163,9 @@ static void apply_welcome(const Fleetprof__Welcome *w)
 
 bool rt_ipc_connected(void)
 {
-    return atomic_load(&ipc.connected) && !atomic_load(&ipc.exiting);
+    /* Not "welcomed": a process that lives a few milliseconds may end before the Welcome
+     * arrives, and its exit profile is still wanted. */
+    return atomic_load(&ipc.linked) && !atomic_load(&ipc.exiting);
 }
 
 /* Puts finished JSON (or an error) in the outbox and wakes the IPC thread. Takes json. */
@@ -374,6 +377,7 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
         rt_debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
     ipc.conn = NULL;
     atomic_store(&ipc.connected, 0);
+    atomic_store(&ipc.linked, 0);
     /* The wake handle stays open until rt_ipc_stop() (the thread idles in its loop
      * meanwhile): closing it here would race with a uv_async_send from the exit path. */
     if (atomic_load(&ipc.exiting) && !uv_is_closing((uv_handle_t *)&ipc.wake))
@@ -438,15 +442,7 @@ static void send_hello(void)
 
 static void *ipc_main(void *arg)
 {
-    static const struct ipc_conn_callbacks cbs = {.on_message = on_message, .on_close = on_close};
-    int r;
-
     (void)arg;
-    r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, &ipc.conn);
-    if (r < 0) /* the thread then idles until rt_ipc_stop() */
-        rt_debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
-    else
-        send_hello();
     (void)uv_run(&ipc.loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(&ipc.loop);
     ipc.loop_ready = false;
@@ -483,6 +479,20 @@ int rt_ipc_start(const char *socket_path)
         return r;
     }
     ipc.loop_ready = true;
+    /* Connect here, before the thread runs the loop: a Unix-socket connect completes at
+     * once, and a process that ends a moment after starting still has its connection. */
+    {
+        static const struct ipc_conn_callbacks cbs = {.on_message = on_message,
+                                                      .on_close = on_close};
+
+        r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, &ipc.conn);
+        if (r < 0) { /* the thread then idles until rt_ipc_stop() */
+            rt_debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
+        } else {
+            send_hello();
+            atomic_store(&ipc.linked, 1);
+        }
+    }
     buf_chunked_buffer_set_update_cb(rt.buffer, on_chunk_update, &ipc.slot);
     r = rt_create_internal_thread(&ipc.thread, ipc_main, NULL);
     if (r < 0) {

@@ -20,6 +20,23 @@
 #include "child/include/fleetprof.h"
 #include "child/runtime-internal.h"
 
+/* TSan calls dl_iterate_phdr (ours) while initializing, before it can run instrumented code. */
+#if defined(__SANITIZE_THREAD__)
+#define RT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RT_TSAN 1
+#endif
+#endif
+#ifndef RT_TSAN
+#define RT_TSAN 0
+#endif
+#if defined(__has_attribute) && __has_attribute(disable_sanitizer_instrumentation)
+#define RT_NO_TSAN __attribute__((disable_sanitizer_instrumentation))
+#else
+#define RT_NO_TSAN
+#endif
+
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef void *(*dlopen_fn)(const char *, int);
 typedef int (*dlclose_fn)(void *);
@@ -32,8 +49,14 @@ static dlclose_fn real_dlclose;
 static dl_iterate_phdr_fn real_dl_iterate_phdr;
 static exit_fn real__exit;
 static exit_fn real__Exit;
+static _Atomic unsigned loader_generation; /* bumped by every dlopen and dlclose */
 
-static void resolve_real_functions(void)
+unsigned rt_loader_generation(void)
+{
+    return atomic_load_explicit(&loader_generation, memory_order_acquire);
+}
+
+RT_NO_TSAN static void resolve_real_functions(void)
 {
     /* ISO C has no cast from void * to a function pointer; POSIX's dlsym documentation
      * gives this assignment through a void ** as the portable form. */
@@ -51,6 +74,8 @@ static void resolve_real_functions(void)
         *(void **)&real__Exit = dlsym(RTLD_NEXT, "_Exit");
 }
 
+static __thread int creating_internal;
+
 struct thread_start {
     void *(*start)(void *);
     void *arg;
@@ -66,8 +91,8 @@ static void *registered_start(void *p)
     return ts.start(ts.arg);
 }
 
-FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                                    void *(*start)(void *), void *arg)
+RT_NO_TSAN FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                               void *(*start)(void *), void *arg)
 {
     struct thread_start *ts;
     int r;
@@ -76,7 +101,7 @@ FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *att
         resolve_real_functions();
     if (!real_pthread_create)
         return EAGAIN;
-    if (!atomic_load(&rt.running))
+    if (RT_TSAN || !atomic_load(&rt.running) || creating_internal)
         return real_pthread_create(thread, attr, start, arg);
     ts = malloc(sizeof(*ts));
     if (!ts) /* still create the thread: profiling must not change the program */
@@ -102,12 +127,21 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
      * never delivered to the profiler's threads. */
     (void)sigfillset(&all);
     (void)pthread_sigmask(SIG_SETMASK, &all, &old);
-    r = real_pthread_create(thread, NULL, start, arg);
+    creating_internal = 1;
+    {
+        pthread_create_fn first;
+
+        /* The first definition in the process: a sanitizer's interceptor if the program
+         * has one (it must see every thread), else ours, which passes straight through. */
+        *(void **)&first = dlsym(RTLD_DEFAULT, "pthread_create");
+        r = (first ? first : real_pthread_create)(thread, NULL, start, arg);
+    }
+    creating_internal = 0;
     (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
     return -r;
 }
 
-FLEETPROF_EXPORT void *dlopen(const char *file, int mode)
+RT_NO_TSAN FLEETPROF_EXPORT void *dlopen(const char *file, int mode)
 {
     void *handle;
 
@@ -116,10 +150,11 @@ FLEETPROF_EXPORT void *dlopen(const char *file, int mode)
     rt_in_loader++;
     handle = real_dlopen(file, mode);
     rt_in_loader--;
+    atomic_fetch_add_explicit(&loader_generation, 1, memory_order_release);
     return handle;
 }
 
-FLEETPROF_EXPORT int dlclose(void *handle)
+RT_NO_TSAN FLEETPROF_EXPORT int dlclose(void *handle)
 {
     int r;
 
@@ -128,11 +163,12 @@ FLEETPROF_EXPORT int dlclose(void *handle)
     rt_in_loader++;
     r = real_dlclose(handle);
     rt_in_loader--;
+    atomic_fetch_add_explicit(&loader_generation, 1, memory_order_release);
     return r;
 }
 
-FLEETPROF_EXPORT int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
-                                     void *data)
+RT_NO_TSAN FLEETPROF_EXPORT int
+dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *), void *data)
 {
     int r;
 

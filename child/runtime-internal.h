@@ -36,7 +36,7 @@ enum rt_stackwalk {
 };
 
 struct rt_config {
-    uint64_t interval_ns;
+    _Atomic uint64_t interval_ns; /* the daemon's Welcome may change it while sampling */
     uint64_t buffer_bytes;
     uint32_t chunk_bytes;
     enum rt_stackwalk stackwalk;
@@ -124,7 +124,7 @@ struct rt {
     struct rt_config cfg;
     int32_t pid;
     uint64_t start_ns;
-    double start_epoch_ms;
+    _Atomic double start_epoch_ms; /* aligned to the daemon's clock by its Welcome */
     struct buf_chunk_manager *manager;
     struct buf_chunked_buffer *buffer;
 
@@ -212,6 +212,8 @@ bool rt_ipc_connected(void);
 void rt_ipc_send_exit_profile(char *json, size_t len);
 const char *rt_program_name(void);
 
+/* preload.c: changes with every dlopen/dlclose through our wrappers (module lists). */
+unsigned rt_loader_generation(void);
 /* preload.c: threads of our own, never registered for sampling, all signals blocked. */
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
 void rt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

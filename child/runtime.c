@@ -324,6 +324,8 @@ void rt_handle_exit_signal(int sig)
     sigset_t set;
 
     write_exit_profile();
+    /* The exit profile leaves through the IPC thread: let it go before dying. */
+    rt_ipc_stop();
     (void)signal(sig, SIG_DFL);
     (void)sigemptyset(&set);
     (void)sigaddset(&set, sig);

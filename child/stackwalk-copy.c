@@ -8,6 +8,8 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <libunwind.h>
@@ -18,6 +20,61 @@ static unw_addr_space_t copy_space;
 static unw_accessors_t copy_accessors;
 static unw_accessors_t *local_accessors; /* borrowed from libunwind */
 
+/* Where reads outside the stack copy may go: the loaded modules' segments (unwind tables,
+ * code). Anything else (a corrupt or dead stack slot used as a pointer) is refused rather
+ * than dereferenced: a bad address must fail the unwind, not kill the sampler thread. The
+ * list is rebuilt when the loader's generation (bumped by our dlopen/dlclose) changes. */
+struct segment {
+    uint64_t start, end;
+};
+static struct segment *segments;
+static size_t segment_count, segment_cap;
+static unsigned segments_generation = ~0u;
+
+static int add_segments(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+        if (ph->p_type != PT_LOAD && ph->p_type != PT_GNU_EH_FRAME)
+            continue;
+        if (segment_count == segment_cap) {
+            size_t cap = segment_cap ? segment_cap * 2 : 64;
+            struct segment *grown = realloc(segments, cap * sizeof(*grown));
+
+            if (!grown)
+                return 1;
+            segments = grown;
+            segment_cap = cap;
+        }
+        segments[segment_count].start = info->dlpi_addr + ph->p_vaddr;
+        segments[segment_count].end = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+        segment_count++;
+    }
+    return 0;
+}
+
+static void refresh_segments(void)
+{
+    unsigned generation = rt_loader_generation();
+
+    if (generation == segments_generation)
+        return;
+    segment_count = 0;
+    (void)dl_iterate_phdr(add_segments, NULL);
+    segments_generation = generation;
+}
+
+static bool readable(uint64_t addr, size_t len)
+{
+    for (size_t i = 0; i < segment_count; i++)
+        if (addr >= segments[i].start && addr <= segments[i].end - len && segments[i].end >= len)
+            return true;
+    return false;
+}
+
 static int copy_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
                            void *arg)
 {
@@ -25,10 +82,13 @@ static int copy_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val
 
     if (write)
         return -UNW_EREADONLYREG;
-    if (addr >= c->regs.sp && addr + sizeof(*val) <= c->regs.sp + c->stack_copy_len) {
+    if (addr >= c->regs.sp && c->stack_copy_len >= sizeof(*val) &&
+        addr - c->regs.sp <= c->stack_copy_len - sizeof(*val)) {
         memcpy(val, c->stack_copy + (addr - c->regs.sp), sizeof(*val));
         return 0;
     }
+    if (!readable(addr, sizeof(*val)))
+        return -UNW_EINVAL;
     return local_accessors->access_mem(as, addr, val, write, NULL);
 }
 
@@ -159,6 +219,7 @@ void rt_stackwalk_unwind_copy(struct rt_capture *c)
     unw_cursor_t cursor;
     uint32_t n = 0;
 
+    refresh_segments();
     if (c->stack_copy_len > 0 && unw_init_remote(&cursor, copy_space, c) == 0) {
         do {
             unw_word_t ip;

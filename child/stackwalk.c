@@ -41,7 +41,7 @@ uint32_t rt_fp_walk(uint64_t *frames, uint32_t max, uint64_t ip, uint64_t sp, ui
     frames[n++] = ip;
     if (copy) /* walking a copy: only what was copied is readable */
         hi = sp + copy_len < hi ? sp + copy_len : hi;
-    while (n < max && fp >= lo && fp + 16 <= hi && (fp & 7) == 0) {
+    while (n < max && hi >= 16 && fp >= lo && fp <= hi - 16 && (fp & 7) == 0) {
         uint64_t next, ret;
 
         if (copy) {

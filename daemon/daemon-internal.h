@@ -41,7 +41,17 @@ struct conn {
     /* An exit profile arriving in pieces (ProfileData with exit set). */
     char *exit_data;
     size_t exit_len, exit_cap;
+    bool exit_profile_received;
     struct conn *next;
+};
+
+#define DEPARTURES_MAX 4096
+
+/* A child that ended without an exit profile: the next capture's log says so. */
+struct departure {
+    int32_t pid;
+    char name[64];
+    uint64_t time_ns;
 };
 
 /* A child's whole profile, sent as it exited, kept until the next capture. */
@@ -67,6 +77,9 @@ struct daemon {
     double start_epoch_ms;
     struct exit_profile *exit_profiles; /* owned list, oldest first */
     struct gather *gather;              /* the running capture, or NULL */
+    struct departure *departures;       /* children that ended without an exit profile */
+    size_t departure_count;             /* since the last capture, at most DEPARTURES_MAX */
+    uint64_t departures_dropped;
     bool closing;
     void (*close_done)(void *);
     void *close_userdata;
@@ -96,6 +109,8 @@ void daemon__gather_on_tool_gone(struct conn *c);
 void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req);
 /* Stores a complete exit profile (takes ownership of json). */
 void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len);
+/* Remembers a child that ended without an exit profile. */
+void daemon__departure_add(struct daemon *d, const struct conn *c);
 /* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
 void daemon__exit_profiles_free(struct daemon *d);

@@ -61,6 +61,7 @@ struct gather {
     int write_error;
     char message[512];
     uint64_t file_bytes;
+    uint64_t child_timeout_ns; /* the daemon's, or the capture request's own */
     bool finishing;
 };
 
@@ -147,6 +148,29 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
                 (int)c->pid, c->name, len);
     if (ctl_add_owned(d->ctl, e->receipt_ns, len, now, &a) == 0)
         daemon__apply_actions(d, &a);
+}
+
+void daemon__departure_add(struct daemon *d, const struct conn *c)
+{
+    struct departure *dep;
+
+    if (d->departure_count == DEPARTURES_MAX) {
+        d->departures_dropped++;
+        return;
+    }
+    if (!d->departures) {
+        d->departures = calloc(DEPARTURES_MAX, sizeof(*d->departures));
+        if (!d->departures) {
+            d->departures_dropped++;
+            return;
+        }
+    }
+    dep = &d->departures[d->departure_count++];
+    dep->pid = c->pid;
+    (void)snprintf(dep->name, sizeof(dep->name), "%s", c->name);
+    dep->time_ns = daemon__now_ns();
+    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) ended without sending an exit profile",
+                (int)c->pid, c->name);
 }
 
 /* Capture */
@@ -314,7 +338,7 @@ static void on_round(uv_timer_t *t)
                 used = sizeof(pids) - 1;
         }
         event(g, 0, "gave up waiting: no progress for %.0f ms from %s",
-              (double)g->d->opt.child_timeout_ns / 1e6, pids);
+              (double)g->child_timeout_ns / 1e6, pids);
         for (size_t i = 0; i < g->count; i++) {
             struct pending *p = &g->pending[i];
 
@@ -442,6 +466,7 @@ static void complete(struct gather *g)
         msg.path = g->path;
         msg.bytes = g->file_bytes;
         msg.processes = g->processes;
+        msg.given_up = g->given_up;
         msg.error = g->write_error ? g->message : (char *)"";
         env.msg_case = FLEETPROF__ENVELOPE__MSG_CAPTURE_RESULT;
         env.capture_result = &msg;
@@ -608,6 +633,17 @@ static int start(struct gather *g)
         return -ENOMEM;
     write_header(g);
 
+    for (size_t i = 0; i < d->departure_count; i++)
+        event(g, d->departures[i].pid,
+              "child %d (%s) ended without sending an exit profile (killed, or it could not "
+              "reach the daemon in time)",
+              (int)d->departures[i].pid, d->departures[i].name);
+    if (d->departures_dropped)
+        event(g, 0, "%llu more children ended without an exit profile",
+              (unsigned long long)d->departures_dropped);
+    d->departure_count = 0;
+    d->departures_dropped = 0;
+
     /* Exit profiles older than all data still alive in any child have expired. */
     oldest = ctl_oldest_child_done_ns(d->ctl);
     if (oldest)
@@ -658,14 +694,17 @@ static int start(struct gather *g)
         finish(g);
         return 0;
     }
-    (void)uv_timer_start(&g->timer, on_round, d->opt.child_timeout_ns / 1000000,
-                         d->opt.child_timeout_ns / 1000000);
+    (void)uv_timer_start(&g->timer, on_round, g->child_timeout_ns / 1000000,
+                         g->child_timeout_ns / 1000000);
     on_round(&g->timer); /* the first round: ask at once; it counts as progress */
     return 0;
 }
 
-int daemon_capture(struct daemon *d, const char *output_path, const char *product,
-                   daemon_capture_progress_cb progress, daemon_capture_done_cb done, void *userdata)
+/* Starts a capture; tool (may be NULL) receives progress events and the result. */
+static int capture_start(struct daemon *d, const char *output_path, const char *product,
+                         struct conn *tool, uint64_t tool_request, uint64_t child_timeout_ns,
+                         daemon_capture_progress_cb progress, daemon_capture_done_cb done,
+                         void *userdata)
 {
     struct gather *g;
     int r;
@@ -684,6 +723,10 @@ int daemon_capture(struct daemon *d, const char *output_path, const char *produc
     g->progress = progress;
     g->done = done;
     g->userdata = userdata;
+    /* Set before start(): a capture with nobody to ask completes inside it. */
+    g->tool = tool;
+    g->tool_request = tool_request;
+    g->child_timeout_ns = child_timeout_ns ? child_timeout_ns : d->opt.child_timeout_ns;
     if (!g->path || (product && !g->product)) {
         r = -ENOMEM;
         goto err;
@@ -707,21 +750,26 @@ err:
     return r;
 }
 
+int daemon_capture(struct daemon *d, const char *output_path, const char *product,
+                   daemon_capture_progress_cb progress, daemon_capture_done_cb done, void *userdata)
+{
+    return capture_start(d, output_path, product, NULL, 0, 0, progress, done, userdata);
+}
+
 void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req)
 {
     struct daemon *d = tool->d;
     int r;
 
-    if (!req->output_path || req->output_path[0] != '/') {
+    if (!req->output_path || req->output_path[0] != '/')
         r = -EINVAL;
-    } else {
-        r = daemon_capture(d, req->output_path, "fleetprof capture", NULL, NULL, NULL);
-        if (r == 0) {
-            d->gather->tool = tool;
-            d->gather->tool_request = req->id;
-            return;
-        }
-    }
+    else
+        /* A timeout below 10 ms would give up on children before they could answer. */
+        r = capture_start(d, req->output_path, "fleetprof capture", tool, req->id,
+                          req->timeout_ms >= 10 ? (uint64_t)req->timeout_ms * 1000000u : 0, NULL,
+                          NULL, NULL);
+    if (r == 0)
+        return;
     {
         Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
         Fleetprof__Error err = FLEETPROF__ERROR__INIT;

@@ -88,6 +88,13 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
         daemon__gather_on_child_gone(c);
     else
         daemon__gather_on_tool_gone(c);
+    if (c->pid && !c->exit_profile_received && !d->closing)
+        daemon__departure_add(d, c);
+    if (c->exit_len)
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "exit profile of child %d (%s) dropped: the process ended after sending "
+                    "%zu bytes of it",
+                    (int)c->pid, c->name, c->exit_len);
     free(c->exit_data);
     if (c->kind == CONN_CHILD) {
         ctl_remove(d->ctl, c->pid, daemon__now_ns());
@@ -393,6 +400,7 @@ static void on_exit_piece(struct conn *c, const Fleetprof__ProfileData *m)
     c->exit_len += n;
     if (!m->last)
         return;
+    c->exit_profile_received = true;
     daemon__exit_profile_add(c->d, c, c->exit_data, c->exit_len);
     c->exit_data = NULL;
     c->exit_len = c->exit_cap = 0;
@@ -569,6 +577,7 @@ void daemon__maybe_finish_close(struct daemon *d)
     done = d->close_done;
     userdata = d->close_userdata;
     daemon__exit_profiles_free(d);
+    free(d->departures);
     ctl_free(d->ctl);
     free(d->socket_path);
     free(d);

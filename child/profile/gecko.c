@@ -491,7 +491,7 @@ static int add_marker(struct gecko *g, const struct prof_marker *m)
         } else {
             /* Text, a typed marker whose schema is unknown, or a bare stack. */
             json_writer_string(w, "type", "Text");
-            json_writer_string_len(w, "name", m->text.data, m->text.len);
+            json_writer_string_len(w, "name", m->text.data ? m->text.data : "", m->text.len);
         }
         if (stack != NO_INDEX) {
             json_writer_object_begin(w, "stack");

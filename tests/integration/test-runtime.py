@@ -140,6 +140,16 @@ def test_copy_stackwalk(tmp):
     assert_recursion(doc, "wl_hot_leaf", 8)
 
 
+def test_corrupt_frame_pointer_never_kills_the_program(tmp):
+    for mode in ("fp", "copy", "dwarf"):
+        r = run(tmp, [WORKLOAD, "bad-fp"], FLEETPROF_STACKWALK=mode,
+                FLEETPROF_OUTPUT=os.path.join(tmp, f"p-{mode}-%p.json"))
+        assert r.returncode == 0, f"{mode}: the program died ({r.returncode})"
+    assert len(glob.glob(os.path.join(tmp, "p-*.json"))) == 3
+    for path in glob.glob(os.path.join(tmp, "p-*.json")):
+        load_checked(path)
+
+
 def test_threads_have_names_and_functions(tmp):
     r = run(tmp, [WORKLOAD, "threads", "4", "1"])
     assert r.returncode == 0, r.stderr
@@ -308,6 +318,7 @@ taplib.run([
     test_busy_dwarf_symbolized_deep_stacks,
     test_fp_stackwalk,
     test_copy_stackwalk,
+    test_corrupt_frame_pointer_never_kills_the_program,
     test_threads_have_names_and_functions,
     test_idle_thread_gets_same_samples_without_cpu,
     test_prefork_workers_profile_themselves,

@@ -11,7 +11,12 @@
 
 #include <stdint.h>
 
+/* noclone is gcc's; clang never clones functions that way. */
+#if defined(__clang__)
+#define SYM_NOINLINE __attribute__((noinline))
+#else
 #define SYM_NOINLINE __attribute__((noinline, noclone))
+#endif
 
 /* Called from a probe site: records __builtin_return_address(0) with the caller's name,
  * file and line. */

@@ -8,6 +8,8 @@
  *   workload exit-underscore SECONDS   busy, then _exit(3)
  *   workload wait-signal               spins until killed
  *   workload idle SECONDS              sleeps (samples without CPU)
+ *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
+ *                                      it reads address -16 (a profiler bug must not kill us)
  *   workload flood SECONDS RATE        markers "m <seq>" (seq 0, 1, 2...) at RATE per second
  *                                      through fleetprof_marker (found with dlsym: preloaded)
  *   workload pause-main SECONDS RATE   the same from a second thread, while the main thread
@@ -219,6 +221,13 @@ int main(int argc, char **argv)
         pthread_create(&th, NULL, flood_and_exit, &a);
         for (;;)
             pause(); /* the main thread never runs again; the flood thread exits */
+    } else if (!strcmp(mode, "bad-fp")) {
+        long n = 300000000;
+
+        __asm__ volatile("push %%rbp\n\tmov $-16, %%rbp\n1: dec %0\n\tjnz 1b\n\tpop %%rbp"
+                         : "+r"(n)
+                         :
+                         : "memory", "cc");
     } else if (!strcmp(mode, "idle")) {
         struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
 

@@ -197,7 +197,8 @@ static Fleetprof__CaptureResult capture_result = {
         "/tmp/now.json",
         7654321,
         5,
-        "1 child timed out"};
+        "1 child timed out",
+        1};
 
 #define ENV(field, member, value)                                          \
     {                                                                      \

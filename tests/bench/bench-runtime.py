@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Runtime overhead benchmark: the cost of profiling a CPU-bound program at 1 kHz.
+
+Runs tests/workloads/bench-cpu (4 threads, recursion depth 30, built -O2 WITHOUT frame
+pointers, a fixed amount of work) unprofiled and profiled with FLEETPROF_STACKWALK=dwarf,
+fp and copy (LD_PRELOAD=libfleetprof.so FLEETPROF_STARTUP=1 FLEETPROF_OUTPUT=... on tmpfs).
+Configurations are interleaved, REPS times each (order rotated every repetition), so slow
+drift on the shared machine hits all of them alike.
+
+Per run: CPU = user + sys of the whole process from wait4 (sampler, signal handlers and the
+exit profile included), wall = spawn to reap. The workload also prints its own CPU and wall
+at the end of the work, before exit handlers run; the difference is the exit profile (plus
+process teardown). Ratios are medians of per-repetition ratios (profiled run / the same
+repetition's unprofiled run). Each profile is parsed to report the sampling rate per worker
+thread and the share of worker samples that show the full recursion (>= DEPTH-1 bc_recurse
+frames): low overhead with no samples would mean nothing.
+
+Output: a table, then `BENCH child.overhead_{cpu,wall}_ratio_{dwarf,fp,copy} <r> ratio`. A
+profiled configuration whose run fails (crash, non-zero exit, no profile) is reported as
+`nan` with one line saying why; the others still run. Measures, never asserts on time.
+
+Usage: bench-runtime.py BUILD_DIR [REPS]     (REPS defaults to 5; FLEETPROF_BENCH_REPS too)
+"""
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "5"))
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+WORKLOAD = os.path.join(BUILD, "tests", "workloads", "bench-cpu")
+THREADS, DEPTH, ROUNDS, LEAF = 4, 30, 1600, 200000
+TIMEOUT_S = 120
+MODES = ["dwarf", "fp", "copy"]
+CONFIGS = ["none"] + MODES
+
+
+def run_once(tmp, mode, rep):
+    """One run of the workload. Returns a dict of measurements, or {'error': why}."""
+    env = dict(os.environ)
+    for key in list(env):
+        if key.startswith("FLEETPROF_") or key == "LD_PRELOAD":
+            del env[key]
+    out = None
+    if mode != "none":
+        out = os.path.join(tmp, f"p-{mode}-{rep}.json")
+        env.update({"LD_PRELOAD": LIB, "FLEETPROF_STARTUP": "1", "FLEETPROF_OUTPUT": out,
+                    "FLEETPROF_STACKWALK": mode, "FLEETPROF_INTERVAL_MS": "1"})
+    argv = [WORKLOAD, str(THREADS), str(DEPTH), str(ROUNDS), str(LEAF)]
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    while True:
+        pid, status, rusage = os.wait4(p.pid, os.WNOHANG)
+        if pid == p.pid:
+            break
+        if time.monotonic() - t0 > TIMEOUT_S:
+            p.kill()
+            os.wait4(p.pid, 0)
+            p.stdout.close()
+            p.stderr.close()
+            return {"error": f"timed out after {TIMEOUT_S} s"}
+        time.sleep(0.002)
+    wall = time.monotonic() - t0
+    stdout = p.stdout.read().decode(errors="replace")
+    stderr = p.stderr.read().decode(errors="replace")
+    p.stdout.close()
+    p.stderr.close()
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return {"error": f"killed by {signal.Signals(sig).name}"
+                         + (f"; stderr: {stderr.strip()[:200]}" if stderr.strip() else "")}
+    if os.WEXITSTATUS(status) != 0:
+        return {"error": f"exit status {os.WEXITSTATUS(status)}; stderr: {stderr.strip()[:200]}"}
+    fields = {}
+    for word in stdout.split():
+        if "=" in word:
+            k, v = word.split("=", 1)
+            fields[k] = v
+    if "work_cpu_s" not in fields:
+        return {"error": f"no result line from the workload: {stdout[:200]!r}"}
+    r = {"cpu": rusage.ru_utime + rusage.ru_stime, "wall": wall,
+         "work_cpu": float(fields["work_cpu_s"]), "work_wall": float(fields["work_wall_s"])}
+    if out:
+        if not os.path.exists(out):
+            return {"error": "no profile written"}
+        try:
+            r.update(profile_stats(out, r["work_wall"]))
+        except (ValueError, KeyError, IndexError) as e:
+            return {"error": f"unreadable profile: {e}"}
+        os.unlink(out)
+    return r
+
+
+def profile_stats(path, work_wall):
+    """Samples per worker thread per second of work, and the share with the full stack."""
+    with open(path, "rb") as f:
+        doc = json.load(f)
+    rates, deep, total = [], 0, 0
+    for t in doc["threads"]:
+        if t["name"] == "GeckoMain":
+            continue
+        fs, ss, ts = t["frameTable"]["schema"], t["stackTable"]["schema"], t["samples"]["schema"]
+        strings, frames, stacks = t["stringTable"], t["frameTable"]["data"], t["stackTable"]["data"]
+        names = [strings[row[fs["location"]]] for row in frames]
+        rows = t["samples"]["data"]
+        rates.append(len(rows) / work_wall if work_wall > 0 else 0.0)
+        memo = {}
+
+        def recursion_depth(s):
+            if s is None:
+                return 0
+            if s not in memo:
+                prefix, frame = stacks[s][ss["prefix"]], stacks[s][ss["frame"]]
+                memo[s] = recursion_depth(prefix) + names[frame].startswith("bc_recurse")
+            return memo[s]
+
+        for row in rows:
+            total += 1
+            if recursion_depth(row[ts["stack"]]) >= DEPTH - 1:
+                deep += 1
+    return {"rate": statistics.median(rates) if rates else 0.0,
+            "deep": deep / total if total else 0.0, "size": os.path.getsize(path)}
+
+
+def med(values):
+    return statistics.median(values) if values else math.nan
+
+
+def main():
+    for path in (LIB, WORKLOAD):
+        if not os.path.exists(path):
+            print(f"bench-runtime: {path} not built", file=sys.stderr)
+            return 1
+    base_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    tmp = tempfile.mkdtemp(prefix="fleetprof-bench-runtime-", dir=base_dir)
+    results = {c: [] for c in CONFIGS}  # per rep: dict or None (failed)
+    errors = {c: [] for c in CONFIGS}
+    try:
+        for rep in range(REPS):
+            order = CONFIGS[rep % len(CONFIGS):] + CONFIGS[:rep % len(CONFIGS)]
+            for config in order:
+                r = run_once(tmp, config, rep)
+                if "error" in r:
+                    errors[config].append(f"rep {rep}: {r['error']}")
+                    results[config].append(None)
+                else:
+                    results[config].append(r)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    base = results["none"]
+    print(f"runtime overhead: bench-cpu {THREADS} threads x depth {DEPTH}, {ROUNDS} rounds x "
+          f"{LEAF} leaf iterations, no frame pointers, 1 kHz; {REPS} interleaved reps, medians")
+    print(f"{'stackwalk':<10} {'cpu s':>7} {'wall s':>7} {'cpu x':>7} {'wall x':>7} "
+          f"{'work cpu x':>10} {'exit s':>7} {'Hz/thr':>7} {'deep %':>7} {'ok':>5}")
+    ratios, spreads = {}, []
+    for config in CONFIGS:
+        runs = results[config]
+        good = [r for r in runs if r]
+        cpu_x, wall_x, work_x = [], [], []
+        for r, b in zip(runs, base):
+            if r and b:
+                cpu_x.append(r["cpu"] / b["cpu"])
+                wall_x.append(r["wall"] / b["wall"])
+                work_x.append(r["work_cpu"] / b["work_cpu"])
+        if config != "none" and cpu_x:
+            spreads.append(f"{config} cpu x {min(cpu_x):.3f}..{max(cpu_x):.3f}, "
+                           f"wall x {min(wall_x):.3f}..{max(wall_x):.3f}")
+        failed = len(good) < len(runs)
+        ratios[config] = (math.nan if failed else med(cpu_x), math.nan if failed else med(wall_x))
+        rate = med([r["rate"] for r in good]) if config != "none" else math.nan
+        deep = med([r["deep"] for r in good]) * 100 if config != "none" else math.nan
+        print(f"{'none' if config == 'none' else config:<10} {med([r['cpu'] for r in good]):7.3f} "
+              f"{med([r['wall'] for r in good]):7.3f} {med(cpu_x):7.3f} {med(wall_x):7.3f} "
+              f"{med(work_x):10.3f} {med([r['cpu'] - r['work_cpu'] for r in good]):7.3f} "
+              f"{rate:7.0f} {deep:7.1f} {len(good):>2}/{len(runs)}")
+    print("cpu x / wall x: whole process vs unprofiled; work cpu x: CPU until the work ended "
+          "(before the exit profile); exit s: CPU after it (exit profile, teardown); Hz/thr: "
+          "samples per worker thread per second of work; deep %: worker samples showing "
+          f">= {DEPTH - 1} bc_recurse frames")
+    print("per-rep ratio ranges (noise on this machine): " + "; ".join(spreads))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    print(f"load average at the end: {load:.2f} on {os.cpu_count()} CPUs")
+    for config in CONFIGS:
+        for e in errors[config]:
+            print(f"FAILED {config}: profiled run failed, reported as nan: {e}")
+    if errors["none"]:
+        print("bench-runtime: the unprofiled workload itself failed", file=sys.stderr)
+        return 1
+    for mode in MODES:
+        print(f"BENCH child.overhead_cpu_ratio_{mode} {ratios[mode][0]:.3f} ratio")
+    for mode in MODES:
+        print(f"BENCH child.overhead_wall_ratio_{mode} {ratios[mode][1]:.3f} ratio")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Integration tests of gathering (issue 6): one profile for the whole fleet from a real
+fleetprofd, with real children and scripted ones (forked processes speaking the protocol
+through wire.py) that are slow, silent, or die while streaming. Every written file is
+checked like the front-end would load it.
+
+Usage: test-gather.py BUILD_DIR   (TAP output)
+"""
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import profile_check as pc  # noqa: E402
+import taplib  # noqa: E402
+from wire import capture, field, frame, read_frames  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1])
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
+WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
+HELLO, GATHER, GET_PROGRESS, PROGRESS, PROFILE_DATA = 1, 12, 13, 14, 15
+
+
+class Daemon:
+    def __init__(self, tmp, *args):
+        self.sock = os.path.join(tmp, "run", "fleetprof.sock")
+        self.log_path = os.path.join(tmp, "daemon.log")
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen([DAEMON, "--foreground", "--socket", self.sock,
+                                      "--log-level", "debug", *args], stderr=self.log_file)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.sock):
+            assert self.proc.poll() is None, self.log()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+
+
+def env(d, **extra):
+    e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock)
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def connected(d, n, timeout=15):
+    deadline = time.monotonic() + timeout
+    while d.log().count(" connected") < n:
+        assert time.monotonic() < deadline, f"fewer than {n} children connected:\n{d.log()}"
+        time.sleep(0.05)
+
+
+def gathering_log(doc):
+    (log,) = doc["profileGatheringLog"].values()
+    return log["events"]
+
+
+def checked(path):
+    doc = pc.load(path)
+    problems = pc.check_profile(doc)
+    assert not problems, f"{path}: " + "; ".join(problems[:5])
+    return doc
+
+
+def process_pids(doc):
+    return [p["meta"]["fleetprof"]["pid"] for p in doc["processes"]]
+
+
+def minimal_process(pid):
+    """A small valid process profile, as a scripted child would send."""
+    cats = [{"name": "Other", "color": "grey", "subcategories": ["Other"]}]
+    return json.dumps({
+        "meta": {"version": 36, "startTime": time.time() * 1000, "shutdownTime": None,
+                 "interval": 1, "categories": cats, "markerSchema": [],
+                 "fleetprof": {"pid": pid, "ppid": 1, "exit": False}},
+        "libs": [], "pausedRanges": [], "processes": [],
+        "threads": [{"name": "GeckoMain", "processType": "tab", "processName": "scripted",
+                     "pid": pid, "tid": pid, "registerTime": 0, "unregisterTime": None,
+                     "stringTable": ["scripted_main"],
+                     "frameTable": {"schema": {"location": 0, "relevantForJS": 1,
+                                               "innerWindowID": 2, "implementation": 3,
+                                               "line": 4, "column": 5, "category": 6,
+                                               "subcategory": 7},
+                                    "data": [[0, False, 0, None, None, None, 0, 0]]},
+                     "stackTable": {"schema": {"prefix": 0, "frame": 1}, "data": [[None, 0]]},
+                     "samples": {"schema": {"stack": 0, "time": 1, "eventDelay": 2},
+                                 "data": [[0, 0.0, 0], [0, 1.0, 0]]},
+                     "markers": {"schema": {"name": 0, "startTime": 1, "endTime": 2,
+                                            "phase": 3, "category": 4, "data": 5},
+                                 "data": []}}]}).encode()
+
+
+def scripted_child(d, behaviour):
+    """Forks a child that says Hello, then hands every message to behaviour(sock, num, msg)
+    until it returns False. Returns its pid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.sock)
+            s.sendall(frame(HELLO, field(1, 1), field(2, 1), field(3, os.getpid()),
+                            field(5, "scripted")))
+            for num, msg in read_frames(s, timeout=60):
+                if behaviour(s, num, msg) is False:
+                    break
+        finally:
+            os._exit(0)
+    return pid
+
+
+def slow_but_progressing(s, num, msg):
+    """Answers progress polls with a value that changes every 250 ms; data after 3 s."""
+    state = slow_but_progressing.__dict__
+    if num == GATHER:
+        state["gather"] = msg[1][0]
+        state["start"] = time.monotonic()
+    elif num == GET_PROGRESS:
+        elapsed = time.monotonic() - state["start"]
+        value = int(min(elapsed / 3.0, 0.99) * (1 << 31))
+        s.sendall(frame(PROGRESS, field(1, msg[1][0]), field(2, msg[2][0]), field(3, value),
+                        field(4, "slow")))
+    if "gather" in state and time.monotonic() - state["start"] >= 3.0:
+        s.sendall(frame(PROFILE_DATA, field(1, state["gather"]),
+                        field(2, minimal_process(os.getpid())), field(3, 1)))
+        return False
+    return True
+
+
+def silent(s, num, msg):
+    return True  # reads everything, answers nothing
+
+
+def dies_while_streaming(s, num, msg):
+    if num == GATHER:
+        s.sendall(frame(PROFILE_DATA, field(1, msg[1][0]), field(2, b"{" + b" " * 5000),
+                        field(3, 0)))
+        return False  # exits with the profile half sent
+    return True
+
+
+def test_stopped_worker_is_given_up_in_time(tmp):
+    d = Daemon(tmp, "--child-timeout", "1")
+    procs = [subprocess.Popen([WORKLOAD, "busy", "30"], env=env(d)) for _ in range(3)]
+    try:
+        connected(d, 3)
+        time.sleep(0.5)
+        procs[1].send_signal(signal.SIGSTOP)
+        out = os.path.join(tmp, "hang.json")
+        start = time.monotonic()
+        result, error = capture(d.sock, out)
+        elapsed = time.monotonic() - start
+        assert error is None, error
+        # Design: a frozen child never stalls a gather for more than 2 child timeouts
+        # (+1 s here for a loaded machine).
+        assert elapsed < 2 * 1 + 1 + 1, f"the capture took {elapsed:.1f} s"
+        doc = checked(out)
+        pids = process_pids(doc)
+        assert sorted(pids) == sorted([procs[0].pid, procs[2].pid]), pids
+        events = [e[1] for e in gathering_log(doc)]
+        assert any(f"gave up on child {procs[1].pid}" in e for e in events), events
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
+        d.stop()
+
+
+def test_slow_progress_is_kept_silence_is_dropped(tmp):
+    d = Daemon(tmp, "--child-timeout", "1")
+    kids = []
+    try:
+        kids = [scripted_child(d, slow_but_progressing), scripted_child(d, silent)]
+        connected(d, 2)
+        out = os.path.join(tmp, "slow.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        assert process_pids(doc) == [kids[0]], f"only the slow child belongs: {process_pids(doc)}"
+        events = [e[1] for e in gathering_log(doc)]
+        assert any(f"gave up on child {kids[1]}" in e for e in events), events
+        assert not any(f"gave up on child {kids[0]}" in e for e in events), events
+        assert any(f"child {kids[0]} (scripted) is at" in e for e in events), events
+    finally:
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(k, 0)
+        d.stop()
+
+
+def test_child_dying_mid_stream_is_dropped_and_logged(tmp):
+    d = Daemon(tmp, "--child-timeout", "1")
+    live = subprocess.Popen([WORKLOAD, "busy", "30"], env=env(d))
+    kid = None
+    try:
+        connected(d, 1)
+        kid = scripted_child(d, dies_while_streaming)
+        connected(d, 2)
+        out = os.path.join(tmp, "killed.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        assert process_pids(doc) == [live.pid]
+        events = [e[1] for e in gathering_log(doc)]
+        assert any(f"child {kid} (scripted) went away during the capture; its partial data"
+                   in e for e in events), events
+    finally:
+        live.kill()
+        live.wait()
+        if kid:
+            os.waitpid(kid, 0)
+        d.stop()
+
+
+def churn(tmp, d, n):
+    pids = []
+    running = []
+    for _ in range(n):
+        running.append(subprocess.Popen([WORKLOAD, "busy", "0.01", "3"], env=env(d)))
+        pids.append(running[-1].pid)
+        if len(running) >= 6:
+            running.pop(0).wait()
+    for p in running:
+        p.wait()
+    # Exit profiles arrive before each child's process ends: all are in by now.
+    return pids
+
+
+def test_churn_keeps_every_exit_profile(tmp):
+    d = Daemon(tmp)
+    try:
+        pids = churn(tmp, d, 200)
+        out = os.path.join(tmp, "churn.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        got = process_pids(doc)
+        events = " | ".join(e[1] for e in gathering_log(doc))
+        missing = [p for p in pids if p not in got]
+        assert not missing, f"{len(got)} of 200 exit profiles; missing {missing[:5]}: " \
+                            f"{[e for e in events.split(' | ') if str(missing[0]) in e]}"
+        assert all(p["meta"]["fleetprof"]["exit"] for p in doc["processes"])
+    finally:
+        d.stop()
+
+
+def test_churn_under_a_small_limit_logs_every_missing_profile(tmp):
+    d = Daemon(tmp, "--global-limit", "1M")
+    try:
+        pids = churn(tmp, d, 60)
+        out = os.path.join(tmp, "churn-small.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        got = set(process_pids(doc))
+        missing = set(pids) - got
+        assert missing, "a 1 MiB limit cannot hold 60 exit profiles: the test is not testing"
+        log = d.log()
+        for pid in missing:
+            assert f"exit profile of child {pid} " in log and "evicted" in log, \
+                f"no log entry says why child {pid}'s profile is missing"
+        assert len(got) + len(missing) == 60
+    finally:
+        d.stop()
+
+
+def test_without_daemon_exit_profiles_go_to_fleetprof_dir(tmp):
+    out_dir = os.path.join(tmp, "exit")
+    e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1",
+             FLEETPROF_SOCKET=os.path.join(tmp, "nobody.sock"), FLEETPROF_DIR=out_dir)
+    r = subprocess.run([WORKLOAD, "prefork", "2", "0.3"], env=e, timeout=60)
+    assert r.returncode == 0
+    files = sorted(glob.glob(os.path.join(out_dir, "*.json")))
+    assert len(files) == 3, f"master + 2 workers should leave 3 files: {files}"
+    for f in files:
+        doc = checked(f)
+        assert doc["meta"]["fleetprof"]["exit"] is True
+        assert os.path.basename(f) == f"{doc['meta']['fleetprof']['pid']}.json"
+
+
+def test_second_capture_is_busy(tmp):
+    d = Daemon(tmp, "--child-timeout", "1")
+    kid = None
+    try:
+        kid = scripted_child(d, slow_but_progressing)
+        connected(d, 1)
+        first = {}
+
+        def run_first():
+            first["result"] = capture(d.sock, os.path.join(tmp, "first.json"))
+
+        import threading
+        t = threading.Thread(target=run_first)
+        t.start()
+        time.sleep(0.5)
+        result, error = capture(d.sock, os.path.join(tmp, "second.json"))
+        assert result is None and error is not None
+        assert error[3][0] == b"a capture is already running", error
+        t.join(timeout=30)
+        assert first["result"][1] is None, first
+        assert not os.path.exists(os.path.join(tmp, "second.json"))
+    finally:
+        if kid:
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(kid, 0)
+        d.stop()
+
+
+def test_failed_capture_leaves_the_old_file(tmp):
+    d = Daemon(tmp)
+    try:
+        old = os.path.join(tmp, "fleet.json")
+        with open(old, "w") as f:
+            f.write('{"old": true}')
+        # No profiled process: nothing to write, and the previous file stays.
+        result, error = capture(d.sock, old)
+        assert result is not None and result.get(5), "an empty capture must report an error"
+        assert b"nothing to write" in result[5][0], result
+        assert open(old).read() == '{"old": true}'
+        # A directory that does not exist: a clear error, no stray files.
+        live = subprocess.Popen([WORKLOAD, "busy", "10"], env=env(d))
+        try:
+            connected(d, 1)
+            missing = os.path.join(tmp, "no-such-dir", "fleet.json")
+            result, error = capture(d.sock, missing)
+            assert result is not None and b"no-such-dir" in result[5][0], result
+        finally:
+            live.kill()
+            live.wait()
+        assert sorted(os.listdir(tmp)) == sorted(["daemon.log", "fleet.json", "run"]), \
+            os.listdir(tmp)
+        result, error = capture(d.sock, "relative.json")
+        assert error is not None and b"absolute" in error[3][0], error
+    finally:
+        d.stop()
+
+
+taplib.run([
+    test_stopped_worker_is_given_up_in_time,
+    test_slow_progress_is_kept_silence_is_dropped,
+    test_child_dying_mid_stream_is_dropped_and_logged,
+    test_churn_keeps_every_exit_profile,
+    test_churn_under_a_small_limit_logs_every_missing_profile,
+    test_without_daemon_exit_profiles_go_to_fleetprof_dir,
+    test_second_capture_is_busy,
+    test_failed_capture_leaves_the_old_file,
+])
