@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "common/parse.h"
+#include "common/paths.h"
 #include "daemon/daemon.h"
 #include "proto/fleetprof-protocol.h"
 
@@ -74,19 +75,6 @@ static void on_signal(uv_signal_t *handle, int signum)
         daemon_close(daemon_instance, on_closed, handle->loop);
         daemon_instance = NULL;
     }
-}
-
-/* $XDG_RUNTIME_DIR/fleetprof.sock, else /tmp/fleetprof-UID/fleetprof.sock. */
-static int default_socket(char *out, size_t size)
-{
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    int n;
-
-    if (xdg && *xdg)
-        n = snprintf(out, size, "%s/fleetprof.sock", xdg);
-    else
-        n = snprintf(out, size, "/tmp/fleetprof-%u/fleetprof.sock", (unsigned)getuid());
-    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
 static int bad_value(const char *option, const char *value, const char *expected)
@@ -176,7 +164,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!opt.socket_path) {
-        if (default_socket(socket_path, sizeof(socket_path)) < 0) {
+        if (fleetprof_default_socket(socket_path, sizeof(socket_path)) < 0) {
             fprintf(stderr, "fleetprofd: $XDG_RUNTIME_DIR is too long for a socket path\n");
             return 1;
         }

@@ -28,6 +28,38 @@ def frame(env_field, *fields):
     return varint(len(body)) + body
 
 
+def read_varint(buf, i):
+    """Decodes the varint at buf[i]; returns (value, index after it), or (None, i) if buf
+    ends first."""
+    value, shift, j = 0, 0, i
+    while j < len(buf):
+        value |= (buf[j] & 0x7F) << shift
+        shift += 7
+        j += 1
+        if not buf[j - 1] & 0x80:
+            return value, j
+    return None, i
+
+
+def parse_fields(body):
+    """{field number: [values]} of a message: ints for varints, bytes for the rest."""
+    out, i = {}, 0
+    while i < len(body):
+        key, i = read_varint(body, i)
+        num, wire = key >> 3, key & 7
+        value, i = read_varint(body, i)
+        if wire != 0:
+            value, i = body[i:i + value], i + value
+        out.setdefault(num, []).append(value)
+    return out
+
+
+def parse(body):
+    """An Envelope: (the oneof's field number, its message's fields)."""
+    (num, sub), = parse_fields(body).items()
+    return num, parse_fields(sub[0])
+
+
 def read_frames(sock, timeout=5):
     """Yields (envelope field number, {field: [values]}) for frames read until timeout."""
     sock.settimeout(timeout)
@@ -41,86 +73,11 @@ def read_frames(sock, timeout=5):
             return
         buf += data
         while True:
-            n, shift, i = 0, 0, 0
-            while i < len(buf):
-                n |= (buf[i] & 0x7F) << shift
-                shift += 7
-                i += 1
-                if not buf[i - 1] & 0x80:
-                    break
-            else:
-                break
-            if len(buf) - i < n:
+            n, i = read_varint(buf, 0)
+            if n is None or len(buf) - i < n:
                 break
             body, buf = buf[i:i + n], buf[i + n:]
             yield parse(body)
-
-
-def parse(body):
-    fields, i = {}, 0
-    while i < len(body):
-        key, shift = 0, 0
-        while True:
-            key |= (body[i] & 0x7F) << shift
-            shift += 7
-            i += 1
-            if not body[i - 1] & 0x80:
-                break
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            v, shift = 0, 0
-            while True:
-                v |= (body[i] & 0x7F) << shift
-                shift += 7
-                i += 1
-                if not body[i - 1] & 0x80:
-                    break
-        else:
-            n, shift = 0, 0
-            while True:
-                n |= (body[i] & 0x7F) << shift
-                shift += 7
-                i += 1
-                if not body[i - 1] & 0x80:
-                    break
-            v, i = body[i:i + n], i + n
-        fields.setdefault(num, []).append(v)
-    (num, sub), = fields.items()
-    return num, parse_flat(sub[0])
-
-
-def parse_flat(body):
-    out, i = {}, 0
-    while i < len(body):
-        key, shift = 0, 0
-        while True:
-            key |= (body[i] & 0x7F) << shift
-            shift += 7
-            i += 1
-            if not body[i - 1] & 0x80:
-                break
-        num, wire = key >> 3, key & 7
-        v, shift = 0, 0
-        if wire == 0:
-            while True:
-                v |= (body[i] & 0x7F) << shift
-                shift += 7
-                i += 1
-                if not body[i - 1] & 0x80:
-                    break
-        else:
-            n = 0
-            while True:
-                n |= (body[i] & 0x7F) << shift
-                shift += 7
-                i += 1
-                if not body[i - 1] & 0x80:
-                    break
-            v, i = body[i:i + n], i + n
-        out.setdefault(num, []).append(v)
-    return out
-
-
 
 
 CAPTURE_REQUEST, CAPTURE_RESULT, ERROR = 30, 35, 18
