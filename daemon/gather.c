@@ -613,6 +613,18 @@ static void write_header(struct gather *g)
     json_writer_array_begin(w, "processes");
 }
 
+/* Whether pid has a stored exit profile or a live connection (a later image of it). */
+static bool pid_reported_since(const struct daemon *d, int32_t pid)
+{
+    for (const struct exit_profile *e = d->exit_profiles; e; e = e->next)
+        if (e->pid == pid)
+            return true;
+    for (const struct conn *c = d->conns; c; c = c->next)
+        if (c->kind == CONN_CHILD && c->pid == pid)
+            return true;
+    return false;
+}
+
 static int start(struct gather *g)
 {
     struct daemon *d = g->d;
@@ -633,11 +645,16 @@ static int start(struct gather *g)
         return -ENOMEM;
     write_header(g);
 
-    for (size_t i = 0; i < d->departure_count; i++)
+    for (size_t i = 0; i < d->departure_count; i++) {
+        /* An exec'd process drops its connection (close-on-exec) and reconnects with the
+         * same pid: it did not end, its new image reports for it. */
+        if (pid_reported_since(d, d->departures[i].pid))
+            continue;
         event(g, d->departures[i].pid,
               "child %d (%s) ended without sending an exit profile (killed, or it could not "
               "reach the daemon in time)",
               (int)d->departures[i].pid, d->departures[i].name);
+    }
     if (d->departures_dropped)
         event(g, 0, "%llu more children ended without an exit profile",
               (unsigned long long)d->departures_dropped);

@@ -1,4 +1,4 @@
-/* tools/fleetprof.c - the fleetprof command: status (record, capture and summary follow).
+/* tools/fleetprof.c - the fleetprof command: record, capture, status, summary, merge.
  *
  * Just another client of the daemon's socket: it sends a request, waits for the reply with
  * a timeout, prints it for people (a table) or scripts (--json). Errors say what to do.
@@ -14,23 +14,14 @@
 
 #include <uv.h>
 
+#include "common/paths.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
+#include "tools/cmd-capture.h"
+#include "tools/commands.h"
 
 #define REQUEST_TIMEOUT_MS 5000
-
-static int default_socket(char *out, size_t size)
-{
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    int n;
-
-    if (xdg && *xdg)
-        n = snprintf(out, size, "%s/fleetprof.sock", xdg);
-    else
-        n = snprintf(out, size, "/tmp/fleetprof-%u/fleetprof.sock", (unsigned)getuid());
-    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
-}
 
 /* One request, one reply: a tiny synchronous client on its own loop. */
 struct exchange {
@@ -260,7 +251,11 @@ static void usage(FILE *out)
 {
     fprintf(out, "Usage: fleetprof [--socket PATH] COMMAND [ARGS]\n"
                  "Commands:\n"
+                 "  record -- CMD     profile CMD and every process it starts, into one file\n"
+                 "  capture [-o FILE] gather a running fleetprofd's fleet into one file\n"
                  "  status [--json]   processes connected to the daemon, buffer memory\n"
+                 "  summary FILE      top functions per process, gathering log (--json, --top N)\n"
+                 "  merge -o OUT IN... process profiles into one fleet profile\n"
                  "Run `fleetprof COMMAND --help` for a command's options.\n");
 }
 
@@ -288,6 +283,16 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* Commands on files: they need no daemon. */
+    if (!strcmp(argv[i], "summary"))
+        return cmd_summary(argc - i, argv + i);
+    if (!strcmp(argv[i], "merge"))
+        return cmd_merge(argc - i, argv + i);
+    /* record runs its own daemon; CMD's arguments (even a --socket) are CMD's. */
+    if (!strcmp(argv[i], "record")) {
+        (void)signal(SIGPIPE, SIG_IGN); /* a child gone mid-write costs the daemon an EPIPE */
+        return cmd_record(argc - i, argv + i);
+    }
     /* Options may also follow the command: `fleetprof status --socket PATH`. */
     for (int k = i + 1; k < argc; k++) {
         if (!strcmp(argv[k], "--socket") && k + 1 < argc) {
@@ -298,7 +303,7 @@ int main(int argc, char **argv)
         }
     }
     if (!sock) {
-        if (default_socket(socket_path, sizeof(socket_path)) < 0) {
+        if (fleetprof_default_socket(socket_path, sizeof(socket_path)) < 0) {
             fprintf(stderr, "fleetprof: $XDG_RUNTIME_DIR is too long for a socket path\n");
             return 1;
         }
@@ -307,6 +312,8 @@ int main(int argc, char **argv)
     (void)signal(SIGPIPE, SIG_IGN); /* a daemon that goes away is an error, not a crash */
     if (!strcmp(argv[i], "status"))
         return cmd_status(sock, argc - i, argv + i);
+    if (!strcmp(argv[i], "capture"))
+        return cmd_capture(sock, argc - i, argv + i);
     fprintf(stderr, "fleetprof: unknown command '%s'\n", argv[i]);
     usage(stderr);
     return 2;

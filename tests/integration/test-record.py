@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""Integration tests of `fleetprof record` (the daemon in-process, around one command) and
+`fleetprof capture` (gathering from a running fleetprofd): real processes, real files.
+
+Each record runs with XDG_RUNTIME_DIR pointing into the test's own directory, so the test
+can check that record's private directory is gone afterwards.
+
+Usage: test-record.py BUILD_DIR   (TAP output)
+"""
+import atexit
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import profile_check as pc  # noqa: E402
+import taplib  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1])
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
+CLI = os.path.join(BUILD, "tools", "fleetprof")
+WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
+PROFILE_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profile_check.py")
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+_XDG = {}
+
+
+def xdg_dir(tmp):
+    """A short runtime directory per test: record's socket path must fit in 108 bytes (else
+    it falls back to /tmp, where the cleanup checks would not look)."""
+    if tmp not in _XDG:
+        _XDG[tmp] = tempfile.mkdtemp(prefix="fpr-")
+    return _XDG[tmp]
+
+
+@atexit.register
+def _remove_xdg_dirs():
+    for d in _XDG.values():
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def record_env(tmp):
+    xdg = xdg_dir(tmp)
+    e = dict(os.environ)
+    e["XDG_RUNTIME_DIR"] = xdg
+    for k in ("LD_PRELOAD", "FLEETPROF_SOCKET", "FLEETPROF_OUTPUT", "FLEETPROF_LIB"):
+        e.pop(k, None)
+    return e
+
+
+def private_dirs(tmp):
+    return os.listdir(xdg_dir(tmp))
+
+
+def record(tmp, *args, timeout=120):
+    """Runs `fleetprof record ARGS`; returns the CompletedProcess (text)."""
+    return subprocess.run([CLI, "record", *args], env=record_env(tmp), cwd=tmp,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def check_file(path):
+    """The file is a valid profile by profile_check.py (run as a program, as a user would)."""
+    assert os.path.exists(path), f"{path} was not written"
+    r = subprocess.run([sys.executable, PROFILE_CHECK, path], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"profile_check: {r.stdout}{r.stderr}"
+    return pc.load(path)
+
+
+def processes(doc):
+    """The process profiles below the top level (the top level is the daemon's own part)."""
+    return doc.get("processes") or []
+
+
+def process_pid(p):
+    pid = ((p.get("meta") or {}).get("fleetprof") or {}).get("pid")
+    if pid is None:
+        for t in p.get("threads") or []:
+            if t.get("name") == "GeckoMain":
+                pid = t.get("pid")
+    return int(pid) if pid is not None else None
+
+
+def process_functions(p):
+    return {n for t in p.get("threads") or [] for n in pc.frame_names(t)}
+
+
+def alive(pid):
+    """True if pid runs (a zombie nobody reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def children_of(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def wait_for(cond, what, timeout=15):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def kill_quietly(pid, sig=signal.SIGKILL):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class Daemon:
+    """A standalone fleetprofd in the test's directory (as in test-coordination.py)."""
+
+    def __init__(self, tmp, *args):
+        self.sock = os.path.join(tmp, "run", "fleetprof.sock")
+        self.log_path = os.path.join(tmp, "daemon.log")
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen([DAEMON, "--foreground", "--socket", self.sock,
+                                      "--log-level", "debug", *args], stderr=self.log_file)
+        wait_for(lambda: os.path.exists(self.sock) or self.proc.poll() is not None,
+                 "fleetprofd's socket", 10)
+        assert self.proc.poll() is None, f"fleetprofd exited: {self.log()}"
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def status(self):
+        r = subprocess.run([CLI, "status", "--socket", self.sock, "--json"],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 0, f"fleetprof status failed: {r.stderr}"
+        return json.loads(r.stdout)
+
+    def wait_children(self, n):
+        wait_for(lambda: len(self.status()["children"]) >= n, f"{n} children to join")
+
+    def child_env(self, tmp):
+        e = dict(os.environ)
+        e.update({"LD_PRELOAD": LIB, "FLEETPROF_STARTUP": "1", "FLEETPROF_SOCKET": self.sock})
+        return e
+
+    def capture(self, tmp, out, *args, timeout=60):
+        return subprocess.run([CLI, "capture", "--socket", self.sock, "-o", out, *args],
+                              capture_output=True, text=True, timeout=timeout, cwd=tmp)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+
+
+# ---- record ----------------------------------------------------------------------------------
+
+def test_help_for_every_command(tmp):
+    r = subprocess.run([CLI, "--help"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0
+    for cmd in ("record", "capture", "status"):
+        assert f"  {cmd}" in r.stdout, f"fleetprof --help does not list {cmd}: {r.stdout}"
+        c = subprocess.run([CLI, cmd, "--help"], capture_output=True, text=True, timeout=10)
+        assert c.returncode == 0 and c.stdout.startswith("Usage: fleetprof " + cmd), \
+            f"fleetprof {cmd} --help: {c.returncode} {c.stdout}{c.stderr}"
+
+
+def test_record_prefork_fleet(tmp):
+    out = os.path.join(tmp, "fleet.json")
+    r = record(tmp, "-o", out, "--", WORKLOAD, "prefork", "4", "1")
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    doc = check_file(out)
+    procs = processes(doc)
+    assert len(procs) >= 5, f"{len(procs)} processes (master + 4 workers expected): {r.stderr}"
+    workers = [p for p in procs if any(f.startswith("wl_worker_task_")
+                                       for f in process_functions(p))]
+    assert len(workers) >= 4, f"{len(workers)} processes ran wl_worker_task_*"
+    tasks = {f for p in workers for f in process_functions(p) if f.startswith("wl_worker_task_")}
+    assert tasks == {f"wl_worker_task_{i}" for i in range(4)}, tasks
+    assert "wrote " + out in r.stderr, r.stderr
+    assert not private_dirs(tmp), f"private directory left behind: {private_dirs(tmp)}"
+
+
+def test_record_exit_status_is_cmds(tmp):
+    out = os.path.join(tmp, "p.json")
+    r = record(tmp, "-o", out, "--", WORKLOAD, "exit-underscore", "0.3")
+    assert r.returncode == 3, f"status {r.returncode} (3 expected): {r.stderr}"
+    check_file(out)
+    r = record(tmp, "-o", out, "--", "sh", "-c", "kill -KILL $$")
+    assert r.returncode == 128 + signal.SIGKILL, f"status {r.returncode}: {r.stderr}"
+    assert not private_dirs(tmp), private_dirs(tmp)
+
+
+def test_record_default_output_name(tmp):
+    r = record(tmp, "--", WORKLOAD, "busy", "0.2")
+    assert r.returncode == 0, r.stderr
+    check_file(os.path.join(tmp, "fleetprof.json"))
+
+
+def test_record_nonexistent_command(tmp):
+    out = os.path.join(tmp, "p.json")
+    r = record(tmp, "-o", out, "--", "fleetprof-no-such-command")
+    assert r.returncode == 127, f"status {r.returncode}: {r.stderr}"
+    assert "cannot run fleetprof-no-such-command" in r.stderr, r.stderr
+    assert not os.path.exists(out), "a profile was written for a command that never ran"
+    assert not private_dirs(tmp), private_dirs(tmp)
+    r = record(tmp)
+    assert r.returncode == 2 and "no command" in r.stderr, r.stderr
+    # An output nobody can write is refused before CMD runs (not after hours of it).
+    marker = os.path.join(tmp, "ran")
+    r = record(tmp, "-o", os.path.join(tmp, "missing", "p.json"), "--", "touch", marker)
+    assert r.returncode == 1 and "cannot write" in r.stderr, r.stderr
+    assert not os.path.exists(marker), "CMD ran although the output cannot be written"
+
+
+def test_record_gathers_live_descendants_without_waiting(tmp):
+    """CMD exits while a descendant still runs: the descendant is gathered live, record does
+    not wait for it, and it keeps running."""
+    out = os.path.join(tmp, "p.json")
+    pidfile = os.path.join(tmp, "pid")
+    script = f"'{WORKLOAD}' busy 20 >/dev/null 2>&1 & echo $! > '{pidfile}'; sleep 1"
+    t0 = time.monotonic()
+    r = record(tmp, "-o", out, "--", "sh", "-c", script)
+    elapsed = time.monotonic() - t0
+    with open(pidfile) as f:
+        pid = int(f.read())
+    try:
+        assert r.returncode == 0, r.stderr
+        assert elapsed < 10, f"record took {elapsed:.1f} s: it waited for the descendant"
+        assert alive(pid), "the descendant did not survive record"
+        doc = check_file(out)
+        live = [p for p in processes(doc) if process_pid(p) == pid]
+        assert live, f"descendant {pid} is not in the profile: {[process_pid(p) for p in processes(doc)]}"
+        assert "wl_hot_leaf" in process_functions(live[0]), sorted(process_functions(live[0]))[:20]
+    finally:
+        kill_quietly(pid)
+
+
+def start_record(tmp, out, *cmd):
+    p = subprocess.Popen([CLI, "record", "-o", out, "--", *cmd], env=record_env(tmp), cwd=tmp,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The command has started and joined once its runtime has connected: give it a moment
+    # to take samples as well.
+    wait_for(lambda: children_of(p.pid) or p.poll() is not None, "record to start CMD")
+    assert p.poll() is None, p.communicate()
+    cmd = children_of(p.pid)[0]
+    time.sleep(1.0)
+    if p.poll() is not None or not alive(cmd):
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        raise AssertionError(f"CMD {cmd} ended on its own (record: {p.returncode}): {err}")
+    return p, cmd
+
+
+def test_record_sigint_once_writes_and_stops_cmd(tmp):
+    out = os.path.join(tmp, "p.json")
+    p, cmd = start_record(tmp, out, WORKLOAD, "wait-signal")
+    try:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 128 + signal.SIGTERM, f"status {p.returncode}: {err}"
+        assert not alive(cmd), "CMD still runs after Ctrl-C"
+        doc = check_file(out)
+        assert "stopping" in err, err
+        mine = [q for q in processes(doc) if process_pid(q) == cmd]
+        assert mine, f"CMD {cmd} is not in the profile: {err}"
+        assert "wl_hot_leaf" in process_functions(mine[0])
+        assert not private_dirs(tmp), private_dirs(tmp)
+    finally:
+        kill_quietly(cmd)
+        if p.poll() is None:
+            p.kill()
+
+
+def test_record_sigint_twice_aborts(tmp):
+    out = os.path.join(tmp, "p.json")
+    # CMD ignores SIGTERM, so the first Ctrl-C leaves it running for the grace period.
+    p, cmd = start_record(tmp, out, "sh", "-c", f"trap '' TERM; exec '{WORKLOAD}' wait-signal")
+    try:
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        assert p.poll() is None, "record ended after one Ctrl-C although CMD ignores SIGTERM"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 130, f"status {p.returncode}: {err}"
+        assert "aborted" in err, err
+        assert not os.path.exists(out), "aborted, yet a profile was written"
+        wait_for(lambda: not alive(cmd), "CMD to be killed", 5)
+        assert not private_dirs(tmp), private_dirs(tmp)
+    finally:
+        kill_quietly(cmd)
+        if p.poll() is None:
+            p.kill()
+
+
+# ---- capture ----------------------------------------------------------------------------------
+
+def test_capture_from_running_daemon(tmp):
+    d = Daemon(tmp)
+    child = None
+    try:
+        child = subprocess.Popen([WORKLOAD, "flood", "5", "2000"], env=d.child_env(tmp),
+                                 stdout=subprocess.DEVNULL)
+        d.wait_children(1)
+        time.sleep(0.5)
+        out = os.path.join(tmp, "now.json")
+        r = d.capture(tmp, "now.json")  # relative: the CLI sends an absolute path
+        assert r.returncode == 0, f"status {r.returncode}: {r.stderr}\n{d.log()[-3000:]}"
+        assert "wrote " + out in r.stdout, r.stdout
+        doc = check_file(out)
+        assert any(process_pid(p) == child.pid for p in processes(doc)), \
+            f"pid {child.pid} not in {[process_pid(p) for p in processes(doc)]}"
+        assert child.poll() is None, "the fleet should keep running during a capture"
+    finally:
+        if child and child.poll() is None:
+            child.kill()
+            child.wait()
+        d.stop()
+
+
+def test_second_capture_is_refused_while_one_runs(tmp):
+    d = Daemon(tmp, "--child-timeout", "1")
+    child = healthy = None
+    try:
+        # A frozen child makes the first capture wait for it (then give up on it); the
+        # healthy one gives it something to write.
+        child = subprocess.Popen([WORKLOAD, "idle", "60"], env=d.child_env(tmp),
+                                 stdout=subprocess.DEVNULL)
+        healthy = subprocess.Popen([WORKLOAD, "busy", "60"], env=d.child_env(tmp),
+                                   stdout=subprocess.DEVNULL)
+        d.wait_children(2)
+        child.send_signal(signal.SIGSTOP)
+        first = subprocess.Popen([CLI, "capture", "--socket", d.sock, "-o",
+                                  os.path.join(tmp, "a.json"), "--timeout", "2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert first.poll() is None, f"the first capture ended early: {first.communicate()}"
+        second = d.capture(tmp, os.path.join(tmp, "b.json"))
+        assert second.returncode == 1, f"status {second.returncode}: {second.stderr}"
+        assert "already running" in second.stderr, second.stderr
+        assert not os.path.exists(os.path.join(tmp, "b.json"))
+        out, err = first.communicate(timeout=60)
+        assert first.returncode == 0, f"first capture: {first.returncode} {err}"
+        doc = check_file(os.path.join(tmp, "a.json"))
+        assert any(process_pid(p) == healthy.pid for p in processes(doc))
+    finally:
+        if child:
+            kill_quietly(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait()
+        if healthy:
+            healthy.kill()
+            healthy.wait()
+        d.stop()
+
+
+def test_capture_errors(tmp):
+    # No daemon: say how to start one.
+    r = subprocess.run([CLI, "capture", "--socket", os.path.join(tmp, "none.sock"), "-o",
+                        os.path.join(tmp, "x.json")], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 1 and "no daemon is listening" in r.stderr, r.stderr
+    # A directory that does not exist: refused before asking the daemon.
+    d = Daemon(tmp)
+    child = None
+    try:
+        # A child, so that there is something to write.
+        child = subprocess.Popen([WORKLOAD, "busy", "60"], env=d.child_env(tmp),
+                                 stdout=subprocess.DEVNULL)
+        d.wait_children(1)
+        r = d.capture(tmp, os.path.join(tmp, "missing", "x.json"))
+        assert r.returncode == 1 and "missing" in r.stderr, r.stderr
+        # An unwritable directory: the daemon cannot write, says so, and leaves nothing.
+        # (root ignores permission bits: then use /proc, where nobody can create files.)
+        if os.geteuid() == 0:
+            target_dir = "/proc"
+        else:
+            target_dir = os.path.join(tmp, "ro")
+            os.mkdir(target_dir, 0o500)
+        before = set(os.listdir(target_dir))
+        r = d.capture(tmp, os.path.join(target_dir, "x.json"))
+        assert r.returncode == 1, f"status {r.returncode}: {r.stdout}{r.stderr}"
+        assert "capture failed" in r.stderr, r.stderr
+        assert not os.path.exists(os.path.join(target_dir, "x.json"))
+        if target_dir != "/proc":
+            assert set(os.listdir(target_dir)) == before, "a temporary file was left behind"
+        assert d.proc.poll() is None, "the daemon died"
+    finally:
+        if child:
+            child.kill()
+            child.wait()
+        d.stop()
+
+
+def test_capture_of_an_empty_fleet_fails_fast(tmp):
+    """No child, no exit profile: the daemon says so at once (it must not leave the CLI
+    waiting for a result that was decided before the request was registered)."""
+    d = Daemon(tmp)
+    try:
+        out = os.path.join(tmp, "empty.json")
+        try:
+            r = d.capture(tmp, out, timeout=20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("no answer from the daemon within 20 s") from None
+        assert r.returncode == 1 and "capture failed" in r.stderr, r.stderr
+        assert not os.path.exists(out)
+    finally:
+        d.stop()
+
+
+if __name__ == "__main__":
+    taplib.run([
+        test_help_for_every_command,
+        test_record_prefork_fleet,
+        test_record_exit_status_is_cmds,
+        test_record_default_output_name,
+        test_record_nonexistent_command,
+        test_record_gathers_live_descendants_without_waiting,
+        test_record_sigint_once_writes_and_stops_cmd,
+        test_record_sigint_twice_aborts,
+        test_capture_from_running_daemon,
+        test_second_capture_is_refused_while_one_runs,
+        test_capture_errors,
+        test_capture_of_an_empty_fleet_fails_fast,
+    ])

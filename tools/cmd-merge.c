@@ -1,0 +1,521 @@
+/* tools/cmd-merge.c - `fleetprof merge -o OUT IN...`: several process profiles into one.
+ *
+ * Each input is a complete Gecko profile (what the runtime writes to FLEETPROF_OUTPUT or
+ * FLEETPROF_DIR/<pid>.json, or an earlier merge). The input with the earliest meta.startTime
+ * (the first on the command line on a tie) becomes the top level, kept whole; every other
+ * input becomes an entry of its `processes`, kept whole too (its meta included) but with
+ * `processes: []`; inputs that are themselves fleets have their sub-processes lifted to the
+ * top level, which is the only level the front-end reads. Every `profilingLog` and
+ * `profileGatheringLog` entry moves to the top level, keyed by pid as before ("<pid>#2" if a
+ * pid comes twice). Values are re-serialized from the parsed documents, numbers from their
+ * original text, so nothing changes on the way. The output is written to OUT.tmp.XXXXXX next
+ * to OUT and renamed over it: OUT is either the old file or the complete new one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buffer/json-writer.h"
+#include "tools/commands.h"
+#include "tools/json-read.h"
+#include "tools/profile-read.h"
+
+/* Inputs parsed in the first pass stay in memory up to this many bytes of JSON; beyond it,
+ * they are parsed again when written (memory is about 2.5 times the text). */
+#define KEEP_PARSED_BYTES ((size_t)512 << 20)
+
+/* A sub-process is written two levels below the root (root -> processes -> process). */
+#define SUBPROCESS_DEPTH 2
+
+struct input {
+    const char *path;     /* borrowed from argv */
+    size_t position;      /* on the command line */
+    double start_time;    /* meta.startTime */
+    struct json_doc *doc; /* owned: kept from the first pass, or NULL (parse again) */
+};
+
+/* Log entries moved to the top level: one memory writer per log, and the keys used so far. */
+struct log_merge {
+    const char *name;      /* "profilingLog" or "profileGatheringLog" */
+    struct json_writer *w; /* owned; NULL until the first entry */
+    char **keys;           /* owned copies */
+    size_t n_keys, cap_keys;
+};
+
+/* The temporary file, removed by the signal handler if the merge is interrupted. */
+static char *volatile tmp_path_for_signal;
+
+static void on_fatal_signal(int sig)
+{
+    char *p = tmp_path_for_signal;
+
+    if (p)
+        (void)unlink(p);
+    (void)signal(sig, SIG_DFL);
+    (void)raise(sig);
+}
+
+static bool log_has_key(const struct log_merge *lm, const char *key)
+{
+    for (size_t i = 0; i < lm->n_keys; i++)
+        if (!strcmp(lm->keys[i], key))
+            return true;
+    return false;
+}
+
+static int log_add_key(struct log_merge *lm, const char *key)
+{
+    if (lm->n_keys == lm->cap_keys) {
+        size_t cap = lm->cap_keys ? lm->cap_keys * 2 : 16;
+        char **grown = realloc(lm->keys, cap * sizeof(*grown));
+
+        if (!grown)
+            return -ENOMEM;
+        lm->keys = grown;
+        lm->cap_keys = cap;
+    }
+    lm->keys[lm->n_keys] = strdup(key);
+    if (!lm->keys[lm->n_keys])
+        return -ENOMEM;
+    lm->n_keys++;
+    return 0;
+}
+
+/* Copies every member of the log object log (from doc) into lm. */
+static int log_merge_add(struct log_merge *lm, const struct json_doc *doc,
+                         const struct json_value *log)
+{
+    int r;
+
+    if (json_value_type(log) != JSON_OBJECT)
+        return 0;
+    if (!lm->w) {
+        r = json_writer_new_memory(&lm->w);
+        if (r < 0)
+            return r;
+        json_writer_object_begin(lm->w, NULL);
+    }
+    for (size_t i = 0; i < json_value_len(log); i++) {
+        const char *key = json_value_string(doc, json_object_key_at(doc, log, i), NULL);
+        char unique[256];
+
+        (void)snprintf(unique, sizeof(unique), "%s", key);
+        for (unsigned n = 2; log_has_key(lm, unique); n++)
+            (void)snprintf(unique, sizeof(unique), "%.200s#%u", key, n);
+        r = log_add_key(lm, unique);
+        if (r < 0)
+            return r;
+        json_value_write(doc, json_object_value_at(doc, log, i), lm->w, unique);
+    }
+    return json_writer_error(lm->w);
+}
+
+static void log_merge_write(struct log_merge *lm, struct json_writer *w)
+{
+    if (!lm->w)
+        return;
+    json_writer_object_end(lm->w);
+    json_writer_splice_writer(w, lm->name, lm->w);
+}
+
+static void log_merge_done(struct log_merge *lm)
+{
+    json_writer_free(lm->w);
+    for (size_t i = 0; i < lm->n_keys; i++)
+        free(lm->keys[i]);
+    free(lm->keys);
+}
+
+static bool is_moved_key(const char *key)
+{
+    return !strcmp(key, "processes") || !strcmp(key, "profilingLog") ||
+           !strcmp(key, "profileGatheringLog");
+}
+
+/* Writes the members of process proc except those merge moves; adds "libs": [] if missing
+ * (the front-end needs it). */
+static void write_members(const struct json_doc *doc, const struct json_value *proc,
+                          struct json_writer *w)
+{
+    for (size_t i = 0; i < json_value_len(proc); i++) {
+        const char *key = json_value_string(doc, json_object_key_at(doc, proc, i), NULL);
+
+        if (!is_moved_key(key))
+            json_value_write(doc, json_object_value_at(doc, proc, i), w, key);
+    }
+    if (json_value_type(json_object_get(doc, proc, "libs")) != JSON_ARRAY) {
+        json_writer_array_begin(w, "libs");
+        json_writer_array_end(w);
+    }
+}
+
+struct merge {
+    struct json_writer *w; /* borrowed: the output */
+    struct log_merge logs[2];
+    const struct json_doc *top_doc; /* borrowed: for the categories check */
+    const struct json_value *top_categories;
+    size_t processes; /* written, the top level included */
+    int64_t *pids;    /* owned: pids written so far, to warn about duplicates */
+    size_t n_pids, cap_pids;
+};
+
+/* Notes proc's pid; warns if an earlier process had it (the front-end would show the threads
+ * of both as one process). Returns 0 or -ENOMEM. */
+static int note_pid(struct merge *m, const char *path, const struct json_doc *doc,
+                    const struct json_value *proc)
+{
+    struct profile_process info;
+
+    profile_process_describe(doc, proc, &info);
+    if (info.pid < 0)
+        return 0;
+    for (size_t i = 0; i < m->n_pids; i++) {
+        if (m->pids[i] == info.pid) {
+            (void)fprintf(stderr,
+                          "fleetprof merge: warning: %s: pid %lld is already in the output; the "
+                          "front-end will show both as one process\n",
+                          path, (long long)info.pid);
+            return 0;
+        }
+    }
+    if (m->n_pids == m->cap_pids) {
+        size_t cap = m->cap_pids ? m->cap_pids * 2 : 64;
+        int64_t *grown = realloc(m->pids, cap * sizeof(*grown));
+
+        if (!grown)
+            return -ENOMEM;
+        m->pids = grown;
+        m->cap_pids = cap;
+    }
+    m->pids[m->n_pids++] = info.pid;
+    return 0;
+}
+
+static int collect_logs(struct merge *m, const struct json_doc *doc, const struct json_value *proc)
+{
+    int r = log_merge_add(&m->logs[0], doc, json_object_get(doc, proc, "profilingLog"));
+
+    return r < 0 ? r
+                 : log_merge_add(&m->logs[1], doc,
+                                 json_object_get(doc, proc, "profileGatheringLog"));
+}
+
+/* Writes proc as an entry of the top-level processes array, and moves its logs. */
+static int write_subprocess(struct merge *m, const char *path, const struct json_doc *doc,
+                            const struct json_value *proc)
+{
+    const struct json_value *cats =
+            json_object_get(doc, json_object_get(doc, proc, "meta"), "categories");
+    int r;
+
+    if (json_value_type(proc) != JSON_OBJECT ||
+        json_value_type(json_object_get(doc, proc, "meta")) != JSON_OBJECT) {
+        (void)fprintf(stderr, "fleetprof merge: warning: %s: skipping a sub-process without meta\n",
+                      path);
+        return 0;
+    }
+    if (!json_value_equal(m->top_doc, m->top_categories, doc, cats))
+        (void)fprintf(
+                stderr,
+                "fleetprof merge: warning: %s: meta.categories differ from the top level's; the "
+                "front-end uses the top level's for every process\n",
+                path);
+    r = note_pid(m, path, doc, proc);
+    if (r < 0)
+        return r;
+    json_writer_object_begin(m->w, NULL);
+    write_members(doc, proc, m->w);
+    json_writer_array_begin(m->w, "processes");
+    json_writer_array_end(m->w);
+    json_writer_object_end(m->w);
+    m->processes++;
+    return collect_logs(m, doc, proc);
+}
+
+/* Writes input's top level as a sub-process, then lifts its own sub-processes. */
+static int write_input(struct merge *m, const char *path, const struct json_doc *doc)
+{
+    const struct json_value *root = json_doc_root(doc);
+    const struct json_value *subs = json_object_get(doc, root, "processes");
+    int r;
+
+    r = write_subprocess(m, path, doc, root);
+    for (size_t i = 0; r >= 0 && json_value_type(subs) == JSON_ARRAY && i < json_value_len(subs);
+         i++)
+        r = write_subprocess(m, path, doc, json_array_at(doc, subs, i));
+    return r < 0 ? r : json_writer_error(m->w);
+}
+
+/* Loads and checks one input; prints why it is skipped. */
+static int load_input(struct input *in, unsigned max_depth, struct json_doc **ret_doc)
+{
+    struct json_doc *doc;
+    char why[256];
+    double start;
+    int r;
+
+    r = profile_load(in->path, &doc, why, sizeof(why));
+    if (r == -ENOMEM)
+        return r;
+    if (r < 0) {
+        (void)fprintf(stderr, "fleetprof merge: warning: skipping %s: %s\n", in->path, why);
+        return r;
+    }
+    if (json_value_double(
+                doc,
+                json_object_get(doc, json_object_get(doc, json_doc_root(doc), "meta"), "startTime"),
+                &start) < 0) {
+        (void)fprintf(stderr, "fleetprof merge: warning: skipping %s: no meta.startTime\n",
+                      in->path);
+        json_doc_free(doc);
+        return -EPROTO;
+    }
+    if (json_doc_depth(doc) > max_depth) {
+        (void)fprintf(stderr,
+                      "fleetprof merge: warning: skipping %s: nested %u levels deep (at most %u)\n",
+                      in->path, json_doc_depth(doc), max_depth);
+        json_doc_free(doc);
+        return -EPROTO;
+    }
+    in->start_time = start;
+    *ret_doc = doc;
+    return 0;
+}
+
+static int compare_inputs(const void *a, const void *b)
+{
+    const struct input *ia = a, *ib = b;
+
+    if (ia->start_time != ib->start_time)
+        return ia->start_time < ib->start_time ? -1 : 1;
+    return ia->position < ib->position ? -1 : ia->position > ib->position;
+}
+
+/* Creates path.tmp.XXXXXX with the mode a new file would get. */
+static int open_temp(const char *path, char **ret_tmp, int *ret_fd)
+{
+    mode_t mask;
+    char *tmp;
+    int fd, r;
+
+    if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
+        return -ENOMEM;
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        r = -errno;
+        free(tmp);
+        return r;
+    }
+    mask = umask(0);
+    (void)umask(mask);
+    if (fchmod(fd, 0666 & ~mask) < 0) {
+        r = -errno;
+        (void)close(fd);
+        (void)unlink(tmp);
+        free(tmp);
+        return r;
+    }
+    *ret_tmp = tmp;
+    *ret_fd = fd;
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    (void)fprintf(out,
+                  "Usage: fleetprof merge -o OUT.json IN.json...\n"
+                  "Folds process profiles into one fleet profile: the earliest input (by\n"
+                  "meta.startTime) is the top level, the others its processes. Inputs that are\n"
+                  "not profiles are skipped with a warning. OUT is replaced atomically.\n");
+}
+
+int cmd_merge(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const unsigned max_depth = JSON_WRITER_MAX_DEPTH - SUBPROCESS_DEPTH;
+    struct merge m = {.logs = {{.name = "profilingLog"}, {.name = "profileGatheringLog"}}};
+    struct input *inputs = NULL, *top;
+    struct json_writer *w = NULL;
+    struct json_doc *top_doc = NULL;
+    const struct json_value *top_root, *top_subs;
+    size_t n_inputs = 0, n_usable = 0, kept_bytes = 0, skipped, files = 1;
+    const char *out = NULL;
+    char *tmp = NULL;
+    int c, r, fd = -1, status = 1;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            out = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!out || optind >= argc) {
+        (void)fprintf(stderr, "fleetprof merge: %s\n",
+                      out ? "no input files" : "-o OUT is required");
+        usage(stderr);
+        return 2;
+    }
+    n_inputs = (size_t)(argc - optind);
+    inputs = calloc(n_inputs, sizeof(*inputs));
+    if (!inputs)
+        goto oom;
+
+    /* First pass: which inputs are usable, and when each started. */
+    for (size_t i = 0; i < n_inputs; i++) {
+        struct input *in = &inputs[n_usable];
+        struct json_doc *doc;
+
+        in->path = argv[optind + (int)i];
+        in->position = i;
+        r = load_input(in, max_depth, &doc);
+        if (r == -ENOMEM)
+            goto oom;
+        if (r < 0)
+            continue;
+        if (kept_bytes + json_doc_size(doc) <= KEEP_PARSED_BYTES) {
+            kept_bytes += json_doc_size(doc);
+            in->doc = doc;
+        } else {
+            json_doc_free(doc);
+        }
+        n_usable++;
+    }
+    skipped = n_inputs - n_usable;
+    if (!n_usable) {
+        (void)fprintf(stderr,
+                      "fleetprof merge: nothing to merge: none of the %zu input%s is a usable "
+                      "profile\n",
+                      n_inputs, n_inputs == 1 ? "" : "s");
+        goto out;
+    }
+    qsort(inputs, n_usable, sizeof(*inputs), compare_inputs);
+    top = &inputs[0];
+    top_doc = top->doc;
+    top->doc = NULL;
+    if (!top_doc) {
+        r = load_input(top, max_depth, &top_doc);
+        if (r == -ENOMEM)
+            goto oom;
+        if (r < 0) {
+            (void)fprintf(stderr, "fleetprof merge: %s changed while merging\n", top->path);
+            goto out;
+        }
+    }
+    top_root = json_doc_root(top_doc);
+    top_subs = json_object_get(top_doc, top_root, "processes");
+    m.top_doc = top_doc;
+    m.top_categories =
+            json_object_get(top_doc, json_object_get(top_doc, top_root, "meta"), "categories");
+
+    r = open_temp(out, &tmp, &fd);
+    if (r < 0) {
+        (void)fprintf(stderr, "fleetprof merge: cannot create a temporary file next to %s: %s\n",
+                      out, strerror(-r));
+        goto out;
+    }
+    tmp_path_for_signal = tmp;
+    (void)signal(SIGINT, on_fatal_signal);
+    (void)signal(SIGTERM, on_fatal_signal);
+    (void)signal(SIGHUP, on_fatal_signal);
+    /* Past a file size limit, write() must fail with EFBIG (and the temp file go) rather than
+     * the process die of SIGXFSZ with the temp file left behind. */
+    (void)signal(SIGXFSZ, SIG_IGN);
+
+    r = json_writer_new_fd(fd, &w);
+    if (r < 0)
+        goto oom;
+    m.w = w;
+    m.processes = 1;
+    json_writer_object_begin(w, NULL);
+    write_members(top_doc, top_root, w);
+    r = note_pid(&m, top->path, top_doc, top_root);
+    if (r >= 0)
+        r = collect_logs(&m, top_doc, top_root);
+    json_writer_array_begin(w, "processes");
+    for (size_t i = 0;
+         r >= 0 && json_value_type(top_subs) == JSON_ARRAY && i < json_value_len(top_subs); i++)
+        r = write_subprocess(&m, top->path, top_doc, json_array_at(top_doc, top_subs, i));
+    for (size_t i = 1; r >= 0 && i < n_usable; i++) {
+        struct json_doc *doc = inputs[i].doc;
+
+        inputs[i].doc = NULL;
+        if (!doc) {
+            r = load_input(&inputs[i], max_depth, &doc);
+            if (r == -ENOMEM)
+                break;
+            if (r < 0) {
+                skipped++;
+                r = 0;
+                continue;
+            }
+        }
+        r = write_input(&m, inputs[i].path, doc);
+        json_doc_free(doc);
+        files++;
+    }
+    json_writer_array_end(w);
+    if (r >= 0) {
+        log_merge_write(&m.logs[0], w);
+        log_merge_write(&m.logs[1], w);
+        json_writer_object_end(w);
+        r = json_writer_finish(w);
+    }
+    if (r >= 0 && fsync(fd) < 0)
+        r = -errno;
+    if (close(fd) < 0 && r >= 0)
+        r = -errno;
+    fd = -1;
+    if (r >= 0 && rename(tmp, out) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void)unlink(tmp);
+        if (r == -ENOMEM)
+            goto oom;
+        (void)fprintf(stderr, "fleetprof merge: cannot write %s: %s\n", out, strerror(-r));
+        goto out;
+    }
+    (void)printf("fleetprof merge: wrote %s: %zu process%s from %zu file%s", out, m.processes,
+                 m.processes == 1 ? "" : "es", files, files == 1 ? "" : "s");
+    if (skipped)
+        (void)printf(", %zu skipped", skipped);
+    (void)printf("\n");
+    status = 0;
+    goto out;
+
+oom:
+    (void)fprintf(stderr, "fleetprof merge: out of memory\n");
+    if (tmp)
+        (void)unlink(tmp);
+out:
+    tmp_path_for_signal = NULL;
+    if (fd >= 0) {
+        (void)close(fd);
+        (void)unlink(tmp);
+    }
+    free(tmp);
+    json_writer_free(w);
+    log_merge_done(&m.logs[0]);
+    log_merge_done(&m.logs[1]);
+    free(m.pids);
+    json_doc_free(top_doc);
+    for (size_t i = 0; inputs && i < n_inputs; i++)
+        json_doc_free(inputs[i].doc);
+    free(inputs);
+    return status;
+}
