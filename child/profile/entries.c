@@ -75,11 +75,21 @@ static int write_entry(struct buf_entry_writer *w, void *userdata)
     return e.error;
 }
 
+/* Most entries (samples, markers) are small: encode them once into the stack, then copy
+ * the bytes in. Larger ones are sized first, then encoded into the reserved block. */
+#define SMALL_ENTRY_BYTES 512
+
 static int put(struct buf_chunked_buffer *b, encode_fn encode, const void *entry)
 {
+    uint8_t small[SMALL_ENTRY_BYTES];
+    struct buf_entry_writer w = {{small, NULL}, {sizeof(small), 0}, 0};
+    struct enc once = {&w, 0, 0};
     struct put_ctx ctx = {encode, entry};
     struct enc sizer = {NULL, 0, 0};
 
+    encode(&once, entry);
+    if (!once.error)
+        return buf_chunked_buffer_put_bytes(b, small, once.size, NULL);
     encode(&sizer, entry);
     return buf_chunked_buffer_put(b, sizer.size, write_entry, &ctx, NULL);
 }
