@@ -5,7 +5,11 @@
  *                        when they end (a thread-specific key's destructor);
  *   dlopen, dlclose,     mark the calling thread as inside the loader, so its signal
  *   dl_iterate_phdr      handler does not unwind with libunwind there (stackwalk.c);
- *   _exit, _Exit         write the exit profile first (forked workers often end so).
+ *   _exit, _Exit         write the exit profile first (forked workers often end so);
+ *   execve, execv,       keep a sampling signal from being left pending across exec: the new
+ *   execvp, execvpe,     image starts with SIGPROF at its default action (terminate), so the
+ *   fexecve, execl,      sampler stops signalling and SIGPROF is set to ignored (which
+ *   execlp, execle       discards a pending one) just before; restored if exec fails.
  * The real functions are looked up once with dlsym(RTLD_NEXT), in the constructor,
  * before any signal handler could need them.
  */
@@ -13,6 +17,7 @@
 #include <errno.h>
 #include <link.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,6 +47,10 @@ typedef void *(*dlopen_fn)(const char *, int);
 typedef int (*dlclose_fn)(void *);
 typedef int (*dl_iterate_phdr_fn)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
 typedef void (*exit_fn)(int);
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execvp_fn)(const char *, char *const[]);
+typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
+typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 
 static pthread_create_fn real_pthread_create;
 static dlopen_fn real_dlopen;
@@ -49,6 +58,11 @@ static dlclose_fn real_dlclose;
 static dl_iterate_phdr_fn real_dl_iterate_phdr;
 static exit_fn real__exit;
 static exit_fn real__Exit;
+static execve_fn real_execve;
+static execvp_fn real_execv;
+static execvp_fn real_execvp;
+static execvpe_fn real_execvpe;
+static fexecve_fn real_fexecve;
 static _Atomic unsigned loader_generation; /* bumped by every dlopen and dlclose */
 
 unsigned rt_loader_generation(void)
@@ -72,6 +86,16 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real__exit = dlsym(RTLD_NEXT, "_exit");
     if (!real__Exit)
         *(void **)&real__Exit = dlsym(RTLD_NEXT, "_Exit");
+    if (!real_execve)
+        *(void **)&real_execve = dlsym(RTLD_NEXT, "execve");
+    if (!real_execv)
+        *(void **)&real_execv = dlsym(RTLD_NEXT, "execv");
+    if (!real_execvp)
+        *(void **)&real_execvp = dlsym(RTLD_NEXT, "execvp");
+    if (!real_execvpe)
+        *(void **)&real_execvpe = dlsym(RTLD_NEXT, "execvpe");
+    if (!real_fexecve)
+        *(void **)&real_fexecve = dlsym(RTLD_NEXT, "fexecve");
 }
 
 static __thread int creating_internal;
@@ -196,6 +220,161 @@ FLEETPROF_EXPORT void _Exit(int status)
         resolve_real_functions();
     real__Exit(status);
     __builtin_unreachable();
+}
+
+/* Exec: no sampling signal may be pending when the new image starts. Only async-signal-safe
+ * calls here: exec often follows fork in a multithreaded program. */
+static bool before_exec(struct sigaction *saved)
+{
+    struct sigaction ignore;
+
+    if (!atomic_load(&rt.running))
+        return false;
+    atomic_store(&rt.exec_pending, 1); /* the sampler sends no more */
+    memset(&ignore, 0, sizeof(ignore));
+    ignore.sa_handler = SIG_IGN;
+    (void)sigemptyset(&ignore.sa_mask);
+    /* Ignoring a signal discards its pending instances (POSIX). */
+    return sigaction(RT_SAMPLE_SIGNAL, &ignore, saved) == 0;
+}
+
+static void after_failed_exec(bool prepared, const struct sigaction *saved)
+{
+    int saved_errno = errno;
+
+    if (prepared) {
+        (void)sigaction(RT_SAMPLE_SIGNAL, saved, NULL);
+        atomic_store(&rt.exec_pending, 0);
+    }
+    errno = saved_errno;
+}
+
+FLEETPROF_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    struct sigaction saved;
+    bool prepared;
+    int r;
+
+    if (!real_execve)
+        resolve_real_functions();
+    prepared = before_exec(&saved);
+    r = real_execve(path, argv, envp);
+    after_failed_exec(prepared, &saved);
+    return r;
+}
+
+FLEETPROF_EXPORT int execv(const char *path, char *const argv[])
+{
+    struct sigaction saved;
+    bool prepared;
+    int r;
+
+    if (!real_execv)
+        resolve_real_functions();
+    prepared = before_exec(&saved);
+    r = real_execv(path, argv);
+    after_failed_exec(prepared, &saved);
+    return r;
+}
+
+FLEETPROF_EXPORT int execvp(const char *file, char *const argv[])
+{
+    struct sigaction saved;
+    bool prepared;
+    int r;
+
+    if (!real_execvp)
+        resolve_real_functions();
+    prepared = before_exec(&saved);
+    r = real_execvp(file, argv);
+    after_failed_exec(prepared, &saved);
+    return r;
+}
+
+FLEETPROF_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    struct sigaction saved;
+    bool prepared;
+    int r;
+
+    if (!real_execvpe)
+        resolve_real_functions();
+    prepared = before_exec(&saved);
+    r = real_execvpe(file, argv, envp);
+    after_failed_exec(prepared, &saved);
+    return r;
+}
+
+FLEETPROF_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    struct sigaction saved;
+    bool prepared;
+    int r;
+
+    if (!real_fexecve)
+        resolve_real_functions();
+    prepared = before_exec(&saved);
+    r = real_fexecve(fd, argv, envp);
+    after_failed_exec(prepared, &saved);
+    return r;
+}
+
+/* The execl family: glibc's own call its execve internally (not through our wrapper), so
+ * they are rebuilt here on the wrapped execv* functions. */
+#define EXECL_MAX_ARGS 8192
+
+static int collect_args(const char *arg0, va_list ap, char **argv, char ***ret_envp)
+{
+    size_t n = 0;
+
+    argv[n++] = (char *)arg0;
+    while (argv[n - 1]) {
+        if (n == EXECL_MAX_ARGS) {
+            errno = E2BIG;
+            return -1;
+        }
+        argv[n++] = va_arg(ap, char *);
+    }
+    if (ret_envp)
+        *ret_envp = va_arg(ap, char **);
+    return 0;
+}
+
+FLEETPROF_EXPORT int execl(const char *path, const char *arg, ...)
+{
+    char *argv[EXECL_MAX_ARGS];
+    va_list ap;
+    int r;
+
+    va_start(ap, arg);
+    r = collect_args(arg, ap, argv, NULL);
+    va_end(ap);
+    return r < 0 ? r : execv(path, argv);
+}
+
+FLEETPROF_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    char *argv[EXECL_MAX_ARGS];
+    va_list ap;
+    int r;
+
+    va_start(ap, arg);
+    r = collect_args(arg, ap, argv, NULL);
+    va_end(ap);
+    return r < 0 ? r : execvp(file, argv);
+}
+
+FLEETPROF_EXPORT int execle(const char *path, const char *arg, ...)
+{
+    char *argv[EXECL_MAX_ARGS];
+    char **envp = NULL;
+    va_list ap;
+    int r;
+
+    va_start(ap, arg);
+    r = collect_args(arg, ap, argv, &envp);
+    va_end(ap);
+    return r < 0 ? r : execve(path, argv, envp);
 }
 
 __attribute__((constructor)) static void on_library_load(void)

@@ -155,7 +155,7 @@ static void sample_threads(uint64_t now)
             atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
             state = RT_CAPTURE_EMPTY;
         }
-        if (!t->live || paused)
+        if (!t->live || paused || atomic_load_explicit(&rt.exec_pending, memory_order_relaxed))
             continue;
         if (state == RT_CAPTURE_REQUESTED) {
             /* The signal is still pending a whole tick later: the thread was not scheduled

@@ -212,6 +212,15 @@ def test_exec_keeps_profiling(tmp):
     assert_recursion(doc, "wl_hot_leaf", 10)
 
 
+def test_fork_exec_children_never_die_of_the_profiler(tmp):
+    # The forked child's sampler must not leave a SIGPROF pending across exec: the new image
+    # starts with SIGPROF at its default action, which kills it.
+    # 20 kHz widens the race window (about 1 kill per 1000 children before the fix).
+    r = run(tmp, [WORKLOAD, "fork-exec", "2500"], timeout=300, FLEETPROF_INTERVAL_MS="0.05",
+            FLEETPROF_OUTPUT=os.path.join(tmp, "fe-%p.json"))
+    assert r.returncode == 0 and "killed: 0" in r.stdout, r.stdout + r.stderr
+
+
 def test_underscore_exit_writes_profile_and_keeps_status(tmp):
     r = run(tmp, [WORKLOAD, "exit-underscore", "0.5"])
     assert r.returncode == 3, f"exit status {r.returncode}, expected 3"
@@ -308,7 +317,8 @@ def test_exports_only_api_and_interposed_functions(tmp):
                          check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     names = {n.split("@")[0] for n in names}
-    interposed = {"pthread_create", "dlopen", "dlclose", "dl_iterate_phdr", "_exit", "_Exit"}
+    interposed = {"pthread_create", "dlopen", "dlclose", "dl_iterate_phdr", "_exit", "_Exit",
+                  "execve", "execv", "execvp", "execvpe", "fexecve", "execl", "execlp", "execle"}
     stray = {n for n in names if not n.startswith("fleetprof_")} - interposed
     assert not stray, f"libfleetprof.so exports more than its API: {sorted(stray)}"
     assert {"fleetprof_init", "fleetprof_marker", "fleetprof_counter_add"} <= names
@@ -323,6 +333,7 @@ taplib.run([
     test_idle_thread_gets_same_samples_without_cpu,
     test_prefork_workers_profile_themselves,
     test_exec_keeps_profiling,
+    test_fork_exec_children_never_die_of_the_profiler,
     test_underscore_exit_writes_profile_and_keeps_status,
     test_sigterm_writes_profile_and_dies_by_signal,
     test_api_labels_markers_counters,

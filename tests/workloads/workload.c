@@ -8,6 +8,8 @@
  *   workload exit-underscore SECONDS   busy, then _exit(3)
  *   workload wait-signal               spins until killed
  *   workload idle SECONDS              sleeps (samples without CPU)
+ *   workload fork-exec N               forks N children one after another, each execs
+ *                                      /bin/true; prints how many died by a signal
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
  *                                      it reads address -16 (a profiler bug must not kill us)
  *   workload flood SECONDS RATE        markers "m <seq>" (seq 0, 1, 2...) at RATE per second
@@ -221,6 +223,24 @@ int main(int argc, char **argv)
         pthread_create(&th, NULL, flood_and_exit, &a);
         for (;;)
             pause(); /* the main thread never runs again; the flood thread exits */
+    } else if (!strcmp(mode, "fork-exec")) {
+        int n = atoi(argv[2]), killed = 0;
+
+        for (int i = 0; i < n; i++) {
+            pid_t pid = fork();
+            int status;
+
+            if (pid == 0) {
+                execl("/bin/true", "true", (char *)NULL);
+                _exit(127);
+            }
+            if (waitpid(pid, &status, 0) == pid && WIFSIGNALED(status)) {
+                fprintf(stderr, "child %d killed by signal %d\n", (int)pid, WTERMSIG(status));
+                killed++;
+            }
+        }
+        printf("killed: %d\n", killed);
+        return killed ? 1 : 0;
     } else if (!strcmp(mode, "bad-fp")) {
         long n = 300000000;
 

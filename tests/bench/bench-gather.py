@@ -1,0 +1,604 @@
+#!/usr/bin/env python3
+"""Gathering and whole-fleet benchmark: real fleetprofd, real children, real `fleetprof record`.
+
+1. gather.64x8MiB_s: a fleetprofd (--global-limit 1G --process-limit 8M) and 64 children
+   (`bench-fleet fill`: markers through fleetprof_marker until their 8 MiB buffer has wrapped,
+   then asleep, still sampled at 1 kHz; FLEETPROF_BUFFER_MB=8 FLEETPROF_CHUNK_KB=256). Once
+   `fleetprof status --json` shows every child at >= 7.5 MiB (unreleased + released; the local
+   limit keeps one chunk short of 8 MiB), CAPTURES captures (wire.py `capture()`) are timed from
+   request to result. Also: bytes, processes, where the CPU went during a capture (daemon,
+   children), the daemon's peak RSS, and the CPU the idle 64 use just sampling.
+2. gather.exit_profile_ms: the child-side cost of an exit profile of a 1-second-old process.
+   `bench-fleet spin 1` (the shape of `workload busy 1`: 10 frames of recursion, 1 s by the
+   clock) prints a CLOCK_MONOTONIC stamp just before exit(); the benchmark stamps the reap.
+   exit->reap of a preloaded child connected to a daemon minus that of a preloaded child with
+   no daemon and no FLEETPROF_OUTPUT (which writes no exit profile at all) is the figure;
+   spawn->reap wall and whole-process CPU (rusage) differences are reported too, and an
+   unprofiled run shows the rest of the runtime's cost. EXIT_REPS interleaved runs each.
+3. record.overhead_cpu_ratio_fleet: `bench-fleet fleet 4 ROUNDS` (a master and 4 CPU-bound
+   workers doing a FIXED amount of work: demo-fleet only runs for a time, which makes a CPU
+   ratio meaningless) under `fleetprof record --no-summary` vs alone; and preloaded without a
+   daemon (sampling only, no exit profile), to split the overhead.
+4. record.churn_cpu_ratio: `bench-fleet churn 64 4 20` (64 short-lived children of ~20 ms of
+   CPU each, fork+exec'd 4 at a time) recorded vs alone; also preloaded only, and recorded
+   with posix_spawn instead of fork+exec (no runtime restart in a forked child about to exec).
+
+CPU = user + sys of the whole process tree: every process in these trees is waited for by its
+parent, so rusage from wait4 (Linux: the child plus its reaped descendants) covers them all;
+it is checked against the RUSAGE_CHILDREN delta of this process. Configurations of parts 2-4
+are interleaved (order rotated every repetition); ratios are medians of per-repetition
+ratios (profiled run / the same repetition's unprofiled run). Runs that fail (non-zero exit,
+missing profile) make that configuration's figure `nan`, with one line saying why. Measures,
+never asserts on time. Every process started here is killed by pid on the way out.
+
+Usage: bench-gather.py BUILD_DIR [REPS]   (REPS for parts 3-4, default 5;
+                                           FLEETPROF_BENCH_REPS too)
+"""
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from wire import capture  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "5"))
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
+CLI = os.path.join(BUILD, "tools", "fleetprof")
+FLEET = os.path.join(BUILD, "tests", "workloads", "bench-fleet")
+
+GATHER_CHILDREN, GATHER_MIB, CHUNK_KIB, CAPTURES = 64, 8, 256, 3
+FILL_MARKERS = 700000  # about twice what 8 MiB holds: every buffer wraps
+FULL_BYTES = (GATHER_MIB << 20) - 2 * (CHUNK_KIB << 10)
+EXIT_REPS = 10
+FLEET_WORKERS, FLEET_ROUNDS = 4, 1500  # ~1 ms a round: ~6 CPU-s in all
+CHURN_CHILDREN, CHURN_PARALLEL, CHURN_ROUNDS = 64, 4, 20
+TIMEOUT_S = 120
+
+started = []  # Popen objects of long-running processes (daemons, fill children)
+
+
+def load():
+    return os.getloadavg()[0]
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FLEETPROF_") and k != "LD_PRELOAD"}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def cpu_of(ru):
+    return ru.ru_utime + ru.ru_stime
+
+
+def children_cpu():
+    return cpu_of(resource.getrusage(resource.RUSAGE_CHILDREN))
+
+
+def kill_group(pgid):
+    """Timeout: the whole tree of one run (its own session and process group) goes."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_tree(argv, env, timeout=TIMEOUT_S):
+    """Runs argv in a session of its own and waits for it. Returns (status, wall s, CPU s of
+    the whole reaped tree, stdout, stderr, reap time from time.monotonic_ns)."""
+    out = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()
+    cpu0 = children_cpu()
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, env=env, stdout=out, stderr=err, start_new_session=True)
+    timer = threading.Timer(timeout, kill_group, (p.pid,))
+    timer.start()
+    try:
+        _, status, ru = os.wait4(p.pid, 0)
+        reaped_ns = time.monotonic_ns()
+    except BaseException:  # SIGTERM from meson's timeout, Ctrl-C: the whole tree goes
+        kill_group(p.pid)
+        os.waitpid(p.pid, 0)
+        raise
+    finally:
+        timer.cancel()
+    p.returncode = 0  # reaped above: keep Popen from waiting on it again
+    wall = time.monotonic() - t0
+    cpu = cpu_of(ru)
+    delta = children_cpu() - cpu0
+    if abs(delta - cpu) > 0.02 + 0.01 * cpu:
+        print(f"note: {os.path.basename(argv[0])}: wait4 CPU {cpu:.3f} s vs RUSAGE_CHILDREN "
+              f"delta {delta:.3f} s", file=sys.stderr)
+    out.seek(0)
+    err.seek(0)
+    stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    out.close()
+    err.close()
+    return status, wall, cpu, stdout, stderr, reaped_ns
+
+
+def failure(status, stderr):
+    """None for exit status 0, else why."""
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    if os.WEXITSTATUS(status):
+        return f"exit status {os.WEXITSTATUS(status)}: {stderr.strip()[-300:]}"
+    return None
+
+
+def fields(text):
+    out = {}
+    for word in text.split():
+        if "=" in word:
+            k, v = word.split("=", 1)
+            out[k] = v
+    return out
+
+
+def start_daemon(tmp, name, *args):
+    sock = os.path.join(tmp, name, "fleetprof.sock")
+    log = open(os.path.join(tmp, name + ".log"), "w")
+    p = subprocess.Popen([DAEMON, "--foreground", "--socket", sock, *args], stderr=log,
+                         env=clean_env())
+    log.close()
+    started.append(p)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock):
+        if p.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"fleetprofd did not start: see {tmp}/{name}.log")
+        time.sleep(0.02)
+    return p, sock
+
+
+def stop(p, sig=signal.SIGTERM):
+    """Ends one process we started, by pid; SIGKILL if it lingers."""
+    if p.poll() is None:
+        try:
+            p.send_signal(sig)
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def proc_cpu(pid):
+    """utime + stime of a live process, in seconds (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def peak_rss_mib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
+
+
+def status_json(sock):
+    r = subprocess.run([CLI, "status", "--socket", sock, "--json"], capture_output=True,
+                       timeout=30, env=clean_env())
+    if r.returncode != 0:
+        raise RuntimeError(f"fleetprof status failed: {r.stderr.decode(errors='replace')}")
+    return json.loads(r.stdout)
+
+
+def med(values):
+    return statistics.median(values) if values else math.nan
+
+
+# ---- 1. gathering 64 full buffers ------------------------------------------------------------
+
+def bench_gather(tmp):
+    res = {"load_before": load()}
+    daemon, sock = start_daemon(tmp, "gather", "--global-limit", "1G", "--process-limit",
+                                f"{GATHER_MIB}M", "--log-level", "warning")
+    kids = []
+    try:
+        env = clean_env(LD_PRELOAD=LIB, FLEETPROF_STARTUP=1, FLEETPROF_SOCKET=sock,
+                        FLEETPROF_BUFFER_MB=GATHER_MIB, FLEETPROF_CHUNK_KB=CHUNK_KIB)
+        t0 = time.monotonic()
+        for i in range(GATHER_CHILDREN):
+            out = open(os.path.join(tmp, f"fill-{i}.out"), "w")
+            kids.append(subprocess.Popen([FLEET, "fill", str(FILL_MARKERS), "600"], env=env,
+                                         stdout=out, stderr=subprocess.STDOUT))
+            out.close()
+        started.extend(kids)
+        # Full: every child wrote all its markers, and the daemon sees >= 7.5 MiB for each.
+        deadline = time.monotonic() + 180
+        while True:
+            dead = [k.pid for k in kids if k.poll() is not None]
+            if dead:
+                raise RuntimeError(f"fill children {dead[:5]} exited early")
+            filled = sum(1 for i in range(GATHER_CHILDREN)
+                         if "filled" in open(os.path.join(tmp, f"fill-{i}.out")).read())
+            st = status_json(sock)
+            sizes = {c["pid"]: c["unreleased_bytes"] + c["released_bytes"]
+                     for c in st["children"]}
+            full = [k.pid for k in kids if sizes.get(k.pid, 0) >= FULL_BYTES]
+            if filled == GATHER_CHILDREN and len(full) == GATHER_CHILDREN:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"after 180 s: {filled} children done writing, {len(full)} "
+                                   f"at >= {FULL_BYTES} bytes")
+            time.sleep(0.5)
+        res["fill_s"] = time.monotonic() - t0
+        per_child = sorted(sizes[k.pid] for k in kids)
+        res["child_min_mib"], res["child_max_mib"] = per_child[0] / 2**20, per_child[-1] / 2**20
+        res["fleet_mib"] = (st["unreleased_bytes"] + st["released_bytes"]) / 2**20
+        # What an idle fleet of 64 costs, just sampling at 1 kHz.
+        time.sleep(1.0)
+        c0, t1 = sum(proc_cpu(k.pid) for k in kids), time.monotonic()
+        d0 = proc_cpu(daemon.pid)
+        time.sleep(2.0)
+        res["idle_cpu_pct"] = 100 * (sum(proc_cpu(k.pid) for k in kids) - c0) / (
+            time.monotonic() - t1)
+        res["idle_daemon_pct"] = 100 * (proc_cpu(daemon.pid) - d0) / (time.monotonic() - t1)
+
+        caps = []
+        for n in range(CAPTURES):
+            out = os.path.join(tmp, f"gather-{n}.json")
+            kc0, dc0, l0 = sum(proc_cpu(k.pid) for k in kids), proc_cpu(daemon.pid), load()
+            start = time.monotonic()
+            result, error = capture(sock, out, timeout=TIMEOUT_S)
+            elapsed = time.monotonic() - start
+            kc1, dc1 = sum(proc_cpu(k.pid) for k in kids), proc_cpu(daemon.pid)
+            if error is not None:
+                caps.append({"error": f"capture {n}: {error}"})
+                continue
+            err = result.get(5, [b""])[0].decode(errors="replace")
+            size = os.path.getsize(out) if os.path.exists(out) else 0
+            cap = {"s": elapsed, "bytes": result.get(3, [0])[0],
+                   "processes": result.get(4, [0])[0], "given_up": result.get(6, [0])[0],
+                   "file_bytes": size, "children_cpu": kc1 - kc0, "daemon_cpu": dc1 - dc0,
+                   "load": l0}
+            if err:
+                cap["error"] = f"capture {n}: {err}"
+            elif cap["processes"] != GATHER_CHILDREN or cap["given_up"]:
+                cap["error"] = (f"capture {n}: {cap['processes']} processes, "
+                                f"{cap['given_up']} given up")
+            elif size != cap["bytes"]:
+                cap["error"] = f"capture {n}: file has {size} bytes, result says {cap['bytes']}"
+            else:
+                with open(out, "rb") as f:
+                    head = f.read(1)
+                    f.seek(-2, os.SEEK_END)
+                    tail = f.read().strip()
+                if head != b"{" or not tail.endswith(b"}"):
+                    cap["error"] = f"capture {n}: the file is not one JSON object"
+            caps.append(cap)
+            if os.path.exists(out):
+                os.unlink(out)
+            time.sleep(1.0)
+        res["captures"] = caps
+        res["daemon_peak_rss_mib"] = peak_rss_mib(daemon.pid)
+        if daemon.poll() is not None:
+            res["error"] = f"fleetprofd exited ({daemon.returncode}) during the captures"
+    finally:
+        # SIGKILL: 64 exit profiles of 14 MB each are not what this part measures.
+        for k in kids:
+            stop(k, signal.SIGKILL)
+        stop(daemon)
+    res["load_after"] = load()
+    return res
+
+
+# ---- 2. the exit profile's cost --------------------------------------------------------------
+
+def bench_exit(tmp):
+    res = {"load_before": load()}
+    daemon, sock = start_daemon(tmp, "exit", "--log-level", "warning")
+    configs = ["plain", "preload", "daemon"]
+    runs = {c: [] for c in configs}
+    errors = []
+    try:
+        envs = {"plain": clean_env(),
+                "preload": clean_env(LD_PRELOAD=LIB, FLEETPROF_STARTUP=1),
+                "daemon": clean_env(LD_PRELOAD=LIB, FLEETPROF_STARTUP=1,
+                                    FLEETPROF_SOCKET=sock)}
+        for rep in range(EXIT_REPS):
+            order = configs[rep % 3:] + configs[:rep % 3]
+            for c in order:
+                status, wall, cpu, out, err, reaped = run_tree([FLEET, "spin", "1"], envs[c])
+                why = failure(status, err)
+                f = fields(out)
+                if why is None and "exit_call_ns" not in f:
+                    why = f"no exit stamp: {out[:100]!r}"
+                if why:
+                    errors.append(f"{c} rep {rep}: {why}")
+                    runs[c].append(None)
+                    continue
+                runs[c].append({"wall": wall, "cpu": cpu,
+                                "exit_ms": (reaped - int(f["exit_call_ns"])) / 1e6,
+                                "exit_cpu_ms": (cpu - float(f["cpu_s"])) * 1e3})
+        st = status_json(sock)
+        res["daemon_children_left"] = len(st["children"])
+    finally:
+        stop(daemon)
+    res.update(runs=runs, errors=errors, load_after=load())
+    return res
+
+
+# ---- 3 and 4. `fleetprof record` overhead ----------------------------------------------------
+
+def profile_stats(path):
+    """Processes in a recorded profile, and samples per CPU-second of the bf_ work."""
+    with open(path, "rb") as f:
+        doc = json.load(f)
+    samples = 0
+    for proc in doc.get("processes", []):
+        for t in proc.get("threads", []):
+            samples += len(t["samples"]["data"])
+    return {"processes": len(doc.get("processes", [])), "samples": samples}
+
+
+def record_runs(tmp, name, commands, reps):
+    """commands: {config: (argv, how)}, how = "alone" (not profiled), "preload" (the runtime
+    preloaded and sampling, no daemon, no exit profile) or "record" (`fleetprof record`).
+    Returns ({config: [dict|None]}, [errors])."""
+    configs = list(commands)
+    runs = {c: [] for c in configs}
+    errors = []
+    for rep in range(reps):
+        order = configs[rep % len(configs):] + configs[:rep % len(configs)]
+        for c in order:
+            argv, how = commands[c]
+            out = os.path.join(tmp, f"{name}-{c}-{rep}.json")
+            recorded = how == "record"
+            env = clean_env()
+            if recorded:
+                argv = [CLI, "record", "--no-summary", "-o", out, "--", *argv]
+            elif how == "preload":
+                env = clean_env(LD_PRELOAD=LIB, FLEETPROF_STARTUP=1)
+            status, wall, cpu, stdout, stderr, _ = run_tree(argv, env)
+            why = failure(status, stderr)
+            f = fields(stdout)
+            if why is None and "work_wall_s" not in f:
+                why = f"no result line: {stdout[:100]!r}"
+            r = {"wall": wall, "cpu": cpu, "sigprof": int(f.get("killed_by_sigprof", 0))}
+            if why is None and recorded:
+                if not os.path.exists(out):
+                    why = "no profile written"
+                else:
+                    try:
+                        r.update(profile_stats(out))
+                    except (ValueError, KeyError) as e:
+                        why = f"unreadable profile: {e}"
+                    os.unlink(out)
+            if why:
+                errors.append(f"{name} {c} rep {rep}: {why}")
+                runs[c].append(None)
+            else:
+                runs[c].append(r)
+    return runs, errors
+
+
+def ratios(runs, config, base):
+    """Per-rep CPU and wall ratios of config against base; nan if any run of config failed."""
+    cpu_x, wall_x = [], []
+    for r, b in zip(runs[config], runs[base]):
+        if r and b:
+            cpu_x.append(r["cpu"] / b["cpu"])
+            wall_x.append(r["wall"] / b["wall"])
+    failed = any(r is None for r in runs[config]) or any(b is None for b in runs[base])
+    return cpu_x, wall_x, failed
+
+
+# ---- output ----------------------------------------------------------------------------------
+
+def main():
+    for path in (LIB, DAEMON, CLI, FLEET):
+        if not os.path.exists(path):
+            print(f"bench-gather: {path} not built", file=sys.stderr)
+            return 1
+    # meson's timeout sends SIGTERM: turn it into an exception so that finally blocks run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    base_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    tmp = tempfile.mkdtemp(prefix="fleetprof-bench-gather-", dir=base_dir)
+    t_start = time.monotonic()
+    bench = {"load_start": load()}
+    try:
+        try:
+            bench["gather"] = bench_gather(tmp)
+        except (RuntimeError, AssertionError, OSError, ValueError) as e:
+            bench["gather"] = {"error": f"{type(e).__name__}: {e}"}
+        bench["exit"] = bench_exit(tmp)
+        fleet_cmd = [FLEET, "fleet", str(FLEET_WORKERS), str(FLEET_ROUNDS)]
+        bench["fleet"] = record_runs(tmp, "fleet", {"alone": (fleet_cmd, "alone"),
+                                                    "preload": (fleet_cmd, "preload"),
+                                                    "record": (fleet_cmd, "record")}, REPS)
+        bench["fleet_load"] = load()
+        churn = [FLEET, "churn", str(CHURN_CHILDREN), str(CHURN_PARALLEL), str(CHURN_ROUNDS)]
+        bench["churn"] = record_runs(tmp, "churn", {
+            "alone": (churn + ["fork"], "alone"), "preload": (churn + ["fork"], "preload"),
+            "record": (churn + ["fork"], "record"),
+            "alone-spawn": (churn + ["spawn"], "alone"),
+            "record-spawn": (churn + ["spawn"], "record"),
+        }, REPS)
+        bench["churn_load"] = load()
+    finally:
+        for p in started:
+            stop(p, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report(bench, time.monotonic() - t_start)
+
+
+def report(bench, total_s):
+    figures = {}
+    print(f"gathering and whole-fleet overhead; {os.cpu_count()} CPUs, load average "
+          f"{bench['load_start']:.2f} at the start (other users), {load():.2f} at the end; "
+          f"took {total_s:.0f} s")
+
+    # 1.
+    g = bench["gather"]
+    print(f"\n1. gather {GATHER_CHILDREN} children x {GATHER_MIB} MiB buffers "
+          f"({CHUNK_KIB} KiB chunks, markers then idle at 1 kHz), {CAPTURES} captures")
+    caps = [c for c in g.get("captures", []) if "error" not in c]
+    failed = "error" in g or len(caps) < CAPTURES
+    if "error" in g:
+        print(f"FAILED gather: {g['error']}")
+    else:
+        print(f"   filled in {g['fill_s']:.1f} s: {g['fleet_mib']:.0f} MiB in the fleet, "
+              f"{g['child_min_mib']:.2f}..{g['child_max_mib']:.2f} MiB per child; load "
+              f"{g['load_before']:.2f} before, {g['load_after']:.2f} after")
+        print(f"   idle fleet (sampling only): children {g['idle_cpu_pct']:.0f} % of a CPU, "
+              f"daemon {g['idle_daemon_pct']:.1f} %")
+        print(f"   {'capture':<8} {'s':>7} {'procs':>6} {'MB':>8} {'MB/s':>7} {'kids cpu s':>10} "
+              f"{'daemon cpu s':>12} {'kids MB/cpu-s':>13}")
+        for n, c in enumerate(g["captures"]):
+            if "error" in c:
+                print(f"   FAILED {c['error']}")
+                continue
+            mb = c["bytes"] / 1e6
+            print(f"   {n:<8} {c['s']:7.2f} {c['processes']:>6} {mb:8.1f} {mb / c['s']:7.1f} "
+                  f"{c['children_cpu']:10.2f} {c['daemon_cpu']:12.2f} "
+                  f"{mb / max(c['children_cpu'], 1e-9):13.1f}")
+        print(f"   daemon peak RSS {g['daemon_peak_rss_mib']:.0f} MiB; goal <= 2 s. (The load "
+              f"average during a capture, {med([c['load'] for c in caps]):.0f}, counts our own "
+              f"{GATHER_CHILDREN} children.)")
+    figures["gather.64x8MiB_s"] = (math.nan if failed else med([c["s"] for c in caps]), "s")
+    figures["gather.64x8MiB_MB"] = (
+        math.nan if failed else med([c["bytes"] for c in caps]) / 1e6, "MB")
+    figures["gather.64x8MiB_children_cpu_s"] = (
+        math.nan if failed else med([c["children_cpu"] for c in caps]), "s")
+    figures["gather.64x8MiB_daemon_cpu_s"] = (
+        math.nan if failed else med([c["daemon_cpu"] for c in caps]), "s")
+    figures["gather.child_json_MB_per_cpu_s"] = (math.nan if failed else med(
+        [c["bytes"] / 1e6 / max(c["children_cpu"], 1e-9) for c in caps]), "MB/s")
+    figures["gather.64x8MiB_daemon_peak_rss_MiB"] = (
+        math.nan if failed else g["daemon_peak_rss_mib"], "MiB")
+
+    # 2.
+    e = bench["exit"]
+    runs = e["runs"]
+    print(f"\n2. exit profile of `bench-fleet spin 1` (10 frames, 1 s old), {EXIT_REPS} "
+          f"interleaved runs; load {e['load_before']:.2f} before, {e['load_after']:.2f} after")
+    print(f"   {'config':<34} {'wall s':>7} {'cpu s':>7} {'exit->reap ms':>13} "
+          f"{'cpu after exit ms':>17} {'ok':>5}")
+    labels = {"plain": "not profiled", "preload": "preloaded, no daemon, no output",
+              "daemon": "preloaded, connected (exit profile)"}
+    for c in ("plain", "preload", "daemon"):
+        good = [r for r in runs[c] if r]
+        print(f"   {labels[c]:<34} {med([r['wall'] for r in good]):7.3f} "
+              f"{med([r['cpu'] for r in good]):7.3f} {med([r['exit_ms'] for r in good]):13.2f} "
+              f"{med([r['exit_cpu_ms'] for r in good]):17.2f} {len(good):>2}/{len(runs[c])}")
+
+    def diff(key, a, b, scale=1.0):
+        d = [(x[key] - y[key]) * scale for x, y in zip(runs[a], runs[b]) if x and y]
+        failed = any(r is None for r in runs[a] + runs[b])
+        return (math.nan if failed else med(d)), d
+
+    exit_ms, exit_d = diff("exit_ms", "daemon", "preload")
+    wall_ms, wall_d = diff("wall", "daemon", "preload", 1e3)
+    cpu_ms, cpu_d = diff("cpu", "daemon", "preload", 1e3)
+    rt_cpu_ms, _ = diff("cpu", "preload", "plain", 1e3)
+    print(f"   exit profile (connected - preloaded alone, median of per-rep differences): "
+          f"exit->reap {exit_ms:+.1f} ms, spawn->reap {wall_ms:+.1f} ms, CPU {cpu_ms:+.1f} ms")
+    if exit_d:
+        print(f"   per-rep exit->reap differences {min(exit_d):+.1f}..{max(exit_d):+.1f} ms, "
+              f"spawn->reap {min(wall_d):+.1f}..{max(wall_d):+.1f} ms")
+    if runs["daemon"] and runs["daemon"][0]:
+        print(f"   the first connected run (a fresh daemon: cold caches) took "
+              f"{runs['daemon'][0]['exit_ms']:.1f} ms from exit() to its end")
+    print(f"   the runtime alone (preloaded - not profiled): CPU {rt_cpu_ms:+.1f} ms; the daemon "
+          f"still listed {e.get('daemon_children_left', '?')} children at the end")
+    figures["gather.exit_profile_ms"] = (exit_ms, "ms")
+    figures["gather.exit_profile_wall_ms"] = (wall_ms, "ms")
+    figures["gather.exit_profile_cpu_ms"] = (cpu_ms, "ms")
+    for err in e["errors"]:
+        print(f"   FAILED {err}")
+
+    # 3. and 4.
+    def overhead_table(title, runs, pairs, load_after):
+        print(title)
+        print(f"   {'config':<14} {'cpu s':>7} {'wall s':>7} {'cpu x':>7} {'wall x':>7} "
+              f"{'cpu x range':>13} {'procs':>6} {'samples':>8} {'SIGPROF':>8} {'ok':>5}")
+        out = {}
+        for config, base in pairs:
+            good = [r for r in runs[config] if r]
+            line = (f"   {config:<14} {med([r['cpu'] for r in good]):7.3f} "
+                    f"{med([r['wall'] for r in good]):7.3f}")
+            if base:
+                cpu_x, wall_x, failed = ratios(runs, config, base)
+                rng = f"{min(cpu_x):.3f}..{max(cpu_x):.3f}" if cpu_x else "-"
+                line += f" {med(cpu_x):7.3f} {med(wall_x):7.3f} {rng:>13}"
+                out[config] = (math.nan if failed else med(cpu_x),
+                               math.nan if failed else med(wall_x))
+                if good and "processes" in good[0]:
+                    line += (f" {med([r['processes'] for r in good]):6.0f} "
+                             f"{med([r['samples'] for r in good]):8.0f}")
+                else:
+                    line += f" {'-':>6} {'-':>8}"
+            else:
+                line += f" {'':>7} {'':>7} {'':>13} {'':>6} {'':>8}"
+            line += (f" {sum(r['sigprof'] for r in good):>8}"
+                     f" {len(good):>2}/{len(runs[config])}")
+            print(line)
+        print(f"   load average after: {load_after:.2f}")
+        return out
+
+    fleet_runs, fleet_errors = bench["fleet"]
+    f = overhead_table(f"\n3. `fleetprof record` of bench-fleet fleet {FLEET_WORKERS} x "
+                       f"{FLEET_ROUNDS} rounds (fixed work, ~1 ms a round), 1 kHz, {REPS} "
+                       f"interleaved reps, medians; goal cpu x <= 1.03",
+                       fleet_runs, [("alone", None), ("preload", "alone"), ("record", "alone")],
+                       bench["fleet_load"])
+    print("   preload: the runtime preloaded and sampling (no daemon, no exit profile); "
+          "record: `fleetprof record --no-summary` (sampling, exit profiles, the in-process "
+          "daemon, the gather and the file). wall x is not an overhead figure on a shared "
+          "machine: with another user's CPU-bound process running, the unprofiled fleet once "
+          "got ~1 CPU and the profiled one (1 kHz wake-ups) ~2, for a wall x of 0.6.")
+    figures["record.overhead_cpu_ratio_fleet"] = (f["record"][0], "ratio")
+    figures["record.overhead_cpu_ratio_fleet_sampling_only"] = (f["preload"][0], "ratio")
+    figures["record.overhead_wall_ratio_fleet"] = (f["record"][1], "ratio")
+    for err in fleet_errors:
+        print(f"   FAILED {err}")
+
+    churn_runs, churn_errors = bench["churn"]
+    c = overhead_table(f"\n4. `fleetprof record` of bench-fleet churn: {CHURN_CHILDREN} "
+                       f"children x {CHURN_ROUNDS} rounds, {CHURN_PARALLEL} at a time, 1 kHz, "
+                       f"{REPS} interleaved reps, medians; goal cpu x <= 1.10",
+                       churn_runs, [("alone", None), ("preload", "alone"), ("record", "alone"),
+                                    ("alone-spawn", None), ("record-spawn", "alone-spawn")],
+                       bench["churn_load"])
+    print("   fork: fork+exec (the forked child restarts the runtime, then execs); spawn: "
+          "posix_spawn. preload: as in 3. SIGPROF: children killed by the sampling signal, and "
+          "started again by the master (their cost stays in the figure).")
+    figures["record.churn_cpu_ratio"] = (c["record"][0], "ratio")
+    figures["record.churn_wall_ratio"] = (c["record"][1], "ratio")
+    figures["record.churn_cpu_ratio_spawn"] = (c["record-spawn"][0], "ratio")
+    figures["record.churn_cpu_ratio_sampling_only"] = (c["preload"][0], "ratio")
+    for err in churn_errors:
+        print(f"   FAILED {err}")
+    sigprof = sum(r["sigprof"] for runs in (fleet_runs, churn_runs) for rs in runs.values()
+                  for r in rs if r)
+    if sigprof:
+        print(f"\nNOTE: {sigprof} children died of SIGPROF (see tests/workloads/bench-fleet.c)")
+
+    print()
+    for name, (value, unit) in figures.items():
+        print(f"BENCH {name} {value:.3f} {unit}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
