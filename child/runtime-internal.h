@@ -1,13 +1,11 @@
-/* child/runtime-internal.h - state shared by the files of the runtime
- * (libfleetprof).
+/* child/runtime-internal.h - state shared by the files of the runtime (libfleetprof).
  *
- * Threads: the program's registered threads (write labels and markers, run the
- * sampling signal handler), the sampler thread (owns unwinding state, writes
- * samples), and whoever writes the profile (at exit, on request). They share:
- * the chunked buffer (its own mutex), the thread registry (rt.registry_lock),
- * each thread's capture slot (an atomic state word handing it between the
- * signal handler and the sampler) and label stack (written by its thread, read
- * by that thread's signal handler). docs/threading.md has the full picture.
+ * Threads: the program's registered threads (write labels and markers, run the sampling
+ * signal handler), the sampler thread (owns unwinding state, writes samples), and whoever
+ * writes the profile (at exit, on request). They share: the chunked buffer (its own mutex),
+ * the thread registry (rt.registry_lock), each thread's capture slot (an atomic state word
+ * handing it between the signal handler and the sampler) and label stack (written by its
+ * thread, read by that thread's signal handler). docs/threading.md has the full picture.
  */
 #ifndef FLEETPROF_CHILD_RUNTIME_INTERNAL_H
 #define FLEETPROF_CHILD_RUNTIME_INTERNAL_H
@@ -22,145 +20,134 @@
 #include "child/profile/entries.h"
 #include "child/profile/gecko.h"
 
-#define RT_MAX_THREADS 1024 /* registered + remembered dead threads */
-#define RT_MAX_LABELS 64
-#define RT_MAX_COUNTERS 64
-#define RT_MAX_SCHEMAS 64
-#define RT_THREAD_NAME 64
-#define RT_STACK_COPY_BYTES (32 * 1024)
-#define RT_MEMORY_COUNTER_NS                                                   \
-  (10 * 1000 * 1000) /* built-in memory counter period */
-#define RT_SAMPLE_SIGNAL SIGPROF
+#define RT_MAX_THREADS       1024 /* registered + remembered dead threads */
+#define RT_MAX_LABELS        64
+#define RT_MAX_COUNTERS      64
+#define RT_MAX_SCHEMAS       64
+#define RT_THREAD_NAME       64
+#define RT_STACK_COPY_BYTES  (32 * 1024)
+#define RT_MEMORY_COUNTER_NS (10 * 1000 * 1000) /* built-in memory counter period */
+#define RT_SAMPLE_SIGNAL     SIGPROF
 
 enum rt_stackwalk {
-  RT_STACKWALK_FP,
-  RT_STACKWALK_DWARF,
-  RT_STACKWALK_COPY,
+    RT_STACKWALK_FP,
+    RT_STACKWALK_DWARF,
+    RT_STACKWALK_COPY,
 };
 
 struct rt_config {
-  _Atomic uint64_t
-      interval_ns; /* the daemon's Welcome may change it while sampling */
-  uint64_t buffer_bytes;
-  uint32_t chunk_bytes;
-  enum rt_stackwalk stackwalk;
-  char output[4096]; /* FLEETPROF_OUTPUT, "" = none */
-  bool startup;
-  bool debug;
-  char socket[4096]; /* FLEETPROF_SOCKET, "" = none */
-  char dir[4096]; /* FLEETPROF_DIR: exit profiles when no daemon is reachable */
+    _Atomic uint64_t interval_ns; /* the daemon's Welcome may change it while sampling */
+    uint64_t buffer_bytes;
+    uint32_t chunk_bytes;
+    enum rt_stackwalk stackwalk;
+    char output[4096]; /* FLEETPROF_OUTPUT, "" = none */
+    bool startup;
+    bool debug;
+    char socket[4096]; /* FLEETPROF_SOCKET, "" = none */
+    char dir[4096];    /* FLEETPROF_DIR: exit profiles when no daemon is reachable */
 };
 
-/* Reads FLEETPROF_* into *cfg (defaults first). A bad value gets one line on
- * stderr naming the variable and the accepted values, and the default is kept.
- */
+/* Reads FLEETPROF_* into *cfg (defaults first). A bad value gets one line on stderr naming
+ * the variable and the accepted values, and the default is kept. */
 void rt_config_from_env(struct rt_config *cfg);
 const char *rt_stackwalk_name(enum rt_stackwalk s);
 
 struct rt_label {
-  const char *name; /* borrowed: a literal of the program */
-  uint32_t category;
-  uintptr_t stack_address; /* frame of fleetprof_label_push: orders labels */
-  uintptr_t
-      code_address; /* return address into the function that pushed the label */
+    const char *name; /* borrowed: a literal of the program */
+    uint32_t category;
+    uintptr_t stack_address; /* frame of fleetprof_label_push: orders labels */
+    uintptr_t code_address;  /* return address into the function that pushed the label */
 };
 
 enum rt_capture_state {
-  RT_CAPTURE_EMPTY,     /* sampler may request */
-  RT_CAPTURE_REQUESTED, /* signal sent; the handler owns the slot */
-  RT_CAPTURE_FULL,      /* handler done; the sampler owns the slot */
+    RT_CAPTURE_EMPTY,     /* sampler may request */
+    RT_CAPTURE_REQUESTED, /* signal sent; the handler owns the slot */
+    RT_CAPTURE_FULL,      /* handler done; the sampler owns the slot */
 };
 
 /* Registers captured by the handler for off-thread unwinding (copy mode). */
 struct rt_regs {
-  uint64_t ip, sp, bp, bx, r12, r13, r14, r15;
+    uint64_t ip, sp, bp, bx, r12, r13, r14, r15;
 };
 
 /* Preallocated per thread: the signal handler writes only here. */
 struct rt_capture {
-  _Atomic int state; /* enum rt_capture_state */
-  uint64_t time_ns;
-  uint64_t cpu_delta_ns; /* set by the sampler when it requests */
-  uint32_t flags;        /* PROF_SAMPLE_* */
-  uint32_t frame_count;
-  uint64_t frames[PROF_MAX_FRAMES];
-  uint32_t label_count;
-  struct rt_label labels[RT_MAX_LABELS];
-  struct rt_regs regs;
-  uint8_t *stack_copy; /* RT_STACK_COPY_BYTES, copy mode only */
-  size_t stack_copy_len;
+    _Atomic int state; /* enum rt_capture_state */
+    uint64_t time_ns;
+    uint64_t cpu_delta_ns; /* set by the sampler when it requests */
+    uint32_t flags;        /* PROF_SAMPLE_* */
+    uint32_t frame_count;
+    uint64_t frames[PROF_MAX_FRAMES];
+    uint32_t label_count;
+    struct rt_label labels[RT_MAX_LABELS];
+    struct rt_regs regs;
+    uint8_t *stack_copy; /* RT_STACK_COPY_BYTES, copy mode only */
+    size_t stack_copy_len;
 };
 
 struct rt_thread {
-  int32_t tid;
-  bool live; /* registered and running; guarded by registry_lock */
-  bool is_main;
-  clockid_t cpu_clock;
-  uintptr_t stack_lo,
-      stack_hi; /* the thread's stack, for frame-pointer walks */
-  char name[RT_THREAD_NAME];
-  uint64_t register_ns, unregister_ns;
-  uint64_t last_cpu_ns; /* sampler-owned */
-  _Atomic uint32_t label_depth;
-  struct rt_label labels[RT_MAX_LABELS];
-  struct rt_capture capture;
+    int32_t tid;
+    bool live; /* registered and running; guarded by registry_lock */
+    bool is_main;
+    clockid_t cpu_clock;
+    uintptr_t stack_lo, stack_hi; /* the thread's stack, for frame-pointer walks */
+    char name[RT_THREAD_NAME];
+    uint64_t register_ns, unregister_ns;
+    uint64_t last_cpu_ns; /* sampler-owned */
+    _Atomic uint32_t label_depth;
+    struct rt_label labels[RT_MAX_LABELS];
+    struct rt_capture capture;
 };
 
 struct rt_counter {
-  const char *name, *category, *description; /* owned copies */
-  _Atomic int64_t value;
-  int64_t last_sampled; /* sampler-owned */
-  _Atomic uint64_t ops;
-  uint64_t last_ops;
+    const char *name, *category, *description; /* owned copies */
+    _Atomic int64_t value;
+    int64_t last_sampled; /* sampler-owned */
+    _Atomic uint64_t ops;
+    uint64_t last_ops;
 };
 
 struct rt_schema {
-  struct prof_marker_schema info; /* strings owned */
-  struct prof_schema_field fields[PROF_MAX_FIELDS];
-  enum prof_field_kind kinds[PROF_MAX_FIELDS];
+    struct prof_marker_schema info; /* strings owned */
+    struct prof_schema_field fields[PROF_MAX_FIELDS];
+    enum prof_field_kind kinds[PROF_MAX_FIELDS];
 };
 
 struct buf_chunk_manager;
 struct buf_chunked_buffer;
 
 struct rt {
-  _Atomic int running; /* 1 between a successful init and shutdown */
-  _Atomic int paused;
-  _Atomic int stop_sampler;
-  _Atomic int
-      exit_signal; /* a fatal signal to re-raise after writing the profile */
-  _Atomic int exec_pending; /* an exec is under way: send no sampling signal */
-  struct rt_config cfg;
-  int32_t pid;
-  uint64_t start_ns;
-  _Atomic double
-      start_epoch_ms; /* aligned to the daemon's clock by its Welcome */
-  struct buf_chunk_manager *manager;
-  struct buf_chunked_buffer *buffer;
+    _Atomic int running; /* 1 between a successful init and shutdown */
+    _Atomic int paused;
+    _Atomic int stop_sampler;
+    _Atomic int exit_signal;  /* a fatal signal to re-raise after writing the profile */
+    _Atomic int exec_pending; /* an exec is under way: send no sampling signal */
+    struct rt_config cfg;
+    int32_t pid;
+    uint64_t start_ns;
+    _Atomic double start_epoch_ms; /* aligned to the daemon's clock by its Welcome */
+    struct buf_chunk_manager *manager;
+    struct buf_chunked_buffer *buffer;
 
-  pthread_mutex_t
-      registry_lock; /* threads[], thread_count, counters, schemas */
-  struct rt_thread *threads[RT_MAX_THREADS];
-  size_t thread_count;
-  struct rt_counter counters[RT_MAX_COUNTERS];
-  _Atomic uint32_t counter_count;
-  struct rt_schema schemas[RT_MAX_SCHEMAS];
-  uint32_t schema_count;
+    pthread_mutex_t registry_lock; /* threads[], thread_count, counters, schemas */
+    struct rt_thread *threads[RT_MAX_THREADS];
+    size_t thread_count;
+    struct rt_counter counters[RT_MAX_COUNTERS];
+    _Atomic uint32_t counter_count;
+    struct rt_schema schemas[RT_MAX_SCHEMAS];
+    uint32_t schema_count;
 
-  pthread_t sampler;
-  bool sampler_started;
-  pthread_mutex_t write_lock; /* one profile writer at a time */
-  bool exit_profile_written;
+    pthread_t sampler;
+    bool sampler_started;
+    pthread_mutex_t write_lock; /* one profile writer at a time */
+    bool exit_profile_written;
 };
 
 extern struct rt rt;
 
-/* The calling thread's registry entry, or NULL (initial-exec TLS: safe in
- * signal handlers). */
-extern __thread struct rt_thread *rt_self
-    __attribute__((tls_model("initial-exec")));
-/* > 0 while the calling thread is inside the dynamic loader (dlopen,
- * dl_iterate_phdr...). */
+/* The calling thread's registry entry, or NULL (initial-exec TLS: safe in signal handlers). */
+extern __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
+/* > 0 while the calling thread is inside the dynamic loader (dlopen, dl_iterate_phdr...). */
 extern __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
 
 uint64_t rt_now_ns(void);
@@ -168,38 +155,30 @@ uint64_t rt_now_ns(void);
 /* threads.c */
 int rt_threads_register(const char *name, bool is_main);
 void rt_threads_unregister(void);
-/* Fills a snapshot for the profile writer; caller frees with
- * rt_threads_snapshot_free. */
-int rt_threads_snapshot(struct prof_thread_info **ret_threads,
-                        size_t *ret_count);
+/* Fills a snapshot for the profile writer; caller frees with rt_threads_snapshot_free. */
+int rt_threads_snapshot(struct prof_thread_info **ret_threads, size_t *ret_count);
 void rt_threads_snapshot_free(struct prof_thread_info *threads, size_t count);
 void rt_threads_forget_all(void);
 
 /* stackwalk.c */
 int rt_stackwalk_init(enum rt_stackwalk mode);
 void rt_stackwalk_warm_thread(void);
-/* In the signal handler: capture the interrupted context into c.
- * Async-signal-safe. */
-void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t,
-                          void *ucontext);
+/* In the signal handler: capture the interrupted context into c. Async-signal-safe. */
+void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void *ucontext);
 /* Dwarf samples taken inside the loader, downgraded to a frame-pointer walk. */
 uint64_t rt_stackwalk_unsafe_samples(void);
-/* Walks saved frame pointers from (ip, bp) within [max(sp, stack_lo),
- * stack_hi), or within the copy of the stack starting at sp when copy is not
- * NULL. Async-signal-safe. */
-uint32_t rt_fp_walk(uint64_t *frames, uint32_t max, uint64_t ip, uint64_t sp,
-                    uint64_t bp, uintptr_t stack_lo, uintptr_t stack_hi,
-                    const uint8_t *copy, size_t copy_len);
+/* Walks saved frame pointers from (ip, bp) within [max(sp, stack_lo), stack_hi), or within
+ * the copy of the stack starting at sp when copy is not NULL. Async-signal-safe. */
+uint32_t rt_fp_walk(uint64_t *frames, uint32_t max, uint64_t ip, uint64_t sp, uint64_t bp,
+                    uintptr_t stack_lo, uintptr_t stack_hi, const uint8_t *copy, size_t copy_len);
 
-/* stackwalk-copy.c: unwinding a stack copy on the sampler thread (libunwind,
- * generic). */
+/* stackwalk-copy.c: unwinding a stack copy on the sampler thread (libunwind, generic). */
 int rt_stackwalk_copy_init(void);
 void rt_stackwalk_unwind_copy(struct rt_capture *c);
-/* The procedure (function) containing pc, from unwind info: [*ret_start,
- * *ret_end). Cached; sampler thread only. Returns 0 or -ENOENT. */
+/* The procedure (function) containing pc, from unwind info: [*ret_start, *ret_end).
+ * Cached; sampler thread only. Returns 0 or -ENOENT. */
 int rt_proc_range(uint64_t pc, uint64_t *ret_start, uint64_t *ret_end);
-/* Walks the caller's own stack (markers with a stack). Not for signal handlers.
- */
+/* Walks the caller's own stack (markers with a stack). Not for signal handlers. */
 uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max);
 
 /* sampler.c */
@@ -210,40 +189,34 @@ int rt_sampler_install_handler(void);
 /* runtime.c */
 struct json_writer;
 struct progress_logger;
-/* This process's profile into w (one JSON object). shutdown_ns != 0 marks an
- * ending process; progress may be NULL. */
-int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns,
-                     bool exit_profile, const struct progress_logger *progress);
+/* This process's profile into w (one JSON object). shutdown_ns != 0 marks an ending
+ * process; progress may be NULL. */
+int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
+                     const struct progress_logger *progress);
 int rt_write_profile_to(const char *path, uint64_t shutdown_ns);
 /* exit() and _exit(): stop sampling, write the exit profile once. */
 void rt_on_process_exit(void);
-/* On the sampler thread after a fatal signal: write the profile, then die by
- * sig. */
+/* On the sampler thread after a fatal signal: write the profile, then die by sig. */
 void rt_handle_exit_signal(int sig);
 
 /* ipc.c: the connection to the daemon (FLEETPROF_SOCKET). */
 int rt_ipc_start(const char *socket_path);
 /* Sends a Final update and closes, waiting at most 2 s. */
 void rt_ipc_stop(void);
-/* On the sampler thread each tick: wake the IPC thread if updates are pending.
- */
+/* On the sampler thread each tick: wake the IPC thread if updates are pending. */
 void rt_ipc_tick(void);
 /* In a forked child: drop the parent's connection without touching it. */
 void rt_ipc_forget_after_fork(void);
 bool rt_ipc_connected(void);
-/* Hands the exit profile (malloc'd, owned by the IPC layer from now on) to the
- * IPC thread; rt_ipc_stop() then waits for it to leave before the Final update.
- */
+/* Hands the exit profile (malloc'd, owned by the IPC layer from now on) to the IPC thread;
+ * rt_ipc_stop() then waits for it to leave before the Final update. */
 void rt_ipc_send_exit_profile(char *json, size_t len);
 const char *rt_program_name(void);
 
-/* preload.c: changes with every dlopen/dlclose through our wrappers (module
- * lists). */
+/* preload.c: changes with every dlopen/dlclose through our wrappers (module lists). */
 unsigned rt_loader_generation(void);
-/* preload.c: threads of our own, never registered for sampling, all signals
- * blocked. */
-int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *),
-                              void *arg);
+/* preload.c: threads of our own, never registered for sampling, all signals blocked. */
+int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
 void rt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif /* FLEETPROF_CHILD_RUNTIME_INTERNAL_H */
