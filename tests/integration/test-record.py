@@ -199,6 +199,29 @@ def test_record_prefork_fleet(tmp):
     assert not private_dirs(tmp), f"private directory left behind: {private_dirs(tmp)}"
 
 
+def test_record_demo_fleet_of_eight_workers(tmp):
+    """The issue's fleet test: the demo with 8 workers is one file with >= 9 processes (master
+    + workers + helpers), each worker with samples and its own recognisable function."""
+    demo = os.path.join(BUILD, "tools", "demo", "demo-fleet")
+    out = os.path.join(tmp, "demo.json")
+    r = record(tmp, "--no-summary", "-o", out, "--", demo, "--workers", "8", "--seconds", "2",
+               "--helpers-per-sec", "2")
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    doc = check_file(out)
+    procs = processes(doc)
+    assert len(procs) >= 9, f"{len(procs)} processes for a master and 8 workers"
+    jobs = ("demo_worker_compress", "demo_worker_hash", "demo_worker_parse",
+            "demo_worker_render")
+    workers = [p for p in procs if any(f in jobs for f in process_functions(p))]
+    assert len(workers) == 8, f"{len(workers)} processes ran a worker function"
+    for p in workers:
+        samples = sum(len(t["samples"]["data"]) for t in p["threads"])
+        assert samples > 500, f"worker {p['meta']['fleetprof']['pid']}: {samples} samples in 2 s"
+        mine = [f for f in process_functions(p) if f in jobs]
+        assert len(mine) == 1, f"a worker shows exactly its own job: {mine}"
+    assert {f for p in workers for f in process_functions(p) if f in jobs} == set(jobs)
+
+
 def test_record_exit_status_is_cmds(tmp):
     out = os.path.join(tmp, "p.json")
     r = record(tmp, "-o", out, "--", WORKLOAD, "exit-underscore", "0.3")
@@ -430,7 +453,8 @@ if __name__ == "__main__":
     taplib.run([
         test_help_for_every_command,
         test_record_prefork_fleet,
-        test_record_exit_status_is_cmds,
+        test_record_demo_fleet_of_eight_workers,
+    test_record_exit_status_is_cmds,
         test_record_default_output_name,
         test_record_nonexistent_command,
         test_record_gathers_live_descendants_without_waiting,
