@@ -13,25 +13,50 @@
 #include "buffer/leb128.h"
 #include "common/macros.h"
 
-/* Counts bytes (w == NULL) or writes them. */
+/* Counts bytes (w and direct NULL), writes them into a reserved block (w), or into a
+ * plain buffer (direct, the small-entry fast path: no call per field). */
 struct enc {
     struct buf_entry_writer *w;
+    uint8_t *direct;
+    size_t cap; /* of direct */
     size_t size;
     int error;
 };
 
 static void enc_bytes(struct enc *e, const void *p, size_t n)
 {
-    e->size += n;
-    if (e->w && !e->error && n > 0)
+    if (e->direct) {
+        if (n <= e->cap - e->size)
+            memcpy(e->direct + e->size, p, n);
+        else
+            e->error = -EMSGSIZE;
+    } else if (e->w && !e->error && n > 0) {
         e->error = buf_entry_writer_write(e->w, p, n);
+    }
+    e->size += n;
+    if (e->direct && e->error)
+        e->cap = e->size = 0, e->direct = NULL; /* stop writing; the caller starts over */
 }
 
 static void enc_u(struct enc *e, uint64_t v)
 {
-    uint8_t tmp[BUF_ULEB128_MAX_BYTES];
+    /* Inline ULEB128 straight into the buffer when there is room: the common case. */
+    if (e->direct && e->cap - e->size >= BUF_ULEB128_MAX_BYTES) {
+        uint8_t *o = e->direct + e->size;
 
-    enc_bytes(e, tmp, buf_uleb128_encode(v, tmp));
+        while (v >= 0x80) {
+            *o++ = (uint8_t)(v | 0x80);
+            v >>= 7;
+        }
+        *o++ = (uint8_t)v;
+        e->size = (size_t)(o - e->direct);
+        return;
+    }
+    {
+        uint8_t tmp[BUF_ULEB128_MAX_BYTES];
+
+        enc_bytes(e, tmp, buf_uleb128_encode(v, tmp));
+    }
 }
 
 static void enc_i(struct enc *e, int64_t v)
@@ -69,7 +94,7 @@ struct put_ctx {
 static int write_entry(struct buf_entry_writer *w, void *userdata)
 {
     const struct put_ctx *ctx = userdata;
-    struct enc e = {w, 0, 0};
+    struct enc e = {w, NULL, 0, 0, 0};
 
     ctx->encode(&e, ctx->entry);
     return e.error;
@@ -82,10 +107,9 @@ static int write_entry(struct buf_entry_writer *w, void *userdata)
 static int put(struct buf_chunked_buffer *b, encode_fn encode, const void *entry)
 {
     uint8_t small[SMALL_ENTRY_BYTES];
-    struct buf_entry_writer w = {{small, NULL}, {sizeof(small), 0}, 0};
-    struct enc once = {&w, 0, 0};
+    struct enc once = {NULL, small, sizeof(small), 0, 0};
     struct put_ctx ctx = {encode, entry};
-    struct enc sizer = {NULL, 0, 0};
+    struct enc sizer = {NULL, NULL, 0, 0, 0};
 
     encode(&once, entry);
     if (!once.error)
