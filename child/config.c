@@ -92,6 +92,15 @@ void rt_config_from_env(struct rt_config *cfg)
         else
             complain("FLEETPROF_STACKWALK", v, "fp, dwarf or copy");
     }
+    v = getenv("FLEETPROF_SYMBOLIZE");
+    if (v && *v) {
+        if (strcmp(v, "daemon") == 0)
+            cfg->symbolize_local = false;
+        else if (strcmp(v, "local") == 0)
+            cfg->symbolize_local = true;
+        else
+            complain("FLEETPROF_SYMBOLIZE", v, "daemon or local");
+    }
     v = getenv("FLEETPROF_SOCKET");
     if (v && *v) {
         if (strlen(v) < sizeof(cfg->socket))

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,15 @@ static struct {
     int outbox_error;
     uint64_t gather_id;  /* gather thread's request (set before it starts) */
     bool exit_streaming; /* IPC thread: the exit profile is on its way */
+
+    /* Symbolization: a profile writer posts a batch and waits; this thread sends it and
+     * fills it from the Symbols reply (rt_ipc_symbolize). */
+    pthread_mutex_t sym_serial; /* one batch at a time (gather and exit may overlap) */
+    pthread_mutex_t sym_lock;   /* guards sym, sym_sent, sym_id and the posted batch */
+    pthread_cond_t sym_cond;    /* CLOCK_MONOTONIC; signalled when the batch is done */
+    struct rt_symbol_batch *sym;
+    bool sym_sent;
+    uint64_t sym_id;
 } ipc;
 
 static void on_chunk_update(const struct buf_update *u, void *userdata)
@@ -258,6 +268,145 @@ static void on_progress_request(const Fleetprof__GetGatherProfileProgress *m)
     (void)send_env(&env);
 }
 
+/* Ends the posted batch. sym_lock held. */
+static void sym_finish(struct rt_symbol_batch *b, int result)
+{
+    b->result = result;
+    b->done = true;
+    ipc.sym = NULL;
+    (void)pthread_cond_broadcast(&ipc.sym_cond);
+}
+
+/* Sends the posted batch, if any is waiting. */
+static void flush_symbolize(void)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    int r;
+
+    (void)pthread_mutex_lock(&ipc.sym_lock);
+    if (ipc.sym && !ipc.sym_sent) {
+        ipc.sym->request->id = ++ipc.next_id;
+        env.msg_case = FLEETPROF__ENVELOPE__MSG_SYMBOLIZE;
+        env.symbolize = ipc.sym->request;
+        r = send_env(&env);
+        if (r < 0) {
+            sym_finish(ipc.sym, r);
+        } else {
+            ipc.sym_sent = true;
+            ipc.sym_id = ipc.sym->request->id;
+        }
+    }
+    (void)pthread_mutex_unlock(&ipc.sym_lock);
+}
+
+static int arena_add(struct rt_symbol_batch *b, const char *text, size_t *ret_off)
+{
+    size_t n = strlen(text) + 1;
+
+    if (n == 1) {
+        *ret_off = SIZE_MAX;
+        return 0;
+    }
+    if (b->arena_len + n > b->arena_cap) {
+        size_t cap = b->arena_cap ? b->arena_cap : 4096;
+        char *grown;
+
+        while (cap < b->arena_len + n)
+            cap *= 2;
+        grown = realloc(b->arena, cap);
+        if (!grown)
+            return -ENOMEM;
+        b->arena = grown;
+        b->arena_cap = cap;
+    }
+    memcpy(b->arena + b->arena_len, text, n);
+    *ret_off = b->arena_len;
+    b->arena_len += n;
+    return 0;
+}
+
+/* A piece of the reply to the posted batch (late replies to a withdrawn one are dropped). */
+static void on_symbols(const Fleetprof__Symbols *m)
+{
+    struct rt_symbol_batch *b;
+
+    (void)pthread_mutex_lock(&ipc.sym_lock);
+    b = ipc.sym;
+    if (!b || !ipc.sym_sent || m->request_id != ipc.sym_id)
+        goto out;
+    if (m->error && *m->error) {
+        (void)snprintf(b->error, sizeof(b->error), "%s", m->error);
+        sym_finish(b, -EIO);
+        goto out;
+    }
+    if (m->offset != b->received || m->n_names > b->count - b->received) {
+        (void)snprintf(b->error, sizeof(b->error), "the daemon's reply does not fit the request");
+        sym_finish(b, -EBADMSG);
+        goto out;
+    }
+    for (size_t i = 0; i < m->n_names; i++) {
+        size_t k = b->received + i;
+
+        if (arena_add(b, m->names[i], &b->name_off[k]) < 0 ||
+            arena_add(b, m->n_files ? m->files[i] : "", &b->file_off[k]) < 0) {
+            sym_finish(b, -ENOMEM);
+            goto out;
+        }
+        b->lines[k] = m->n_lines ? m->lines[i] : 0;
+        b->status[k] = m->n_status ? m->status[i] : 0;
+    }
+    b->received += m->n_names;
+    if (!m->last)
+        goto out;
+    for (size_t i = 0; i < m->n_module_errors; i++) {
+        if (!*m->module_errors[i])
+            continue;
+        if (b->module_errors++ == 0)
+            (void)snprintf(b->error, sizeof(b->error), "%s", m->module_errors[i]);
+    }
+    sym_finish(b, b->received == b->count ? 0 : -EBADMSG);
+out:
+    (void)pthread_mutex_unlock(&ipc.sym_lock);
+}
+
+int rt_ipc_symbolize(struct rt_symbol_batch *b, uint64_t timeout_ns)
+{
+    struct timespec deadline;
+    int r = 0;
+
+    if (!rt_ipc_connected())
+        return -ENOTCONN;
+    (void)clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(timeout_ns / 1000000000u);
+    deadline.tv_nsec += (long)(timeout_ns % 1000000000u);
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    (void)pthread_mutex_lock(&ipc.sym_serial);
+    (void)pthread_mutex_lock(&ipc.sym_lock);
+    b->done = false;
+    b->result = -ETIMEDOUT;
+    b->received = 0;
+    ipc.sym = b;
+    ipc.sym_sent = false;
+    if (!atomic_load(&ipc.linked)) /* on_close ran meanwhile: nobody would answer */
+        sym_finish(b, -ENOTCONN);
+    (void)pthread_mutex_unlock(&ipc.sym_lock);
+    (void)uv_async_send(&ipc.wake);
+    (void)pthread_mutex_lock(&ipc.sym_lock);
+    while (!b->done && r != ETIMEDOUT)
+        r = pthread_cond_timedwait(&ipc.sym_cond, &ipc.sym_lock, &deadline);
+    if (!b->done) { /* withdraw it: a late reply finds nothing to fill */
+        ipc.sym = NULL;
+        b->result = -ETIMEDOUT;
+    }
+    r = b->result;
+    (void)pthread_mutex_unlock(&ipc.sym_lock);
+    (void)pthread_mutex_unlock(&ipc.sym_serial);
+    return r;
+}
+
 static void send_final_and_close(void);
 
 static void on_stream_done(struct ipc_conn *conn, uint64_t request_id, int status, void *userdata)
@@ -347,6 +496,9 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
     case FLEETPROF__ENVELOPE__MSG_GET_GATHER_PROFILE_PROGRESS:
         on_progress_request(env->get_gather_profile_progress);
         break;
+    case FLEETPROF__ENVELOPE__MSG_SYMBOLS:
+        on_symbols(env->symbols);
+        break;
     case FLEETPROF__ENVELOPE__MSG_STOP:
         fleetprof_pause();
         send_ack(env->stop->id);
@@ -378,6 +530,10 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
     ipc.conn = NULL;
     atomic_store(&ipc.connected, 0);
     atomic_store(&ipc.linked, 0);
+    (void)pthread_mutex_lock(&ipc.sym_lock); /* a waiting writer resolves locally now */
+    if (ipc.sym)
+        sym_finish(ipc.sym, -ENOTCONN);
+    (void)pthread_mutex_unlock(&ipc.sym_lock);
     /* The wake handle stays open until rt_ipc_stop() (the thread idles in its loop
      * meanwhile): closing it here would race with a uv_async_send from the exit path. */
     if (atomic_load(&ipc.exiting) && !uv_is_closing((uv_handle_t *)&ipc.wake))
@@ -407,6 +563,7 @@ static void on_wake(uv_async_t *handle)
     }
     if (!ipc.conn)
         return;
+    flush_symbolize();
     /* The exit profile goes first; the Final update and the close follow when it has left
      * (on_stream_done). */
     if (flush_outbox() || ipc.exit_streaming)
@@ -464,6 +621,16 @@ int rt_ipc_start(const char *socket_path)
     if (r < 0)
         return r;
     (void)pthread_mutex_init(&ipc.outbox_lock, NULL);
+    (void)pthread_mutex_init(&ipc.sym_serial, NULL);
+    (void)pthread_mutex_init(&ipc.sym_lock, NULL);
+    {
+        pthread_condattr_t attr;
+
+        (void)pthread_condattr_init(&attr);
+        (void)pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        (void)pthread_cond_init(&ipc.sym_cond, &attr);
+        (void)pthread_condattr_destroy(&attr);
+    }
     progress_cell_init(&ipc.progress);
     (void)pthread_mutex_init(&ipc.done_lock, NULL);
     (void)pthread_cond_init(&ipc.done_cond, NULL);

@@ -43,8 +43,9 @@ struct rt_config {
     char output[4096]; /* FLEETPROF_OUTPUT, "" = none */
     bool startup;
     bool debug;
-    char socket[4096]; /* FLEETPROF_SOCKET, "" = none */
-    char dir[4096];    /* FLEETPROF_DIR: exit profiles when no daemon is reachable */
+    char socket[4096];    /* FLEETPROF_SOCKET, "" = none */
+    char dir[4096];       /* FLEETPROF_DIR: exit profiles when no daemon is reachable */
+    bool symbolize_local; /* FLEETPROF_SYMBOLIZE=local: never ask the daemon's service */
 };
 
 /* Reads FLEETPROF_* into *cfg (defaults first). A bad value gets one line on stderr naming
@@ -212,6 +213,48 @@ bool rt_ipc_connected(void);
  * rt_ipc_stop() then waits for it to leave before the Final update. */
 void rt_ipc_send_exit_profile(char *json, size_t len);
 const char *rt_program_name(void);
+
+/* One batch of symbol requests that a profile writer hands to the IPC thread, which sends
+ * it as a Symbolize and copies the Symbols reply (possibly in pieces) into it. The writer
+ * owns the batch; the IPC thread touches it only under its lock while it is posted. */
+struct Fleetprof__Symbolize;
+struct rt_symbol_batch {
+    struct Fleetprof__Symbolize *request; /* borrowed; the IPC thread sets its id */
+    size_t count;                         /* addresses in the request */
+    /* Filled by the IPC thread: */
+    char *arena; /* owned: names and files, NUL-terminated, at the offsets below */
+    size_t arena_len, arena_cap;
+    size_t *name_off, *file_off; /* count entries each (allocated by the writer); SIZE_MAX =
+                                  * unknown */
+    uint32_t *lines, *status;    /* count entries each; status 0 or a positive errno */
+    size_t received;             /* addresses answered so far */
+    size_t module_errors;        /* modules the daemon could not (or would not) read */
+    char error[256];             /* the request's error, else the first module error */
+    bool done;
+    int result; /* 0 or a negative errno (-ETIMEDOUT, -ENOTCONN, -EIO: the daemon's error) */
+};
+/* Sends batch through the daemon's symbol service and waits at most timeout_ns for the
+ * whole reply. Never call it on the IPC thread. Returns 0 (batch filled), -ENOTCONN, or
+ * the batch's error; on failure the batch may be partly filled. */
+int rt_ipc_symbolize(struct rt_symbol_batch *batch, uint64_t timeout_ns);
+
+/* symbolize-remote.c: the runtime's symbolizer for one profile write: the daemon's service
+ * when connected (design §4 "Symbols"), else (or when it fails) a local libdw cache made on
+ * first use. Strings it returns stay valid until rt_symbolizer_done(). */
+struct prof_symbols;
+struct rt_symbolizer {
+    struct prof_symbols *local; /* owned; NULL until needed */
+    char **arenas;              /* owned: strings of the daemon's replies */
+    size_t arena_count;
+    uint64_t remote_batches, remote_failures, remote_addresses, remote_unresolved;
+    uint64_t module_errors;
+    char error[256]; /* first error, for profilingLog; "" = none */
+};
+int rt_symbolizer_resolve(struct rt_symbolizer *s, const struct prof_frame_request *requests,
+                          size_t count, struct prof_frame_result *results);
+/* Modules this process loaded itself (0 when the daemon did the work). */
+uint64_t rt_symbolizer_local_modules(const struct rt_symbolizer *s);
+void rt_symbolizer_done(struct rt_symbolizer *s);
 
 /* preload.c: changes with every dlopen/dlclose through our wrappers (module lists). */
 unsigned rt_loader_generation(void);

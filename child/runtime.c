@@ -26,8 +26,6 @@
 #include "buffer/json-writer.h"
 #include "child/include/fleetprof.h"
 #include "child/profile/libs.h"
-#include "child/profile/symbolize-local.h"
-#include "child/profile/symbols.h"
 #include "child/runtime-internal.h"
 
 struct rt rt = {
@@ -40,8 +38,6 @@ static bool hooks_installed;
 static char product[4096];
 static char program_name[256];
 static int exit_signals[] = {SIGTERM, SIGINT};
-
-#define SYMBOL_CACHE_BYTES (256u * 1024 * 1024)
 
 void rt_debug(const char *fmt, ...)
 {
@@ -162,6 +158,54 @@ static int expand_path(const char *pattern, char *out, size_t size)
     return 0;
 }
 
+/* The symbolizer of one profile write, and profilingLog[pid].runtime, which tells how the
+ * symbols were found and so is written once they are (gecko writes the log last). */
+struct write_symbols {
+    struct rt_symbolizer sym;
+    struct buf_chunked_buffer_state state;
+    uint64_t symbolize_ns; /* time spent in the symbolizer */
+    char log[1024];
+};
+
+static void format_runtime_log(struct write_symbols *ws)
+{
+    const struct buf_chunked_buffer_state *st = &ws->state;
+    const struct rt_symbolizer *sym = &ws->sym;
+    char error[300];
+    size_t o = 0;
+
+    /* The error text as a JSON string body: drop what would need escaping. */
+    for (const char *p = sym->error; *p && o < sizeof(error) - 1; p++)
+        if ((unsigned char)*p >= 0x20 && *p != '"' && *p != '\\')
+            error[o++] = *p;
+    error[o] = '\0';
+    (void)snprintf(ws->log, sizeof(ws->log),
+                   "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
+                   ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
+                   ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"intervalNs\":%" PRIu64
+                   ",\"symbolModulesLoaded\":%" PRIu64 ",\"symbolServiceBatches\":%" PRIu64
+                   ",\"symbolServiceFailures\":%" PRIu64 ",\"symbolServiceAddresses\":%" PRIu64
+                   ",\"symbolServiceUnresolved\":%" PRIu64 ",\"symbolModuleErrors\":%" PRIu64
+                   ",\"symbolizeUs\":%" PRIu64 ",\"symbolError\":\"%s\"}",
+                   st->pushed_blocks, st->cleared_blocks, st->failed_puts, st->failed_bytes,
+                   rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns,
+                   rt_symbolizer_local_modules(sym), sym->remote_batches, sym->remote_failures,
+                   sym->remote_addresses, sym->remote_unresolved, sym->module_errors,
+                   ws->symbolize_ns / 1000, error);
+}
+
+static int resolve_and_log(void *userdata, const struct prof_frame_request *requests, size_t count,
+                           struct prof_frame_result *results)
+{
+    struct write_symbols *ws = userdata;
+    uint64_t start_ns = rt_now_ns();
+    int r = rt_symbolizer_resolve(&ws->sym, requests, count, results);
+
+    ws->symbolize_ns = rt_now_ns() - start_ns;
+    format_runtime_log(ws);
+    return r;
+}
+
 int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
                      const struct progress_logger *progress)
 {
@@ -170,24 +214,22 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     struct prof_thread_info *threads = NULL;
     struct prof_process_info info = {0};
     struct prof_libs libs = {0};
-    struct prof_symbols *symbols = NULL;
+    struct write_symbols *ws;
     struct prof_symbolizer symbolizer;
-    struct buf_chunked_buffer_state state;
-    char runtime_log[512];
     size_t thread_count = 0;
     uint32_t counter_count = atomic_load(&rt.counter_count);
     int r;
 
+    ws = calloc(1, sizeof(*ws));
+    if (!ws)
+        return -ENOMEM;
     r = prof_libs_collect_self(&libs);
     if (r < 0)
-        return r;
+        goto out;
     r = rt_threads_snapshot(&threads, &thread_count);
     if (r < 0)
         goto out;
-    r = prof_symbols_new(SYMBOL_CACHE_BYTES, &symbols);
-    if (r < 0)
-        goto out;
-    symbolizer = prof_symbolizer_local(symbols);
+    symbolizer = (struct prof_symbolizer){resolve_and_log, ws};
     for (uint32_t i = 0; i < counter_count; i++)
         counters[i] = (struct prof_counter_info){i, rt.counters[i].name, rt.counters[i].category,
                                                  rt.counters[i].description};
@@ -213,21 +255,17 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     info.counter_count = counter_count;
     info.schemas = schemas;
     info.libs = &libs;
-    buf_chunked_buffer_get_state(rt.buffer, &state);
-    (void)snprintf(runtime_log, sizeof(runtime_log),
-                   "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
-                   ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
-                   ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"intervalNs\":%" PRIu64 "}",
-                   state.pushed_blocks, state.cleared_blocks, state.failed_puts, state.failed_bytes,
-                   rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns);
-    info.runtime_log_json = runtime_log;
+    buf_chunked_buffer_get_state(rt.buffer, &ws->state);
+    format_runtime_log(ws); /* again after symbolization, if there is any */
+    info.runtime_log_json = ws->log;
     info.exit_profile = exit_profile;
 
     r = prof_gecko_write_process(w, NULL, &info, rt.buffer, &symbolizer, progress);
     if (r == 0)
         r = json_writer_finish(w);
 out:
-    symbols = prof_symbols_free(symbols);
+    rt_symbolizer_done(&ws->sym);
+    free(ws);
     if (threads)
         rt_threads_snapshot_free(threads, thread_count);
     prof_libs_done(&libs);

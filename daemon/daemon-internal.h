@@ -17,6 +17,7 @@
 #include "proto/fleetprof-protocol.h"
 
 struct gather;
+struct prof_symbols;
 
 enum conn_kind {
     CONN_NEW,   /* nothing received yet */
@@ -77,6 +78,7 @@ struct daemon {
     double start_epoch_ms;
     struct exit_profile *exit_profiles; /* owned list, oldest first */
     struct gather *gather;              /* the running capture, or NULL */
+    struct prof_symbols *symbols;       /* the symbol service's cache; NULL until first used */
     struct departure *departures;       /* children that ended without an exit profile */
     size_t departure_count;             /* since the last capture, at most DEPARTURES_MAX */
     uint64_t departures_dropped;
@@ -114,5 +116,12 @@ void daemon__departure_add(struct daemon *d, const struct conn *c);
 /* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
 void daemon__exit_profiles_free(struct daemon *d);
+
+/* symbols-service.c */
+/* Answers a child's Symbolize with one or more Symbols (the symbol service). */
+void daemon__symbolize(struct conn *c, const Fleetprof__Symbolize *m);
+/* Modules the service's cache opened so far (each build once, unless evicted). */
+uint64_t daemon__symbols_modules_loaded(const struct daemon *d);
+void daemon__symbols_free(struct daemon *d);
 
 #endif /* FLEETPROF_DAEMON_DAEMON_INTERNAL_H */

@@ -352,6 +352,8 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     totals.rejected_updates = t.rejected_updates;
     totals.exit_profiles = (uint32_t)d->stats.exit_profiles;
     totals.exit_profile_bytes = d->stats.exit_profile_bytes;
+    totals.symbol_modules_loaded = daemon__symbols_modules_loaded(d);
+    totals.symbol_requests = d->stats.symbol_requests;
     rep.request_id = req->id;
     rep.n_children = n;
     rep.children = ptrs;
@@ -458,6 +460,12 @@ static void on_message(struct ipc_conn *ipc, const Fleetprof__Envelope *env, voi
         }
         c->kind = CONN_TOOL;
         daemon__capture_request(c, env->capture_request);
+        return;
+    case FLEETPROF__ENVELOPE__MSG_SYMBOLIZE:
+        if (c->kind != CONN_CHILD)
+            daemon__drop(c, "symbolize before Hello");
+        else
+            daemon__symbolize(c, env->symbolize);
         return;
     case FLEETPROF__ENVELOPE__MSG_ACK:
     case FLEETPROF__ENVELOPE__MSG_ERROR:
@@ -578,6 +586,7 @@ void daemon__maybe_finish_close(struct daemon *d)
     userdata = d->close_userdata;
     daemon__exit_profiles_free(d);
     free(d->departures);
+    daemon__symbols_free(d);
     ctl_free(d->ctl);
     free(d->socket_path);
     free(d);
@@ -622,4 +631,5 @@ void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret)
     ctl_get_totals(d->ctl, &t);
     ret->unreleased_bytes = t.unreleased_bytes;
     ret->released_bytes = t.released_bytes;
+    ret->symbol_modules_loaded = daemon__symbols_modules_loaded(d);
 }

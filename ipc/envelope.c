@@ -395,8 +395,14 @@ static int check_symbols(const Fleetprof__Symbols *m, const char **reason)
         INVALID("symbols: request_id is 0");
     if (m->n_names > IPC_REPEATED_MAX)
         INVALID("symbols: too many names");
-    if ((m->n_files && m->n_files != m->n_names) || (m->n_lines && m->n_lines != m->n_names))
-        INVALID("symbols: files or lines do not match names");
+    if ((m->n_files && m->n_files != m->n_names) || (m->n_lines && m->n_lines != m->n_names) ||
+        (m->n_status && m->n_status != m->n_names))
+        INVALID("symbols: files, lines or status do not match names");
+    if (m->n_module_errors > IPC_MODULES_MAX)
+        INVALID("symbols: too many module errors");
+    for (size_t i = 0; i < m->n_module_errors; i++)
+        if (!text_ok(m->module_errors[i], IPC_TEXT_MAX_BYTES))
+            INVALID("symbols: module error too long");
     for (size_t i = 0; i < m->n_names; i++)
         if (!text_ok(m->names[i], IPC_SYMBOL_MAX_BYTES))
             INVALID("symbols: name too long");

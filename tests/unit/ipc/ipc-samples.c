@@ -124,6 +124,8 @@ static Fleetprof__Symbolize symbolize = {
 static char *sym_names[] = {"main", "__libc_start_call_main"};
 static char *sym_files[] = {"server.c", ""};
 static uint32_t sym_lines[] = {42, 0};
+static uint32_t sym_status[] = {0, 2};
+static char *sym_module_errors[] = {"", "/lib/libc.so.6: No such file or directory"};
 static Fleetprof__Symbols symbols = {
         .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__symbols__descriptor),
         .request_id = 20,
@@ -134,6 +136,12 @@ static Fleetprof__Symbols symbols = {
         .n_lines = 2,
         .lines = sym_lines,
         .error = "partial: libc has no debug info",
+        .offset = 4096,
+        .last = 1,
+        .n_status = 2,
+        .status = sym_status,
+        .n_module_errors = 2,
+        .module_errors = sym_module_errors,
 };
 
 static Fleetprof__Error error = {PROTOBUF_C_MESSAGE_INIT(&fleetprof__error__descriptor), 21, 110,
@@ -180,7 +188,9 @@ static Fleetprof__StatusTotals totals = {
         11,
         12,
         13,
-        14};
+        14,
+        15,
+        16};
 static Fleetprof__StatusReport status_report = {
         .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__status_report__descriptor),
         .request_id = 23,

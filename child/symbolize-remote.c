@@ -1,0 +1,210 @@
+/* child/symbolize-remote.c - symbols for this process's profile, from the daemon's symbol
+ * service when connected (design §4 "Symbols"), else from a local libdw cache.
+ *
+ * Called on the thread writing a profile (the gather thread, or the exiting thread),
+ * never on the IPC thread, which it waits for: the unique (module, vaddr) pairs go in
+ * Symbolize batches small enough for one frame each, one batch at a time, each answered
+ * within SYMBOLIZE_TIMEOUT_NS or resolved locally. A module the daemon cannot read stays
+ * unresolved ("0x..." frames with a `libs` entry): the child could not read it either.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "child/profile/libs.h"
+#include "child/profile/symbolize-local.h"
+#include "child/profile/symbols.h"
+#include "child/runtime-internal.h"
+#include "proto/fleetprof-protocol.h"
+
+#define SYMBOLIZE_TIMEOUT_NS    (5ull * 1000 * 1000 * 1000)
+#define SYMBOL_CACHE_BYTES      (256u * 1024 * 1024)
+#define BATCH_MAX_ADDRESSES     16384
+#define BATCH_MAX_REQUEST_BYTES (1u << 20) /* the frame limit is 4 MiB */
+
+static int resolve_local(struct rt_symbolizer *s, const struct prof_frame_request *requests,
+                         size_t count, struct prof_frame_result *results)
+{
+    struct prof_symbolizer local;
+    int r;
+
+    if (!s->local) {
+        r = prof_symbols_new(SYMBOL_CACHE_BYTES, &s->local);
+        if (r < 0)
+            return r;
+    }
+    local = prof_symbolizer_local(s->local);
+    return local.resolve(local.userdata, requests, count, results);
+}
+
+static void note_error(struct rt_symbolizer *s, const char *prefix, const char *text)
+{
+    if (!s->error[0])
+        (void)snprintf(s->error, sizeof(s->error), "%s%s", prefix, text);
+}
+
+/* One batch: requests [start, *ret_end) that fit in a frame. Returns 0 (results filled),
+ * or a negative errno. */
+static int resolve_batch(struct rt_symbolizer *s, const struct prof_frame_request *requests,
+                         size_t start, size_t count, struct prof_frame_result *results,
+                         size_t *ret_end)
+{
+    size_t max = count - start < BATCH_MAX_ADDRESSES ? count - start : BATCH_MAX_ADDRESSES;
+    const struct prof_lib **libs = calloc(max, sizeof(*libs));
+    Fleetprof__SymbolModule *mods = calloc(max, sizeof(*mods));
+    Fleetprof__SymbolModule **mod_ptrs = calloc(max, sizeof(*mod_ptrs));
+    Fleetprof__SymbolAddress *addrs = calloc(max, sizeof(*addrs));
+    Fleetprof__SymbolAddress **addr_ptrs = calloc(max, sizeof(*addr_ptrs));
+    size_t *index = calloc(max, sizeof(*index)); /* address -> request */
+    Fleetprof__Symbolize msg = FLEETPROF__SYMBOLIZE__INIT;
+    struct rt_symbol_batch b = {0};
+    size_t n_mods = 0, n_addrs = 0, bytes = 64, last_mod = 0, i;
+    int r = -ENOMEM;
+
+    b.name_off = calloc(max, sizeof(*b.name_off));
+    b.file_off = calloc(max, sizeof(*b.file_off));
+    b.lines = calloc(max, sizeof(*b.lines));
+    b.status = calloc(max, sizeof(*b.status));
+    if (!libs || !mods || !mod_ptrs || !addrs || !addr_ptrs || !index || !b.name_off ||
+        !b.file_off || !b.lines || !b.status)
+        goto out;
+
+    for (i = start; i < count && n_addrs < max && bytes < BATCH_MAX_REQUEST_BYTES; i++) {
+        const struct prof_lib *lib = requests[i].lib;
+        size_t k;
+
+        /* The vdso has no file to name; like the local resolver, leave it unresolved. */
+        if (!lib || !lib->path)
+            continue;
+        /* Requests come grouped by first use: the previous module is the likely one. */
+        if (n_mods && libs[last_mod] == lib) {
+            k = last_mod;
+        } else {
+            for (k = 0; k < n_mods && libs[k] != lib; k++)
+                ;
+            if (k == n_mods) {
+                fleetprof__symbol_module__init(&mods[k]);
+                mods[k].path = lib->path;
+                mods[k].build_id.data = (uint8_t *)lib->build_id;
+                mods[k].build_id.len = lib->build_id_len;
+                mods[k].load_bias = lib->bias;
+                mod_ptrs[k] = &mods[k];
+                libs[k] = lib;
+                n_mods++;
+                bytes += strlen(lib->path) + lib->build_id_len + 32;
+            }
+            last_mod = k;
+        }
+        fleetprof__symbol_address__init(&addrs[n_addrs]);
+        addrs[n_addrs].module_index = (uint32_t)k;
+        addrs[n_addrs].offset = requests[i].vaddr;
+        addr_ptrs[n_addrs] = &addrs[n_addrs];
+        index[n_addrs++] = i;
+        bytes += 20;
+    }
+    *ret_end = i;
+    if (n_addrs == 0) {
+        r = 0;
+        goto out;
+    }
+    msg.n_modules = n_mods;
+    msg.modules = mod_ptrs;
+    msg.n_addresses = n_addrs;
+    msg.addresses = addr_ptrs;
+    b.request = &msg;
+    b.count = n_addrs;
+    r = rt_ipc_symbolize(&b, SYMBOLIZE_TIMEOUT_NS);
+    s->remote_batches++;
+    s->module_errors += b.module_errors;
+    if (b.error[0])
+        note_error(s, "", b.error);
+    if (r < 0)
+        goto out;
+    for (size_t a = 0; a < n_addrs; a++) {
+        struct prof_frame_result *res = &results[index[a]];
+
+        s->remote_addresses++;
+        if (b.status[a] || b.name_off[a] == SIZE_MAX) {
+            s->remote_unresolved++;
+            continue;
+        }
+        res->function = b.arena + b.name_off[a];
+        res->file = b.file_off[a] == SIZE_MAX ? NULL : b.arena + b.file_off[a];
+        res->line = b.lines[a];
+    }
+    if (b.arena) { /* keep the strings until the profile is written */
+        char **grown = realloc(s->arenas, (s->arena_count + 1) * sizeof(*grown));
+
+        if (!grown) {
+            memset(results + start, 0, (*ret_end - start) * sizeof(*results));
+            r = -ENOMEM;
+            goto out;
+        }
+        s->arenas = grown;
+        s->arenas[s->arena_count++] = b.arena;
+        b.arena = NULL;
+    }
+out:
+    free(b.arena);
+    free(b.name_off);
+    free(b.file_off);
+    free(b.lines);
+    free(b.status);
+    free(libs);
+    free(mods);
+    free(mod_ptrs);
+    free(addrs);
+    free(addr_ptrs);
+    free(index);
+    return r;
+}
+
+int rt_symbolizer_resolve(struct rt_symbolizer *s, const struct prof_frame_request *requests,
+                          size_t count, struct prof_frame_result *results)
+{
+    size_t start = 0;
+
+    for (size_t i = 0; i < count; i++)
+        results[i] = (struct prof_frame_result){0};
+    if (!rt.cfg.symbolize_local && rt_ipc_connected()) {
+        while (start < count) {
+            size_t end = start;
+            int r = resolve_batch(s, requests, start, count, results, &end);
+
+            if (r < 0) {
+                /* Timed out, lost the daemon, or it failed: this batch and the rest are
+                 * resolved here, as without a daemon. */
+                s->remote_failures++;
+                note_error(s, "symbol service: ", strerror(-r));
+                rt_debug("the daemon's symbol service failed (%s): resolving locally",
+                         strerror(-r));
+                break;
+            }
+            start = end;
+        }
+    }
+    if (start < count)
+        return resolve_local(s, requests + start, count - start, results + start);
+    return 0;
+}
+
+uint64_t rt_symbolizer_local_modules(const struct rt_symbolizer *s)
+{
+    struct prof_symbols_stats st = {0};
+
+    if (s->local)
+        prof_symbols_get_stats(s->local, &st);
+    return st.modules_loaded;
+}
+
+void rt_symbolizer_done(struct rt_symbolizer *s)
+{
+    s->local = prof_symbols_free(s->local);
+    for (size_t i = 0; i < s->arena_count; i++)
+        free(s->arenas[i]);
+    free(s->arenas);
+    s->arenas = NULL;
+    s->arena_count = 0;
+}

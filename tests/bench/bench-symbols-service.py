@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""The daemon's symbol service (issue 7) against local symbolization in each child.
+
+1. symbols.child_exit_profile_ms: spawn -> reap of `workload busy 0.05` (a 50 ms-old child,
+   preloaded, connected to a warm fleetprofd), whose exit path writes the exit profile.
+   Reported for the service (default) and for local symbolization (FLEETPROF_SYMBOLIZE=local,
+   same daemon, same exit profile), and the difference against a run with no exit profile at
+   all (preloaded, no daemon); plus the child's own symbolization time from
+   profilingLog[pid].runtime.symbolizeUs. Interleaved, medians of REPS runs.
+2. symbols.cache_hit_us: round trip of a Symbolize of 64 libc addresses the daemon has already
+   resolved (a scripted child over the wire), median of 200; and per address.
+3. record.churn_cpu_ratio: `fleetprof record` of `bench-fleet churn 64 4 20 fork` (64
+   short-lived children) vs the same alone, with the service (after) and with
+   FLEETPROF_SYMBOLIZE=local (before), reusing tests/bench/bench-gather.py's runner.
+
+Measures, never asserts on time. Usage: bench-symbols-service.py BUILD_DIR [REPS]
+"""
+import ctypes
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from wire import capture, field, frame, read_frames  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "5"))
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
+WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
+EXIT_REPS = 15
+
+
+def start_daemon(tmp):
+    sock = os.path.join(tmp, "run", "fleetprof.sock")
+    p = subprocess.Popen([DAEMON, "--foreground", "--socket", sock, "--log-level", "error"],
+                         stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock):
+        if p.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("fleetprofd did not start")
+        time.sleep(0.02)
+    return p, sock
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def child_env(**extra):
+    e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1")
+    for k in ("FLEETPROF_SOCKET", "FLEETPROF_OUTPUT", "FLEETPROF_DIR", "FLEETPROF_SYMBOLIZE"):
+        e.pop(k, None)
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def timed_run(env):
+    t0 = time.monotonic()
+    subprocess.run([WORKLOAD, "busy", "0.05"], env=env, check=True, timeout=60)
+    return (time.monotonic() - t0) * 1e3
+
+
+def bench_exit(tmp):
+    d, sock = start_daemon(tmp)
+    try:
+        configs = {"service": child_env(FLEETPROF_SOCKET=sock),
+                   "local": child_env(FLEETPROF_SOCKET=sock, FLEETPROF_SYMBOLIZE="local"),
+                   "none": child_env()}
+        timed_run(configs["service"])  # warm the daemon's cache and the page cache
+        timed_run(configs["local"])
+        walls = {c: [] for c in configs}
+        for rep in range(EXIT_REPS):
+            order = list(configs)[rep % 3:] + list(configs)[:rep % 3]
+            for c in order:
+                walls[c].append(timed_run(configs[c]))
+        out = os.path.join(tmp, "exit.json")
+        _, error = capture(sock, out)
+        sym_us = {"service": [], "local": []}
+        if error is None:
+            with open(out) as f:
+                doc = json.load(f)
+            for p in doc["processes"]:
+                (log,) = p["profilingLog"].values()
+                rt = log["runtime"]
+                key = "service" if rt["symbolServiceBatches"] else "local"
+                sym_us[key].append(rt["symbolizeUs"])
+        return {c: statistics.median(v) for c, v in walls.items()}, \
+            {c: statistics.median(v) if v else float("nan") for c, v in sym_us.items()}
+    finally:
+        stop(d)
+
+
+def libc_mapping():
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and os.path.basename(parts[5]).startswith("libc.so") \
+                    and int(parts[2], 16) == 0:
+                return parts[5], int(parts[0].split("-")[0], 16)
+    raise RuntimeError("libc not mapped")
+
+
+def bench_cache_hit(tmp):
+    d, sock = start_daemon(tmp)
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(sock)
+        s.sendall(frame(1, field(1, 1), field(2, 1), field(3, os.getpid()), field(5, "bench")))
+        libc, bias = libc_mapping()
+        c = ctypes.CDLL(libc)
+        names = ["getpid", "read", "write", "malloc", "free", "memcpy", "strlen", "printf"]
+        addrs = [ctypes.cast(getattr(c, n), ctypes.c_void_p).value - bias for n in names]
+        addrs = [a + i for a in addrs for i in range(8)]  # 64 addresses
+        body = field(2, field(1, libc)) + b"".join(field(3, field(1, 0) + field(2, a))
+                                                   for a in addrs)
+        frames = read_frames(s, timeout=30)
+
+        def round_trip(req_id):
+            t0 = time.perf_counter()
+            s.sendall(frame(16, field(1, req_id) + body))
+            for num, msg in frames:
+                if num == 17 and msg[1][0] == req_id:
+                    return (time.perf_counter() - t0) * 1e6
+            raise RuntimeError("no Symbols reply")
+
+        cold = round_trip(1000)
+        times = [round_trip(1001 + i) for i in range(200)]
+        s.close()
+        return cold, statistics.median(times), len(addrs)
+    finally:
+        stop(d)
+
+
+def bench_churn(tmp):
+    spec = importlib.util.spec_from_file_location("bench_gather",
+                                                  os.path.join(HERE, "bench-gather.py"))
+    bg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bg)
+    if not os.path.exists(bg.FLEET):
+        return None, [f"{bg.FLEET} not built"]
+    churn = [bg.FLEET, "churn", "64", "4", "20", "fork"]
+    clean_env = bg.clean_env  # drops FLEETPROF_*: add ours back (`record` passes it on)
+    results, errors = {}, []
+    try:
+        for mode in ("local", "daemon"):
+            bg.clean_env = lambda m=mode, **extra: clean_env(FLEETPROF_SYMBOLIZE=m, **extra)
+            runs, errs = bg.record_runs(tmp, f"churn-{mode}", {"alone": (churn, "alone"),
+                                                               "record": (churn, "record")},
+                                        REPS)
+            cpu_x, wall_x, failed = bg.ratios(runs, "record", "alone")
+            results[mode] = (float("nan") if failed or not cpu_x else statistics.median(cpu_x),
+                             float("nan") if failed or not wall_x else statistics.median(wall_x))
+            errors += errs
+    finally:
+        bg.clean_env = clean_env
+    return results, errors
+
+
+def main():
+    for path in (LIB, DAEMON, WORKLOAD):
+        if not os.path.exists(path):
+            print(f"bench-symbols-service: {path} not built", file=sys.stderr)
+            return 1
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmp = tempfile.mkdtemp(prefix="fleetprof-bench-symbols-")
+    try:
+        walls, sym_us = bench_exit(tmp)
+        print(f"# exit of a 50 ms-old child, spawn->reap medians of {EXIT_REPS}: service "
+              f"{walls['service']:.1f} ms, local {walls['local']:.1f} ms, no exit profile "
+              f"{walls['none']:.1f} ms; child symbolization: service {sym_us['service']} us, "
+              f"local {sym_us['local']} us")
+        print(f"BENCH symbols.child_exit_profile_ms {walls['service'] - walls['none']:.3f} ms")
+        print(f"BENCH symbols.child_exit_profile_ms_local {walls['local'] - walls['none']:.3f} ms")
+        print(f"BENCH symbols.child_symbolize_us {sym_us['service']:.0f} us")
+        print(f"BENCH symbols.child_symbolize_us_local {sym_us['local']:.0f} us")
+        cold, hit, n = bench_cache_hit(tmp)
+        print(f"# Symbolize of {n} libc addresses: first {cold:.0f} us (module load), "
+              f"then median {hit:.0f} us")
+        print(f"BENCH symbols.cache_hit_us {hit:.1f} us")
+        print(f"BENCH symbols.cache_hit_per_address_us {hit / n:.2f} us")
+        churn, errors = bench_churn(tmp)
+        for e in errors:
+            print(f"# {e}")
+        if churn:
+            print(f"# churn (64 children) recorded/alone, medians of {REPS}: CPU local "
+                  f"{churn['local'][0]:.3f} -> service {churn['daemon'][0]:.3f}; wall "
+                  f"{churn['local'][1]:.3f} -> {churn['daemon'][1]:.3f}")
+            print(f"BENCH record.churn_cpu_ratio {churn['daemon'][0]:.3f} ratio")
+            print(f"BENCH record.churn_cpu_ratio_local_symbols {churn['local'][0]:.3f} ratio")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

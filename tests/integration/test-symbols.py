@@ -1,0 +1,455 @@
+#!/usr/bin/env python3
+"""Integration tests of the daemon's symbol service (issue 7): a child connected to
+fleetprofd does not load debug info; its profiles (gathers and exit profiles) get their
+names and lines from the daemon, which opens each module once for the whole fleet.
+
+Workloads wait with a known stack (tests/workloads/sym-wait.c):
+  read (libc) <- sym_wait_block <- sym_wait_probe <- sym_lib_static_fn <- sym_lib_global_fn
+  (libsym-lib.so) <- main
+
+Usage: test-symbols.py BUILD_DIR   (TAP output)
+"""
+import ctypes
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import profile_check as pc  # noqa: E402
+import taplib  # noqa: E402
+from wire import capture, field, frame, read_frames, read_varint  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1])
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
+CLI = os.path.join(BUILD, "tools", "fleetprof")
+WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
+SYM_WAIT = os.path.join(BUILD, "tests", "integration", "sym-wait")
+NOSYMS = os.path.join(BUILD, "tests", "integration", "libsym-wait-nosyms.so")
+SYM_LIB = os.path.join(BUILD, "tests", "unit", "profile", "libsym-lib.so")
+HELLO, SYMBOLIZE, SYMBOLS = 1, 16, 17
+
+# The wait stack, innermost last, as (function, module) pairs.
+WAIT_STACK = [("main", "sym-wait"), ("sym_lib_global_fn", "libsym-lib.so"),
+              ("sym_lib_static_fn", "libsym-lib.so"), ("sym_wait_probe", "sym-wait"),
+              ("sym_wait_block", "sym-wait")]
+
+
+class Daemon:
+    def __init__(self, tmp, *args):
+        self.sock = os.path.join(tmp, "run", "fleetprof.sock")
+        self.log_path = os.path.join(tmp, "daemon.log")
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen([DAEMON, "--foreground", "--socket", self.sock,
+                                      "--log-level", "debug", *args], stderr=self.log_file)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.sock):
+            assert self.proc.poll() is None, self.log()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def status(self):
+        out = subprocess.run([CLI, "status", "--socket", self.sock, "--json"], check=True,
+                             capture_output=True, text=True, timeout=10).stdout
+        return json.loads(out)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+
+
+def env(d=None, **extra):
+    e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_STACKWALK="dwarf")
+    e.pop("FLEETPROF_SOCKET", None)
+    if d:
+        e["FLEETPROF_SOCKET"] = d.sock
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def start_wait(e, *args, exe=SYM_WAIT):
+    p = subprocess.Popen([exe, *args], env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    line = p.stdout.readline()
+    assert line.strip() == "ready", f"workload said {line!r}"
+    time.sleep(0.3)  # a few samples in the wait
+    return p
+
+
+def finish(p):
+    p.stdin.close()
+    assert p.wait(timeout=20) == 0
+
+
+def checked(path):
+    doc = pc.load(path)
+    problems = pc.check_profile(doc)
+    assert not problems, f"{path}: " + "; ".join(problems[:5])
+    return doc
+
+
+def runtime_log(proc):
+    (log,) = proc["profilingLog"].values()
+    return log["runtime"]
+
+
+def wait_frames(proc):
+    """(location, line) of every frame of the main thread's stacks through sym_wait_block."""
+    out = set()
+    for t in proc["threads"]:
+        st, frames = t["stringTable"], t["frameTable"]["data"]
+        stacks = t["stackTable"]["data"]
+        for s in {row[0] for row in t["samples"]["data"] if row[0] is not None}:
+            chain, i = [], s
+            while i is not None:
+                prefix, f = stacks[i][0], stacks[i][1]
+                chain.append((st[frames[f][0]], frames[f][4]))
+                i = prefix
+            if any(loc.startswith("sym_wait_block ") or loc.startswith("sym_wait_probe ")
+                   for loc, _ in chain):
+                out.update(chain)
+    return out
+
+
+def assert_wait_stack(frames, resolved_libsym=True):
+    names = {loc for loc, _ in frames}
+    for fn, mod in WAIT_STACK:
+        if mod == "libsym-lib.so" and not resolved_libsym:
+            continue
+        loc = f"{fn} (in {mod})"
+        assert loc in names, f"{loc} missing from {sorted(names)}"
+        lines = [line for l, line in frames if l == loc]
+        assert all(isinstance(x, int) and x > 0 for x in lines), f"{loc}: no line ({lines})"
+    assert any(loc.endswith("(in libc.so.6)") for loc in names), f"no libc frame: {names}"
+
+
+def one_process(doc, pid):
+    procs = [p for p in doc["processes"] if p["meta"]["fleetprof"]["pid"] == pid]
+    assert len(procs) == 1, f"pid {pid}: {len(procs)} processes"
+    return procs[0]
+
+
+def test_service_gives_the_local_symbols(tmp):
+    # Without a daemon: local resolution, written at exit.
+    local_out = os.path.join(tmp, "local.json")
+    p = start_wait(env(FLEETPROF_OUTPUT=local_out))
+    finish(p)
+    local = checked(local_out)
+    local_frames = wait_frames(local)
+    assert_wait_stack(local_frames)
+    assert runtime_log(local)["symbolModulesLoaded"] >= 3, runtime_log(local)
+
+    d = Daemon(tmp)
+    try:
+        p = start_wait(env(d))
+        out = os.path.join(tmp, "gather.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        gathered = one_process(checked(out), p.pid)
+        finish(p)
+        out2 = os.path.join(tmp, "exit.json")
+        _, error = capture(d.sock, out2)
+        assert error is None, error
+        exited = one_process(checked(out2), p.pid)
+        assert exited["meta"]["fleetprof"]["exit"] is True
+        for name, doc in (("gather", gathered), ("exit profile", exited)):
+            log = runtime_log(doc)
+            assert log["symbolModulesLoaded"] == 0, f"{name}: the child loaded symbols: {log}"
+            assert log["symbolServiceBatches"] >= 1 and log["symbolServiceFailures"] == 0, log
+            assert log["symbolServiceUnresolved"] == 0, log
+            frames = wait_frames(doc)
+            assert_wait_stack(frames)
+            # Same names and lines as local resolution, frame for frame.
+            assert frames == local_frames, (f"{name}: service {sorted(frames - local_frames)}"
+                                            f" vs local {sorted(local_frames - frames)}")
+        assert d.status()["symbol_modules_loaded"] >= 3
+    finally:
+        d.stop()
+
+
+def test_fleet_loads_each_module_once(tmp):
+    d = Daemon(tmp)
+    try:
+        def run_batch(n, parallel=10):
+            for start in range(0, n, parallel):
+                procs = [subprocess.Popen([WORKLOAD, "busy", "0.05"], env=env(d))
+                         for _ in range(min(parallel, n - start))]
+                for p in procs:
+                    assert p.wait(timeout=60) == 0
+
+        run_batch(100)
+        st = d.status()
+        assert st["symbol_requests"] >= 100, st
+        out = os.path.join(tmp, "fleet.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        assert len(doc["processes"]) == 100, len(doc["processes"])
+        # Each module once for the fleet: at most one load per distinct module the children
+        # map (the program, libc, the loader, libfleetprof and its libraries), not 100x.
+        modules = {(lib["debugName"], lib.get("codeId")) for p in doc["processes"]
+                   for lib in p["libs"]}
+        loaded = st["symbol_modules_loaded"]
+        assert 1 <= loaded <= len(modules), f"{loaded} loads for {len(modules)} modules: {st}"
+        for proc in doc["processes"]:
+            log = runtime_log(proc)
+            assert log["symbolModulesLoaded"] == 0, log
+            assert log["symbolServiceBatches"] >= 1, log
+        assert "wl_hot_leaf" in pc.functions(doc) or any(
+            "wl_hot_leaf" in f for f in pc.functions(doc)), "no workload frames"
+    finally:
+        d.stop()
+
+
+def hex_frames(proc):
+    return {loc for loc, _ in wait_frames(proc) if loc.startswith("0x")}
+
+
+def test_module_without_symbols(tmp):
+    d = Daemon(tmp)
+    try:
+        p = start_wait(env(d), NOSYMS)
+        out = os.path.join(tmp, "nosyms.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        proc = one_process(checked(out), p.pid)
+        finish(p)
+        names = {loc for loc, _ in wait_frames(proc)}
+        assert "sym_wait_probe (in sym-wait)" in names, names
+        assert "main (in sym-wait)" in names, names
+        hexes = hex_frames(proc)
+        assert hexes, f"the symbol-less module's frame should stay an address: {names}"
+        lib = [lib for lib in proc["libs"] if lib["name"] == os.path.basename(NOSYMS)]
+        assert lib, "the symbol-less module is not in libs"
+        for h in hexes:  # every 0x frame lies in a listed module (the front-end needs it)
+            a = int(h, 16)
+            assert any(m["start"] <= a < m["end"] for m in proc["libs"]), h
+        assert runtime_log(proc)["symbolModulesLoaded"] == 0
+    finally:
+        d.stop()
+
+
+def test_deleted_binary_still_running(tmp):
+    exe = os.path.join(tmp, "sym-wait-copy")
+    shutil.copy(SYM_WAIT, exe)
+    d = Daemon(tmp)
+    try:
+        e = env(d, LD_LIBRARY_PATH=os.path.dirname(SYM_LIB))
+        p = start_wait(e, exe=exe)
+        os.unlink(exe)
+        out = os.path.join(tmp, "deleted.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        proc = one_process(checked(out), p.pid)
+        finish(p)
+        frames = wait_frames(proc)
+        names = {loc for loc, _ in frames}
+        # The daemon reads a deleted main program through /proc/PID/exe.
+        assert "sym_wait_probe (in sym-wait-copy)" in names, names
+        assert "sym_lib_static_fn (in libsym-lib.so)" in names, names
+        assert runtime_log(proc)["symbolModulesLoaded"] == 0
+    finally:
+        d.stop()
+
+
+def test_deleted_library_gets_a_clear_error(tmp):
+    libdir = os.path.join(tmp, "lib")
+    os.mkdir(libdir)
+    shutil.copy(SYM_LIB, libdir)
+    d = Daemon(tmp)
+    try:
+        p = start_wait(env(d, LD_LIBRARY_PATH=libdir))
+        os.unlink(os.path.join(libdir, "libsym-lib.so"))
+        out = os.path.join(tmp, "deleted-lib.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        proc = one_process(checked(out), p.pid)
+        finish(p)
+        frames = wait_frames(proc)
+        names = {loc for loc, _ in frames}
+        assert "sym_wait_probe (in sym-wait)" in names, names
+        assert not any("(in libsym-lib.so)" in n for n in names), names
+        assert hex_frames(proc), names
+        log = runtime_log(proc)
+        assert log["symbolModuleErrors"] >= 1 and "libsym-lib.so" in log["symbolError"], log
+        assert "libsym-lib.so" in d.log(), "the daemon did not log the unreadable module"
+    finally:
+        d.stop()
+
+
+def test_stripped_library_with_debuglink(tmp):
+    if not shutil.which("objcopy") or not shutil.which("strip"):
+        raise AssertionError("objcopy/strip missing")
+    libdir = os.path.join(tmp, "lib")
+    os.mkdir(libdir)
+    lib = os.path.join(libdir, "libsym-lib.so")
+    shutil.copy(SYM_LIB, lib)
+    subprocess.run(["objcopy", "--only-keep-debug", lib, lib + ".debug"], check=True)
+    subprocess.run(["strip", "--strip-debug", "--strip-unneeded", lib], check=True)
+    subprocess.run(["objcopy", "--add-gnu-debuglink=libsym-lib.so.debug", "libsym-lib.so"],
+                   check=True, cwd=libdir)
+    d = Daemon(tmp)
+    try:
+        p = start_wait(env(d, LD_LIBRARY_PATH=libdir))
+        out = os.path.join(tmp, "stripped.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        proc = one_process(checked(out), p.pid)
+        finish(p)
+        frames = wait_frames(proc)
+        # The static function is only in the debug file's .symtab; its line too.
+        assert_wait_stack(frames)
+        assert runtime_log(proc)["symbolModulesLoaded"] == 0
+    finally:
+        d.stop()
+
+
+# ---- hostile requests, from a scripted child speaking the protocol -------------------------
+
+def packed(b):
+    out, i = [], 0
+    while i < len(b):
+        v, i = read_varint(b, i)
+        out.append(v)
+    return out
+
+
+def symbolize(sock, req_id, modules, addresses):
+    parts = [field(1, req_id)]
+    parts += [field(2, field(1, path) + field(2, bid)) for path, bid in modules]
+    parts += [field(3, field(1, mod) + field(2, off)) for mod, off in addresses]
+    sock.sendall(frame(SYMBOLIZE, b"".join(parts)))
+
+
+def symbols_reply(sock, req_id, timeout=20):
+    """Assembles the Symbols pieces answering req_id: dict of lists."""
+    out = {"names": [], "files": [], "lines": [], "status": [], "module_errors": [],
+           "error": ""}
+    for num, msg in read_frames(sock, timeout=timeout):
+        if num != SYMBOLS or msg.get(1, [0])[0] != req_id:
+            continue
+        assert msg.get(6, [0])[0] == len(out["names"]), "pieces out of order"
+        out["names"] += [v.decode() for v in msg.get(2, [])]
+        out["files"] += [v.decode() for v in msg.get(3, [])]
+        out["lines"] += [x for v in msg.get(4, []) for x in packed(v)]
+        out["status"] += [x for v in msg.get(8, []) for x in packed(v)]
+        out["module_errors"] += [v.decode() for v in msg.get(9, [])]
+        out["error"] = msg.get(5, [b""])[0].decode()
+        if msg.get(7, [0])[0]:
+            return out
+    raise AssertionError(f"no complete Symbols reply to {req_id}")
+
+
+def libc_mapping():
+    """(path, load bias) of the libc this process maps."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and os.path.basename(parts[5]).startswith("libc.so") \
+                    and int(parts[2], 16) == 0:
+                return parts[5], int(parts[0].split("-")[0], 16)
+    raise AssertionError("libc not mapped")
+
+
+def scripted(d):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(d.sock)
+    s.sendall(frame(HELLO, field(1, 1), field(2, 1), field(3, os.getpid()),
+                    field(5, "scripted")))
+    return s
+
+
+def test_hostile_requests(tmp):
+    d = Daemon(tmp)
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    try:
+        s = scripted(d)
+        libc, bias = libc_mapping()
+        getpid = ctypes.cast(ctypes.CDLL(libc).getpid, ctypes.c_void_p).value
+        # One legitimate module, and paths this process could not have mapped.
+        symbolize(s, 10, [(libc, b""), ("/etc/passwd", b""), ("relative/libc.so.6", b""),
+                          (fifo, b""), (SYM_LIB, b"")],
+                  [(0, getpid - bias), (1, 0x10), (2, 0x10), (3, 0x10), (4, 0x1000)])
+        r = symbols_reply(s, 10)
+        assert r["error"] == "", r
+        assert r["names"][0] in ("getpid", "__getpid", "__GI___getpid"), r
+        assert r["status"][0] == 0 and all(x != 0 for x in r["status"][1:]), r
+        assert r["module_errors"][0] == "", r
+        assert "not mapped" in r["module_errors"][1], r
+        assert "absolute" in r["module_errors"][2], r
+        assert "not mapped" in r["module_errors"][3], r  # the FIFO: never opened
+        assert "not mapped" in r["module_errors"][4], r
+        assert r["names"][1:] == [""] * 4, r
+
+        # A huge batch: refused with an error, the connection and the daemon carry on.
+        symbolize(s, 11, [(libc, b"")], [(0, 0x1000 + i) for i in range(70000)])
+        r = symbols_reply(s, 11)
+        assert "too many addresses" in r["error"], r
+        symbolize(s, 12, [(libc, b"")], [(0, getpid - bias)])
+        assert symbols_reply(s, 12)["status"] == [0]
+
+        # A frame beyond the limit drops this connection only.
+        try:
+            symbolize(s, 13, [(libc, b"")], [(0, 0x1000 + i) for i in range(700000)])
+            s.settimeout(10)
+            while s.recv(65536):
+                pass
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass  # dropped while sending: expected
+        s.close()
+        assert d.alive(), d.log()
+        st = d.status()
+        assert st["symbol_requests"] >= 3, st
+
+        # The service still works for a real child.
+        p = start_wait(env(d))
+        out = os.path.join(tmp, "after.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        proc = one_process(checked(out), p.pid)
+        finish(p)
+        assert_wait_stack(wait_frames(proc))
+    finally:
+        d.stop()
+
+
+def test_falls_back_to_local_without_a_daemon(tmp):
+    # A socket path nobody listens on: the child profiles alone and resolves locally.
+    out = os.path.join(tmp, "alone.json")
+    e = env(FLEETPROF_OUTPUT=out, FLEETPROF_SOCKET=os.path.join(tmp, "nobody.sock"))
+    p = start_wait(e)
+    finish(p)
+    proc = checked(out)
+    assert_wait_stack(wait_frames(proc))
+    log = runtime_log(proc)
+    assert log["symbolServiceBatches"] == 0 and log["symbolModulesLoaded"] >= 3, log
+
+
+taplib.run([
+    test_service_gives_the_local_symbols,
+    test_fleet_loads_each_module_once,
+    test_module_without_symbols,
+    test_deleted_binary_still_running,
+    test_deleted_library_gets_a_clear_error,
+    test_stripped_library_with_debuglink,
+    test_hostile_requests,
+    test_falls_back_to_local_without_a_daemon,
+])
