@@ -249,75 +249,28 @@ static void after_failed_exec(bool prepared, const struct sigaction *saved)
     errno = saved_errno;
 }
 
-FLEETPROF_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
-{
-    struct sigaction saved;
-    bool prepared;
-    int r;
+/* One wrapper per exec function: prepare, exec, restore if the exec failed. */
+#define EXEC_WRAPPER(name, params, args)     \
+    FLEETPROF_EXPORT int name params         \
+    {                                        \
+        struct sigaction saved;              \
+        bool prepared;                       \
+        int r;                               \
+                                             \
+        if (!real_##name)                    \
+            resolve_real_functions();        \
+        prepared = before_exec(&saved);      \
+        r = real_##name args;                \
+        after_failed_exec(prepared, &saved); \
+        return r;                            \
+    }
 
-    if (!real_execve)
-        resolve_real_functions();
-    prepared = before_exec(&saved);
-    r = real_execve(path, argv, envp);
-    after_failed_exec(prepared, &saved);
-    return r;
-}
-
-FLEETPROF_EXPORT int execv(const char *path, char *const argv[])
-{
-    struct sigaction saved;
-    bool prepared;
-    int r;
-
-    if (!real_execv)
-        resolve_real_functions();
-    prepared = before_exec(&saved);
-    r = real_execv(path, argv);
-    after_failed_exec(prepared, &saved);
-    return r;
-}
-
-FLEETPROF_EXPORT int execvp(const char *file, char *const argv[])
-{
-    struct sigaction saved;
-    bool prepared;
-    int r;
-
-    if (!real_execvp)
-        resolve_real_functions();
-    prepared = before_exec(&saved);
-    r = real_execvp(file, argv);
-    after_failed_exec(prepared, &saved);
-    return r;
-}
-
-FLEETPROF_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
-{
-    struct sigaction saved;
-    bool prepared;
-    int r;
-
-    if (!real_execvpe)
-        resolve_real_functions();
-    prepared = before_exec(&saved);
-    r = real_execvpe(file, argv, envp);
-    after_failed_exec(prepared, &saved);
-    return r;
-}
-
-FLEETPROF_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
-{
-    struct sigaction saved;
-    bool prepared;
-    int r;
-
-    if (!real_fexecve)
-        resolve_real_functions();
-    prepared = before_exec(&saved);
-    r = real_fexecve(fd, argv, envp);
-    after_failed_exec(prepared, &saved);
-    return r;
-}
+EXEC_WRAPPER(execve, (const char *path, char *const argv[], char *const envp[]), (path, argv, envp))
+EXEC_WRAPPER(execv, (const char *path, char *const argv[]), (path, argv))
+EXEC_WRAPPER(execvp, (const char *file, char *const argv[]), (file, argv))
+EXEC_WRAPPER(execvpe, (const char *file, char *const argv[], char *const envp[]),
+             (file, argv, envp))
+EXEC_WRAPPER(fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp))
 
 /* The execl family: glibc's own call its execve internally (not through our wrapper), so
  * they are rebuilt here on the wrapped execv* functions. */

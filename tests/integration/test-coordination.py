@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 from wire import capture, field, frame, read_frames, varint  # noqa: E402
 import taplib  # noqa: E402
+from daemon_helper import Daemon  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
@@ -27,44 +28,6 @@ CLI = os.path.join(BUILD, "tools", "fleetprof")
 WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
 KiB, MiB = 1024, 1024 * 1024
 CHUNK = 64 * KiB
-
-
-class Daemon:
-    def __init__(self, tmp, *args):
-        self.dir = os.path.join(tmp, "run")
-        self.sock = os.path.join(self.dir, "fleetprof.sock")
-        self.log_path = os.path.join(tmp, "daemon.log")
-        self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen([DAEMON, "--foreground", "--socket", self.sock,
-                                      "--log-level", "debug", *args], stderr=self.log_file)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.sock):
-            assert self.proc.poll() is None, f"fleetprofd exited: {self.log()}"
-            assert time.monotonic() < deadline, "fleetprofd did not create its socket"
-            time.sleep(0.02)
-
-    def log(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def status(self):
-        r = subprocess.run([CLI, "status", "--socket", self.sock, "--json"], capture_output=True,
-                           text=True, timeout=10)
-        assert r.returncode == 0, f"fleetprof status failed: {r.stderr}"
-        return json.loads(r.stdout)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
 
 
 def child_env(d, tmp, **extra):

@@ -18,41 +18,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
+from daemon_helper import Daemon  # noqa: E402
 from wire import capture, field, frame, read_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
-DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
 WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
 HELLO, GATHER, GET_PROGRESS, PROGRESS, PROFILE_DATA = 1, 12, 13, 14, 15
-
-
-class Daemon:
-    def __init__(self, tmp, *args):
-        self.sock = os.path.join(tmp, "run", "fleetprof.sock")
-        self.log_path = os.path.join(tmp, "daemon.log")
-        self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen([DAEMON, "--foreground", "--socket", self.sock,
-                                      "--log-level", "debug", *args], stderr=self.log_file)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.sock):
-            assert self.proc.poll() is None, self.log()
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-
-    def log(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
 
 
 def env(d, **extra):

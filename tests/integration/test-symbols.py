@@ -21,11 +21,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
+from daemon_helper import Daemon  # noqa: E402
 from wire import capture, field, frame, read_frames, read_varint  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
-DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
 CLI = os.path.join(BUILD, "tools", "fleetprof")
 WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
 SYM_WAIT = os.path.join(BUILD, "tests", "integration", "sym-wait")
@@ -37,42 +37,6 @@ HELLO, SYMBOLIZE, SYMBOLS = 1, 16, 17
 WAIT_STACK = [("main", "sym-wait"), ("sym_lib_global_fn", "libsym-lib.so"),
               ("sym_lib_static_fn", "libsym-lib.so"), ("sym_wait_probe", "sym-wait"),
               ("sym_wait_block", "sym-wait")]
-
-
-class Daemon:
-    def __init__(self, tmp, *args):
-        self.sock = os.path.join(tmp, "run", "fleetprof.sock")
-        self.log_path = os.path.join(tmp, "daemon.log")
-        self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen([DAEMON, "--foreground", "--socket", self.sock,
-                                      "--log-level", "debug", *args], stderr=self.log_file)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.sock):
-            assert self.proc.poll() is None, self.log()
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-
-    def log(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-    def status(self):
-        out = subprocess.run([CLI, "status", "--socket", self.sock, "--json"], check=True,
-                             capture_output=True, text=True, timeout=10).stdout
-        return json.loads(out)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
 
 
 def env(d=None, **extra):

@@ -1,0 +1,50 @@
+"""A real fleetprofd for integration tests: started in a test's temp directory, its log kept,
+always stopped (SIGTERM, then SIGKILL) by the test's cleanup. Paths come from the build
+directory that meson passes as the test script's first argument."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+BUILD = os.path.abspath(sys.argv[1])
+DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
+CLI = os.path.join(BUILD, "tools", "fleetprof")
+
+
+class Daemon:
+    def __init__(self, tmp, *args):
+        self.dir = os.path.join(tmp, "run")
+        self.sock = os.path.join(self.dir, "fleetprof.sock")
+        self.log_path = os.path.join(tmp, "daemon.log")
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen([DAEMON, "--foreground", "--socket", self.sock,
+                                      "--log-level", "debug", *args], stderr=self.log_file)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.sock):
+            assert self.proc.poll() is None, f"fleetprofd exited: {self.log()}"
+            assert time.monotonic() < deadline, "fleetprofd did not create its socket"
+            time.sleep(0.02)
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def status(self):
+        r = subprocess.run([CLI, "status", "--socket", self.sock, "--json"], capture_output=True,
+                           text=True, timeout=10)
+        assert r.returncode == 0, f"fleetprof status failed: {r.stderr}"
+        return json.loads(r.stdout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
