@@ -3,10 +3,12 @@
 # Uses sudo when not root. Prints nothing and changes nothing when all are present.
 set -euo pipefail
 
+# binutils: the symbol tests strip and re-link debug files (objcopy, strip, readelf).
+# libc6-dbg: source lines for libc frames, in profiles and in the symbol tests.
 packages=(
-    meson ninja-build pkg-config gcc python3
+    meson ninja-build pkg-config gcc python3 binutils
     libuv1-dev libunwind-dev libprotobuf-c-dev protobuf-c-compiler libdw-dev libelf-dev
-    libcmocka-dev clang libclang-rt-14-dev clang-format
+    libcmocka-dev clang libclang-rt-14-dev clang-format libc6-dbg
 )
 
 missing=()
