@@ -556,12 +556,7 @@ static void write_header(struct gather *g)
     json_writer_bool(w, "presymbolicated", true);
     json_writer_string(w, "platform", "Linux");
     json_writer_uint(w, "startTimeAsClockMonotonicNanosecondsSinceBoot", g->d->start_ns);
-    json_writer_object_begin(w, "sampleUnits");
-    json_writer_string(w, "time", "ms");
-    json_writer_string(w, "eventDelay", "ms");
-    json_writer_string(w, "threadCPUDelta", "ns");
-    json_writer_object_end(w);
-    prof_gecko_write_categories(w);
+    prof_gecko_write_shared_meta(w);
     json_writer_array_begin(w, "markerSchema");
     json_writer_array_end(w);
     json_writer_object_begin(w, "fleetprof");
@@ -578,17 +573,7 @@ static void write_header(struct gather *g)
     json_writer_array_end(w);
     json_writer_array_begin(w, "pausedRanges");
     json_writer_array_end(w);
-    json_writer_object_begin(w, "sources");
-    json_writer_object_begin(w, "schema");
-    json_writer_int(w, "id", 0);
-    json_writer_int(w, "filename", 1);
-    json_writer_int(w, "startLine", 2);
-    json_writer_int(w, "startColumn", 3);
-    json_writer_int(w, "sourceMapURL", 4);
-    json_writer_object_end(w);
-    json_writer_array_begin(w, "data");
-    json_writer_array_end(w);
-    json_writer_object_end(w);
+    prof_gecko_write_empty_sources(w);
 
     /* profilingLog: the controller's log, [[pid, ms, +1/-1/0], ...] */
     (void)snprintf(pid, sizeof(pid), "%d", (int)getpid());

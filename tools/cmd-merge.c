@@ -160,9 +160,8 @@ struct merge {
     struct log_merge logs[2];
     const struct json_doc *top_doc; /* borrowed: for the categories check */
     const struct json_value *top_categories;
-    size_t processes; /* written, the top level included */
-    int64_t *pids;    /* owned: pids written so far, to warn about duplicates */
-    size_t n_pids, cap_pids;
+    size_t processes;    /* written, the top level included */
+    struct pid_set pids; /* pids written so far, to warn about duplicates */
 };
 
 /* Notes proc's pid; warns if an earlier process had it (the front-end would show the threads
@@ -171,30 +170,18 @@ static int note_pid(struct merge *m, const char *path, const struct json_doc *do
                     const struct json_value *proc)
 {
     struct profile_process info;
+    int r;
 
     profile_process_describe(doc, proc, &info);
     if (info.pid < 0)
         return 0;
-    for (size_t i = 0; i < m->n_pids; i++) {
-        if (m->pids[i] == info.pid) {
-            (void)fprintf(stderr,
-                          "fleetprof merge: warning: %s: pid %lld is already in the output; the "
-                          "front-end will show both as one process\n",
-                          path, (long long)info.pid);
-            return 0;
-        }
-    }
-    if (m->n_pids == m->cap_pids) {
-        size_t cap = m->cap_pids ? m->cap_pids * 2 : 64;
-        int64_t *grown = realloc(m->pids, cap * sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        m->pids = grown;
-        m->cap_pids = cap;
-    }
-    m->pids[m->n_pids++] = info.pid;
-    return 0;
+    r = pid_set_add(&m->pids, info.pid);
+    if (r == 0)
+        (void)fprintf(stderr,
+                      "fleetprof merge: warning: %s: pid %lld is already in the output; the "
+                      "front-end will show both as one process\n",
+                      path, (long long)info.pid);
+    return r < 0 ? r : 0;
 }
 
 static int collect_logs(struct merge *m, const struct json_doc *doc, const struct json_value *proc)
@@ -512,7 +499,7 @@ out:
     json_writer_free(w);
     log_merge_done(&m.logs[0]);
     log_merge_done(&m.logs[1]);
-    free(m.pids);
+    free(m.pids.v);
     json_doc_free(top_doc);
     for (size_t i = 0; inputs && i < n_inputs; i++)
         json_doc_free(inputs[i].doc);

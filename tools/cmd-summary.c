@@ -503,36 +503,6 @@ static enum event_class classify(const char *message)
     return EV_OTHER;
 }
 
-struct pid_set {
-    int64_t *v; /* owned */
-    size_t n, cap;
-};
-
-static bool pid_set_has(const struct pid_set *set, int64_t pid)
-{
-    for (size_t i = 0; i < set->n; i++)
-        if (set->v[i] == pid)
-            return true;
-    return false;
-}
-
-static int pid_set_add(struct pid_set *set, int64_t pid)
-{
-    if (pid_set_has(set, pid))
-        return 0;
-    if (set->n == set->cap) {
-        size_t cap = set->cap ? set->cap * 2 : 16;
-        int64_t *grown = realloc(set->v, cap * sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        set->v = grown;
-        set->cap = cap;
-    }
-    set->v[set->n++] = pid;
-    return 0;
-}
-
 struct named_pid {
     int64_t pid;
     const char *text; /* borrowed from the document (a name) or owned (a drop reason) */

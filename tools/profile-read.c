@@ -108,3 +108,28 @@ int profile_schema_column(const struct json_doc *doc, const struct json_value *t
         return -1;
     return (int)col;
 }
+
+bool pid_set_has(const struct pid_set *set, int64_t pid)
+{
+    for (size_t i = 0; i < set->n; i++)
+        if (set->v[i] == pid)
+            return true;
+    return false;
+}
+
+int pid_set_add(struct pid_set *set, int64_t pid)
+{
+    if (pid_set_has(set, pid))
+        return 0;
+    if (set->n == set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 16;
+        int64_t *grown = realloc(set->v, cap * sizeof(*grown));
+
+        if (!grown)
+            return -ENOMEM;
+        set->v = grown;
+        set->cap = cap;
+    }
+    set->v[set->n++] = pid;
+    return 1;
+}

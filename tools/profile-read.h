@@ -48,4 +48,15 @@ int profile_schema_column(const struct json_doc *doc, const struct json_value *t
  * Returns 0 or -EINVAL; *ret untouched on failure. */
 int profile_value_int(const struct json_doc *doc, const struct json_value *v, int64_t *ret);
 
+/* A small set of pids (processes named in a file or a log), in insertion order. Zero-init
+ * to start; free v when done. */
+struct pid_set {
+    int64_t *v; /* owned */
+    size_t n, cap;
+};
+
+bool pid_set_has(const struct pid_set *set, int64_t pid);
+/* Adds pid unless present. Returns 1 if added, 0 if it was there, -ENOMEM. */
+int pid_set_add(struct pid_set *set, int64_t pid);
+
 #endif /* FLEETPROF_TOOLS_PROFILE_READ_H */

@@ -653,7 +653,7 @@ static void write_schema_table(struct json_writer *w, const char *key, const cha
     json_writer_object_end(w);
 }
 
-void prof_gecko_write_categories(struct json_writer *w)
+static void write_categories(struct json_writer *w)
 {
     json_writer_array_begin(w, "categories");
     for (size_t i = 0; i < PROF_CATEGORY_COUNT; i++) {
@@ -666,6 +666,27 @@ void prof_gecko_write_categories(struct json_writer *w)
         json_writer_object_end(w);
     }
     json_writer_array_end(w);
+}
+
+void prof_gecko_write_shared_meta(struct json_writer *w)
+{
+    json_writer_object_begin(w, "sampleUnits");
+    json_writer_string(w, "time", "ms");
+    json_writer_string(w, "eventDelay", "ms");
+    json_writer_string(w, "threadCPUDelta", "ns");
+    json_writer_object_end(w);
+    write_categories(w);
+}
+
+void prof_gecko_write_empty_sources(struct json_writer *w)
+{
+    static const char *const schema[] = {"id", "filename", "startLine", "startColumn",
+                                         "sourceMapURL"};
+
+    write_schema_table(w, "sources", schema, sizeof(schema) / sizeof(schema[0]));
+    json_writer_array_begin(w, "data");
+    json_writer_array_end(w);
+    json_writer_object_end(w);
 }
 
 static void write_marker_schemas(struct json_writer *w, const struct prof_process_info *info)
@@ -751,12 +772,7 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_int(w, "logicalCPUs", sysconf(_SC_NPROCESSORS_ONLN));
     json_writer_int(w, "physicalCPUs", sysconf(_SC_NPROCESSORS_ONLN));
     json_writer_uint(w, "startTimeAsClockMonotonicNanosecondsSinceBoot", info->start_ns);
-    json_writer_object_begin(w, "sampleUnits");
-    json_writer_string(w, "time", "ms");
-    json_writer_string(w, "eventDelay", "ms");
-    json_writer_string(w, "threadCPUDelta", "ns");
-    json_writer_object_end(w);
-    prof_gecko_write_categories(w);
+    prof_gecko_write_shared_meta(w);
     write_marker_schemas(w, info);
     json_writer_object_begin(w, "configuration");
     json_writer_array_begin(w, "threads");
@@ -936,8 +952,6 @@ static void write_tail(struct gecko *g, struct json_writer *w)
 {
     static const char *const overhead_schema[] = {"time", "locking", "expiredMarkerCleaning",
                                                   "counters", "threads"};
-    static const char *const source_schema[] = {"id", "filename", "startLine", "startColumn",
-                                                "sourceMapURL"};
     char pid[16];
 
     json_writer_array_begin(w, "pausedRanges");
@@ -953,10 +967,7 @@ static void write_tail(struct gecko *g, struct json_writer *w)
     }
     json_writer_array_end(w);
 
-    write_schema_table(w, "sources", source_schema, 5);
-    json_writer_array_begin(w, "data");
-    json_writer_array_end(w);
-    json_writer_object_end(w);
+    prof_gecko_write_empty_sources(w);
 
     write_counters(g, w);
 

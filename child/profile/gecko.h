@@ -109,9 +109,12 @@ struct prof_symbolizer {
     void *userdata;
 };
 
-/* Writes "categories": the list every process of a fleet profile must share (the front-end
- * reads per-thread data with the top level's list). */
-void prof_gecko_write_categories(struct json_writer *w);
+/* Writes the meta keys every process of a fleet profile must share: "sampleUnits" and
+ * "categories" (the front-end reads per-thread data with the top level's list). */
+void prof_gecko_write_shared_meta(struct json_writer *w);
+
+/* Writes an empty "sources" table (mandatory since format version 33). */
+void prof_gecko_write_empty_sources(struct json_writer *w);
 
 /* Writes the process profile (one JSON object) as the next value of w (a key must be
  * passed when w is inside an object). Reads the buffer once. Reports progress through
