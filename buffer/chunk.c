@@ -76,12 +76,7 @@ void buf__chunk_mark_recycled(struct buf_chunk *c)
     c->header.done_ns = 0;
 }
 
-size_t buf_entry_reader_remaining(const struct buf_entry_reader *r)
-{
-    return r->len[0] + r->len[1] - r->pos;
-}
-
-int buf_entry_reader_read(struct buf_entry_reader *r, void *dst, size_t len)
+int buf__entry_reader_read_slow(struct buf_entry_reader *r, void *dst, size_t len)
 {
     uint8_t *out = dst;
 
@@ -104,7 +99,7 @@ int buf_entry_reader_read(struct buf_entry_reader *r, void *dst, size_t len)
     return 0;
 }
 
-int buf_entry_reader_read_uleb128(struct buf_entry_reader *r, uint64_t *ret_value)
+int buf__entry_reader_read_uleb128_slow(struct buf_entry_reader *r, uint64_t *ret_value)
 {
     struct buf_uleb128_decoder d;
     size_t start = r->pos;

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define BUF_CHUNK_MAGIC        0x4b435046u /* "FPCK" read as little-endian bytes */
 #define BUF_CHUNK_HEADER_BYTES 48u
@@ -71,12 +72,50 @@ struct buf_entry_reader {
 };
 typedef int (*buf_read_cb)(struct buf_entry_reader *reader, uint64_t block_index, void *userdata);
 
+/* The general cases (straddling spans, errors) of the inline readers below. */
+int buf__entry_reader_read_slow(struct buf_entry_reader *r, void *dst, size_t len);
+int buf__entry_reader_read_uleb128_slow(struct buf_entry_reader *r, uint64_t *ret_value);
+
+/* The readers are inline: decoding a profile calls them for every field of every entry, and
+ * nearly every read lies within the first span. */
+
 /* Bytes of the entry not read yet. */
-size_t buf_entry_reader_remaining(const struct buf_entry_reader *r);
+static inline size_t buf_entry_reader_remaining(const struct buf_entry_reader *r)
+{
+    return r->len[0] + r->len[1] - r->pos;
+}
+
 /* Copies the next len bytes to dst. Returns 0, or -EBADMSG (nothing copied) if fewer remain. */
-int buf_entry_reader_read(struct buf_entry_reader *r, void *dst, size_t len);
+static inline int buf_entry_reader_read(struct buf_entry_reader *r, void *dst, size_t len)
+{
+    if (r->pos <= r->len[0] && len <= r->len[0] - r->pos) {
+        memcpy(dst, r->span[0] + r->pos, len);
+        r->pos += len;
+        return 0;
+    }
+    return buf__entry_reader_read_slow(r, dst, len);
+}
+
 /* Decodes a ULEB128 value. Returns 0, -EBADMSG (truncated) or -EOVERFLOW. */
-int buf_entry_reader_read_uleb128(struct buf_entry_reader *r, uint64_t *ret_value);
+static inline int buf_entry_reader_read_uleb128(struct buf_entry_reader *r, uint64_t *ret_value)
+{
+    /* Up to 9 bytes (63 bits) within the first span cannot overflow; the rest is slow. */
+    if (r->pos < r->len[0]) {
+        const uint8_t *p = r->span[0] + r->pos;
+        size_t avail = r->len[0] - r->pos;
+        uint64_t value = 0;
+
+        for (size_t i = 0; i < avail && i < 9; i++) {
+            value |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+            if (!(p[i] & 0x80)) {
+                r->pos += i + 1;
+                *ret_value = value;
+                return 0;
+            }
+        }
+    }
+    return buf__entry_reader_read_uleb128_slow(r, ret_value);
+}
 
 /* What buf_chunk_images_read_each() found. */
 struct buf_images_stats {
