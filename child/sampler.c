@@ -249,6 +249,12 @@ static void *sampler_main(void *arg)
         t0 = rt_now_ns();
         if (next < t0)
             next = t0; /* we were late: restart the schedule rather than catch up */
+        /* Ticks sit on a grid of whole intervals of the monotonic clock, shared by every
+         * profiled process: the kernel then expires all their sampler timers in one
+         * interrupt per CPU and tick, instead of one interrupt per process and tick. */
+        next -= next % rt.cfg.interval_ns;
+        if (next <= t0)
+            next += rt.cfg.interval_ns;
         ts.tv_sec = (time_t)(next / 1000000000u);
         ts.tv_nsec = (long)(next % 1000000000u);
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
