@@ -27,6 +27,10 @@
 #define RT_THREAD_NAME       64
 #define RT_STACK_COPY_BYTES  (32 * 1024)
 #define RT_MEMORY_COUNTER_NS (10 * 1000 * 1000) /* built-in memory counter period */
+/* Longest sleep of a sampler whose threads are all idle. A thread that starts running
+ * meanwhile is sampled this late at most (the kernel's own CPU timers fire at HZ=250
+ * granularity, 4 ms, too); its first sample still carries all the CPU it used. */
+#define RT_IDLE_SLEEP_NS     (4 * 1000 * 1000)
 #define RT_SAMPLE_SIGNAL     SIGPROF
 
 enum rt_stackwalk {

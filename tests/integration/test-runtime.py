@@ -178,6 +178,14 @@ def test_idle_thread_gets_same_samples_without_cpu(tmp):
     assert sum(1 for c in cpu if c == 0) >= 0.9 * len(cpu), "idle samples should have no CPU"
     log = doc["profilingLog"][str(doc["meta"]["fleetprof"]["pid"])]["profileWriter"]
     assert log["sameSamples"] >= 0.9 * len(cpu), log
+    # The sampler of an all-idle process sleeps through ticks, and writes them when it wakes:
+    # still one sample per interval (1 ms), but far fewer wake-ups (profilerOverhead rows).
+    times = [row[sms["time"]] for row in t["samples"]["data"]]
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    assert 0.9 <= gaps[len(gaps) // 2] <= 1.1, f"median gap {gaps[len(gaps) // 2]} ms"
+    assert gaps[int(0.95 * len(gaps))] <= 1.5, f"95th percentile gap {gaps[int(0.95 * len(gaps))]}"
+    wakes = len(doc["profilerOverhead"]["samples"]["data"])
+    assert wakes < 0.5 * len(times), f"{wakes} sampler wake-ups for {len(times)} idle samples"
 
 
 def test_prefork_workers_profile_themselves(tmp):
