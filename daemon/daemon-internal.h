@@ -1,7 +1,8 @@
 /* daemon/daemon-internal.h - state shared by the daemon's files (server.c, gather.c).
  *
- * Single-threaded: everything runs on the daemon's loop, except the capture's file write,
- * which a libuv worker does on data it owns until the after-work callback.
+ * Single-threaded: everything runs on the daemon's loop, except the end of a capture's file
+ * write (fsync, close, rename), which a libuv worker does on data it owns until the
+ * after-work callback.
  */
 #ifndef FLEETPROF_DAEMON_DAEMON_INTERNAL_H
 #define FLEETPROF_DAEMON_DAEMON_INTERNAL_H

@@ -1,18 +1,25 @@
 /* daemon/gather.c - one profile for the whole fleet: captures and exit profiles.
  *
  * A capture (design §6 "Gathering"): every live child is sent GatherProfile; the daemon's
- * own part (meta, profilingLog with the controller log) is written, then the stored exit
- * profiles, then each child's JSON as it completes, all into one memory writer (pieces are
- * spliced, never parsed). Every child timeout, pending children are asked for progress:
- * the first round counts as progress, later a child counts only if its progress value or
- * the bytes received from it changed since the previous ask; a round without any progress
- * ends the capture with what arrived. Late pieces are dropped. Finally profileGatheringLog
- * closes the root and a libuv worker writes the file (temp name, then rename).
+ * own part (meta, profilingLog with the controller log) and the stored exit profiles go at
+ * once into a temp file next to the output, and the child JSON is streamed after them,
+ * never held whole in memory: one child at a time (the "current" one) writes its pieces
+ * straight into the file, every other one into its own unlinked spool file, which is
+ * appended when that child completes and no child is current, or when it becomes current.
+ * Pieces are spliced, never parsed. A child that fails (an error, a piece out of order, not
+ * an object, gone, given up) leaves no byte in the output: its element is cut off the file
+ * or its spool dropped. Every child timeout, pending children are asked for progress: the
+ * first round counts as progress, later a child counts only if its progress value or the
+ * bytes received from it changed since the previous ask; a round without any progress ends
+ * the capture with what arrived. Late pieces are dropped. Finally profileGatheringLog closes
+ * the root and a libuv worker fsyncs the file and renames it over the output. Any write
+ * error fails the capture: the temp file is removed, the previous output left as it was.
  *
  * Exit profiles count against the global limit as daemon-owned released chunks: the
  * controller evicts the oldest when the fleet needs room; a capture also expires those
  * received before the oldest data still alive in any child.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -25,14 +32,19 @@
 #include "child/profile/gecko.h"
 #include "daemon/daemon-internal.h"
 
-#define PIECE_TOTAL_MAX (512u << 20) /* one child's JSON; beyond it is "too large" */
+#define PIECE_TOTAL_MAX   (512u << 20) /* one child's JSON; beyond it is "too large" */
+#define COPY_BUFFER_BYTES (1u << 20)   /* the spool copy when copy_file_range cannot be used */
 
+/* One child asked for its profile. Its bytes are, at any time, either in the output (it is
+ * the current child, or it completed there) or all of them in its spool file, never in
+ * memory beyond the piece being handled. */
 struct pending {
     struct conn *conn; /* borrowed; NULL once the child is gone */
     int32_t pid;
     char name[64];
-    char *data; /* pieces so far, owned */
-    size_t len, cap;
+    size_t len;        /* bytes received so far (progress polls compare it) */
+    int spool_fd;      /* owned: an unlinked file holding all len bytes; -1 when none */
+    bool complete;     /* its last piece is in the spool, waiting for its turn in the output */
     uint32_t progress; /* last GatherProgress value (raw fixed point) */
     uint32_t asked_progress;
     size_t asked_len;
@@ -42,7 +54,9 @@ struct pending {
 struct gather {
     struct daemon *d;
     uint64_t id;
-    char *path;
+    char *path;     /* the output, owned */
+    char *tmp_path; /* the file being written, renamed to path at the end; owned */
+    char *dir;      /* path's directory, where spools go; owned */
     char *product;
     struct conn *tool; /* a CaptureRequest's sender, or NULL (library use) */
     uint64_t tool_request;
@@ -53,7 +67,10 @@ struct gather {
     size_t count;
     uint32_t done_count, exit_profiles, processes, given_up;
     uint64_t bytes;
-    struct json_writer *out;    /* the whole profile */
+    int fd;                     /* tmp_path, owned (the worker's during the final sync); or -1 */
+    uint64_t out_len;           /* bytes in fd: where the next write goes */
+    struct pending *current;    /* the child streaming into fd, or NULL */
+    uint64_t current_start;     /* where current's element (with its comma) begins in fd */
     struct json_writer *events; /* profileGatheringLog events: an open array */
     uv_timer_t timer;
     unsigned rounds;
@@ -204,25 +221,267 @@ static void report_progress(struct gather *g)
     }
 }
 
+/* File I/O. Writes happen on the loop thread: they only fill the page cache. The one slow
+ * call, fsync, runs on a worker at the end. The first failure is kept in write_error and
+ * message, and ends the capture (the caller calls finish()). */
+
+/* Records r as the capture's failure unless one is recorded already; returns r. */
+__attribute__((format(printf, 3, 4))) static int fail(struct gather *g, int r, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!g->write_error) {
+        g->write_error = r;
+        va_start(ap, fmt);
+        (void)vsnprintf(g->message, sizeof(g->message), fmt, ap);
+        va_end(ap);
+    }
+    return r;
+}
+
+/* Appends len bytes to the output. */
+static int out_write(struct gather *g, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(g->fd, data, len, (off_t)g->out_len);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int r = n < 0 ? -errno : -EIO;
+
+            return fail(g, r, "cannot write %.400s: %s", g->path, strerror(-r));
+        }
+        data += n;
+        len -= (size_t)n;
+        g->out_len += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int write_chunk(const char *data, size_t len, void *userdata)
+{
+    return out_write(userdata, data, len);
+}
+
+/* Appends a memory writer's output (complete or not) to the output. */
+static int out_write_writer(struct gather *g, const struct json_writer *w)
+{
+    int r = json_writer_each_chunk(w, write_chunk, g);
+
+    /* A write error is recorded already; what is left is the writer's own (-ENOMEM). */
+    if (r < 0)
+        return fail(g, r, "building the profile failed: %s", strerror(-r));
+    return 0;
+}
+
+/* Appends the bytes of fd from offset to len with read and write: the fallback of
+ * out_append_file(). */
+static int out_append_by_copy(struct gather *g, int fd, uint64_t offset, uint64_t len)
+{
+    char *buf = malloc(COPY_BUFFER_BYTES);
+    int r = 0;
+
+    if (!buf)
+        return fail(g, -ENOMEM, "cannot copy a spool file: out of memory");
+    while (r == 0 && offset < len) {
+        size_t want = len - offset < COPY_BUFFER_BYTES ? (size_t)(len - offset) : COPY_BUFFER_BYTES;
+        ssize_t n = pread(fd, buf, want, (off_t)offset);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            /* A spool shorter than what was written to it is an I/O error too. */
+            r = n < 0 ? -errno : -EIO;
+            r = fail(g, r, "cannot read a spool file next to %.400s: %s", g->path, strerror(-r));
+            break;
+        }
+        r = out_write(g, buf, (size_t)n);
+        offset += (uint64_t)n;
+    }
+    free(buf);
+    return r;
+}
+
+/* Appends the first len bytes of fd (a spool) to the output. copy_file_range keeps the bytes
+ * in the kernel, and may share blocks on file systems with reflinks; where it cannot be used
+ * (EXDEV, EINVAL, ENOSYS, EOPNOTSUPP: old kernels, some file systems), read and write do. */
+static int out_append_file(struct gather *g, int fd, uint64_t len)
+{
+    loff_t in = 0;
+
+    while ((uint64_t)in < len) {
+        loff_t out = (loff_t)g->out_len;
+        ssize_t n = copy_file_range(fd, &in, g->fd, &out, (size_t)(len - (uint64_t)in), 0);
+
+        if (n > 0) {
+            g->out_len += (uint64_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
+            return out_append_by_copy(g, fd, (uint64_t)in, len);
+        n = n < 0 ? -errno : -EIO; /* 0: the spool is shorter than what was written to it */
+        return fail(g, (int)n, "cannot write %.400s: %s", g->path, strerror((int)-n));
+    }
+    return 0;
+}
+
+/* Opens an unlinked spool file next to the output: on its file system, so the final append
+ * can stay in the kernel, and it disappears with the fd even if the daemon dies. O_TMPFILE
+ * needs file system support; without it, a named file is unlinked at once. */
+static int spool_open(const struct gather *g, int *ret_fd)
+{
+    char *name;
+    int fd, r;
+
+    fd = open(g->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (asprintf(&name, "%s.spool.XXXXXX", g->path) < 0)
+            return -ENOMEM;
+        fd = mkostemp(name, O_CLOEXEC);
+        r = -errno;
+        if (fd >= 0)
+            (void)unlink(name);
+        free(name);
+        if (fd < 0)
+            return r;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+static void spool_close(struct pending *p)
+{
+    if (p->spool_fd >= 0)
+        (void)close(p->spool_fd);
+    p->spool_fd = -1;
+    p->complete = false;
+}
+
+static int spool_write(struct gather *g, struct pending *p, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(p->spool_fd, data, len);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int r = n < 0 ? -errno : -EIO;
+
+            return fail(g, r, "cannot write a spool file next to %.400s: %s", g->path,
+                        strerror(-r));
+        }
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Child JSON in the output. The output always ends inside the open processes array; the
+ * number of elements before it is g->processes, so an element needs a comma if that is not
+ * zero. Only the current child's element may be unfinished, always the last one. */
+
+/* p streams into the output from now on: its element starts here, with what it has spooled
+ * so far. Called only when no child is current. */
+static int make_current(struct gather *g, struct pending *p)
+{
+    int r = 0;
+
+    assert(!g->current);
+    g->current = p;
+    g->current_start = g->out_len;
+    if (g->processes)
+        r = out_write(g, ",", 1);
+    if (r == 0 && p->spool_fd >= 0)
+        r = out_append_file(g, p->spool_fd, p->len);
+    spool_close(p);
+    return r;
+}
+
+/* Takes p's bytes back out of the capture: the output is cut back to where its element
+ * began (its comma included, so the array stays valid), its spool is closed. */
+static void drop_data(struct gather *g, struct pending *p)
+{
+    if (p == g->current) {
+        g->current = NULL;
+        if (!g->write_error && ftruncate(g->fd, (off_t)g->current_start) < 0)
+            (void)fail(g, -errno, "cannot truncate %.400s: %s", g->tmp_path, strerror(errno));
+        g->out_len = g->current_start;
+    }
+    spool_close(p);
+}
+
+/* With no child current, the output is at an element boundary: the spools of completed
+ * children are appended (their order in processes is this one, not their arrival order),
+ * then a child still sending becomes current so that its next pieces skip the spool. */
+static int flush_spools(struct gather *g)
+{
+    int r = 0;
+
+    assert(!g->current);
+    for (size_t i = 0; r == 0 && i < g->count; i++) {
+        struct pending *p = &g->pending[i];
+
+        if (!p->complete)
+            continue;
+        if (g->processes)
+            r = out_write(g, ",", 1);
+        if (r == 0)
+            r = out_append_file(g, p->spool_fd, p->len);
+        spool_close(p);
+        if (r == 0)
+            g->processes++;
+    }
+    for (size_t i = 0; r == 0 && i < g->count; i++)
+        if (!g->pending[i].done && g->pending[i].spool_fd >= 0)
+            return make_current(g, &g->pending[i]);
+    return r;
+}
+
 static void finish(struct gather *g);
 
 static void mark_done(struct gather *g, struct pending *p)
 {
     p->done = true;
-    free(p->data);
-    p->data = NULL;
-    p->len = p->cap = 0;
     g->done_count++;
+    if (!g->current && !g->write_error)
+        (void)flush_spools(g);
     report_progress(g);
-    if (g->done_count == g->count)
+    if (g->write_error || g->done_count == g->count)
         finish(g);
+}
+
+/* Puts one piece where p's bytes go: the output if p is (or can become) current, else its
+ * spool. Returns 0 or a negative errno: when the output failed, g->write_error is set and
+ * the capture must end; otherwise p's spool could not be made, and p alone is dropped. */
+static int store_piece(struct gather *g, struct pending *p, const char *data, size_t len)
+{
+    int r;
+
+    if (!g->current) {
+        r = make_current(g, p);
+        if (r < 0)
+            return r;
+    }
+    if (p == g->current)
+        return out_write(g, data, len);
+    if (p->spool_fd < 0) {
+        r = spool_open(g, &p->spool_fd);
+        if (r < 0)
+            return r;
+    }
+    return spool_write(g, p, data, len);
 }
 
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m)
 {
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
+    const char *data = (const char *)m->data.data;
     size_t n = m->data.len;
+    int r;
 
     if (!p || m->request_id != g->id || p->done) {
         daemon__log(c->d, DAEMON_LOG_DEBUG, "late profile data from child %d dropped", (int)c->pid);
@@ -231,43 +490,47 @@ void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData
     if (m->error && *m->error) {
         event(g, p->pid, "child %d (%s) could not write its profile: %s", (int)p->pid, p->name,
               m->error);
+        drop_data(g, p);
         mark_done(g, p);
         return;
     }
     if (m->offset != p->len || p->len + n > PIECE_TOTAL_MAX) {
         event(g, p->pid, "child %d (%s) dropped: %s", (int)p->pid, p->name,
               m->offset != p->len ? "profile pieces out of order" : "profile too large");
+        drop_data(g, p);
         mark_done(g, p);
         return;
     }
-    if (p->len + n > p->cap) {
-        size_t cap = p->cap ? p->cap : 1u << 16;
-        char *grown;
-
-        while (cap < p->len + n)
-            cap *= 2;
-        grown = realloc(p->data, cap);
-        if (!grown) {
-            event(g, p->pid, "child %d (%s) dropped: out of memory for its profile", (int)p->pid,
-                  p->name);
-            mark_done(g, p);
-            return;
-        }
-        p->data = grown;
-        p->cap = cap;
+    /* Checked on the first byte, not after the last, so that no garbage is streamed. */
+    if ((p->len == 0 && n > 0 && data[0] != '{') || (p->len + n == 0 && m->last)) {
+        event(g, p->pid, "child %d (%s) dropped: its profile is not a JSON object", (int)p->pid,
+              p->name);
+        drop_data(g, p);
+        mark_done(g, p);
+        return;
     }
-    memcpy(p->data + p->len, m->data.data, n);
+    r = n > 0 ? store_piece(g, p, data, n) : 0;
+    if (r < 0 && g->write_error) {
+        finish(g); /* the output is broken: the capture fails with the reason */
+        return;
+    }
+    if (r < 0) {
+        event(g, p->pid, "child %d (%s) dropped: no spool file for its profile: %s", (int)p->pid,
+              p->name, strerror(-r));
+        drop_data(g, p);
+        mark_done(g, p);
+        return;
+    }
     p->len += n;
     g->bytes += n;
     if (!m->last)
         return;
-    if (p->len == 0 || p->data[0] != '{') {
-        event(g, p->pid, "child %d (%s) dropped: its profile is not a JSON object", (int)p->pid,
-              p->name);
-    } else {
-        json_writer_splice_text(g->out, NULL, p->data, p->len);
+    event(g, p->pid, "received %zu bytes from child %d (%s)", p->len, (int)p->pid, p->name);
+    if (p == g->current) {
+        g->current = NULL;
         g->processes++;
-        event(g, p->pid, "received %zu bytes from child %d (%s)", p->len, (int)p->pid, p->name);
+    } else {
+        p->complete = true;
     }
     mark_done(g, p);
 }
@@ -293,12 +556,14 @@ void daemon__gather_on_child_gone(struct conn *c)
 
     if (!p)
         return;
+    /* A child that completed before going keeps its profile (possibly still spooled). */
     p->conn = NULL;
     if (!p->done) {
         event(g, p->pid,
               "child %d (%s) went away during the capture; its partial data (%zu "
               "bytes) was dropped",
               (int)p->pid, p->name, p->len);
+        drop_data(g, p);
         mark_done(g, p);
     }
 }
@@ -345,9 +610,8 @@ static void on_round(uv_timer_t *t)
             if (!p->done) {
                 event(g, p->pid, "gave up on child %d (%s): no progress", (int)p->pid, p->name);
                 g->given_up++;
+                drop_data(g, p);
                 p->done = true;
-                free(p->data);
-                p->data = NULL;
                 g->done_count++;
             }
         }
@@ -371,59 +635,43 @@ static void on_round(uv_timer_t *t)
     }
 }
 
-static int write_all(const char *data, size_t len, void *userdata)
-{
-    int fd = *(int *)userdata;
-
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
-
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-/* On a libuv worker: the memory writer is this job's alone until after_write. */
-static void write_file(uv_work_t *work)
+/* On a libuv worker: the fd is this job's alone until after_sync. fsync may take seconds on
+ * a slow disk; the loop goes on serving the fleet meanwhile. */
+static void sync_file(uv_work_t *work)
 {
     struct gather *g = work->data;
-    char tmp[4200];
-    int fd, r;
+    int r = 0;
 
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%llu", g->path, (int)getpid(),
-                 (unsigned long long)g->id) >= (int)sizeof(tmp)) {
-        g->write_error = -ENAMETOOLONG;
-        (void)snprintf(g->message, sizeof(g->message), "output path too long");
-        return;
-    }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        g->write_error = -errno;
-        (void)snprintf(g->message, sizeof(g->message), "cannot create a file next to %.400s: %s",
-                       g->path, strerror(errno));
-        return;
-    }
-    r = json_writer_each_chunk(g->out, write_all, &fd);
-    if (r == 0 && fsync(fd) < 0)
+    if (fsync(g->fd) < 0)
         r = -errno;
-    if (close(fd) < 0 && r == 0)
+    if (close(g->fd) < 0 && r == 0)
         r = -errno;
-    if (r == 0 && rename(tmp, g->path) < 0)
+    g->fd = -1;
+    if (r == 0 && rename(g->tmp_path, g->path) < 0)
         r = -errno;
     if (r < 0) {
-        (void)unlink(tmp);
-        g->write_error = r;
-        (void)snprintf(g->message, sizeof(g->message), "cannot write %.400s: %s", g->path,
-                       strerror(-r));
-        return;
+        (void)unlink(g->tmp_path);
+        (void)fail(g, r, "cannot write %.400s: %s", g->path, strerror(-r));
     }
-    g->file_bytes = json_writer_length(g->out);
+}
+
+/* Frees everything of a capture; removes its temp file if it is still there. Accepts one that
+ * start() left half made. */
+static void gather_free(struct gather *g)
+{
+    for (size_t i = 0; i < g->count; i++)
+        spool_close(&g->pending[i]);
+    free(g->pending);
+    if (g->fd >= 0) {
+        (void)close(g->fd);
+        (void)unlink(g->tmp_path);
+    }
+    json_writer_free(g->events);
+    free(g->path);
+    free(g->tmp_path);
+    free(g->dir);
+    free(g->product);
+    free(g);
 }
 
 static void free_gather(uv_handle_t *timer)
@@ -431,14 +679,7 @@ static void free_gather(uv_handle_t *timer)
     struct gather *g = timer->data;
     struct daemon *d = g->d;
 
-    for (size_t i = 0; i < g->count; i++)
-        free(g->pending[i].data);
-    free(g->pending);
-    json_writer_free(g->out);
-    json_writer_free(g->events);
-    free(g->path);
-    free(g->product);
-    free(g);
+    gather_free(g);
     d->gather = NULL;
     daemon__maybe_finish_close(d);
 }
@@ -447,6 +688,14 @@ static void complete(struct gather *g)
 {
     struct daemon_capture_result res = {0};
 
+    /* The temp file goes before anyone hears of the failure. */
+    if (g->write_error && g->fd >= 0) {
+        (void)close(g->fd);
+        (void)unlink(g->tmp_path);
+        g->fd = -1;
+    }
+    if (!g->write_error)
+        g->file_bytes = g->out_len;
     res.error = g->write_error;
     res.message = g->write_error ? g->message : NULL;
     res.path = g->path;
@@ -475,69 +724,83 @@ static void complete(struct gather *g)
     uv_close((uv_handle_t *)&g->timer, free_gather);
 }
 
-static void after_write(uv_work_t *work, int status)
+static void after_sync(uv_work_t *work, int status)
 {
     struct gather *g = work->data;
 
-    if (status < 0 && !g->write_error) {
-        g->write_error = status;
-        (void)snprintf(g->message, sizeof(g->message), "file write cancelled");
-    }
+    if (status < 0)
+        (void)fail(g, status, "file write cancelled");
     complete(g);
 }
 
+/* Closes processes, adds profileGatheringLog and closes the root. The header left the root
+ * object open with processes as its last key, so the text around the log is written here. */
+static void write_trailer(struct gather *g)
+{
+    static const char before[] = "],\"profileGatheringLog\":";
+    struct json_writer *w;
+    char pid[16];
+    int r;
+
+    r = json_writer_new_memory(&w);
+    if (r < 0) {
+        (void)fail(g, r, "building the profile failed: %s", strerror(-r));
+        return;
+    }
+    (void)snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    json_writer_object_begin(w, NULL);
+    json_writer_object_begin(w, pid);
+    json_writer_int(w, "begin", 0);
+    json_writer_array_end(g->events);
+    json_writer_splice_writer(w, "events", g->events);
+    json_writer_time_ms(w, "end", (int64_t)(daemon__now_ns() - g->d->start_ns));
+    json_writer_object_end(w);
+    json_writer_object_end(w);
+    r = json_writer_finish(w);
+    if (r < 0)
+        (void)fail(g, r, "building the profile failed: %s", strerror(-r));
+    else if (out_write(g, before, sizeof(before) - 1) == 0 && out_write_writer(g, w) == 0)
+        (void)out_write(g, "}", 1);
+    json_writer_free(w);
+}
+
+/* Ends the capture: called once every child is done or given up, or as soon as the output
+ * failed. Idempotent. */
 static void finish(struct gather *g)
 {
-    struct daemon *d = g->d;
-    char pid[16];
     int r;
 
     if (g->finishing)
         return;
     g->finishing = true;
     uv_timer_stop(&g->timer);
+    /* Every child is done unless the output failed: no one is current, spools complete. */
+    if (!g->write_error)
+        (void)flush_spools(g);
     event(g, 0, "capture complete: %u processes, %llu bytes from children, %u given up",
           g->processes, (unsigned long long)g->bytes, g->given_up);
-    json_writer_array_end(g->out); /* processes */
-    (void)snprintf(pid, sizeof(pid), "%d", (int)getpid());
-    json_writer_object_begin(g->out, "profileGatheringLog");
-    json_writer_object_begin(g->out, pid);
-    json_writer_int(g->out, "begin", 0);
-    json_writer_array_end(g->events);
-    json_writer_splice_writer(g->out, "events", g->events);
-    json_writer_time_ms(g->out, "end", (int64_t)(daemon__now_ns() - d->start_ns));
-    json_writer_object_end(g->out);
-    json_writer_object_end(g->out);
-    json_writer_object_end(g->out); /* root */
-    r = json_writer_finish(g->out);
-    if (r < 0) {
-        g->write_error = r;
-        (void)snprintf(g->message, sizeof(g->message), "building the profile failed: %s",
-                       strerror(-r));
-    } else if (g->processes == 0) {
-        g->write_error = -ENODATA;
-        (void)snprintf(g->message, sizeof(g->message),
-                       "nothing to write: no profiled process answered and no exit profile "
-                       "was stored (did the processes run with FLEETPROF_SOCKET set?)");
-    }
+    if (!g->write_error)
+        write_trailer(g);
+    if (!g->write_error && g->processes == 0)
+        (void)fail(g, -ENODATA,
+                   "nothing to write: no profiled process answered and no exit "
+                   "profile was stored (did the processes run with FLEETPROF_SOCKET "
+                   "set?)");
     if (g->write_error) {
         complete(g);
         return;
     }
     g->work.data = g;
-    r = uv_queue_work(d->loop, &g->work, write_file, after_write);
+    r = uv_queue_work(g->d->loop, &g->work, sync_file, after_sync);
     if (r < 0) {
-        g->write_error = r;
-        (void)snprintf(g->message, sizeof(g->message), "cannot start the file write: %s",
-                       uv_strerror(r));
+        (void)fail(g, r, "cannot start the file write: %s", uv_strerror(r));
         complete(g);
     }
 }
-
-/* The daemon's own part: everything but processes and profileGatheringLog. */
-static void write_header(struct gather *g)
+/* The daemon's own part: everything but processes and profileGatheringLog. The root object
+ * and processes are left open; write_trailer() closes them. */
+static void write_header(struct gather *g, struct json_writer *w)
 {
-    struct json_writer *w = g->out;
     const struct ctl_log_entry *log;
     size_t log_count;
     uint64_t dropped;
@@ -610,16 +873,79 @@ static bool pid_reported_since(const struct daemon *d, int32_t pid)
     return false;
 }
 
+/* Creates the temp file next to the output (O_EXCL: never someone else's file) and finds the
+ * directory for spools. */
+static int open_output(struct gather *g)
+{
+    const char *slash = strrchr(g->path, '/');
+
+    if (asprintf(&g->tmp_path, "%s.tmp.%d.%llu", g->path, (int)getpid(),
+                 (unsigned long long)g->id) < 0) {
+        g->tmp_path = NULL;
+        return fail(g, -ENOMEM, "out of memory");
+    }
+    g->dir = !slash ? strdup(".")
+                    : strndup(g->path, slash == g->path ? 1 : (size_t)(slash - g->path));
+    if (!g->dir)
+        return fail(g, -ENOMEM, "out of memory");
+    g->fd = open(g->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (g->fd < 0)
+        return fail(g, -errno, "cannot create a file next to %.400s: %s", g->path, strerror(errno));
+    return 0;
+}
+
+/* Writes the header and the stored exit profiles. An exit profile is dropped only once it is
+ * in the output: when the output fails, the rest stay for the next capture. */
+static int write_stored(struct gather *g)
+{
+    struct daemon *d = g->d;
+    struct json_writer *w;
+    uint64_t oldest;
+    int r;
+
+    r = json_writer_new_memory(&w);
+    if (r < 0)
+        return fail(g, r, "building the profile failed: %s", strerror(-r));
+    write_header(g, w);
+    r = out_write_writer(g, w);
+    json_writer_free(w);
+    if (r < 0)
+        return r;
+
+    /* Exit profiles older than all data still alive in any child have expired. */
+    oldest = ctl_oldest_child_done_ns(d->ctl);
+    if (oldest)
+        daemon__exit_profiles_evict(d, oldest - 1,
+                                    "expired (older than any data still alive in the fleet)");
+    while (d->exit_profiles) {
+        struct exit_profile *e = d->exit_profiles;
+
+        r = g->processes ? out_write(g, ",", 1) : 0;
+        if (r == 0)
+            r = out_write(g, e->json, e->len);
+        if (r < 0)
+            return r;
+        g->processes++;
+        g->exit_profiles++;
+        event(g, e->pid, "added the exit profile of child %d (%s), %zu bytes", (int)e->pid, e->name,
+              e->len);
+        d->exit_profiles = e->next;
+        d->stats.exit_profiles--;
+        d->stats.exit_profile_bytes -= e->len;
+        ctl_remove_owned(d->ctl, e->receipt_ns);
+        free(e->json);
+        free(e);
+    }
+    return 0;
+}
+
 static int start(struct gather *g)
 {
     struct daemon *d = g->d;
-    uint64_t oldest;
     size_t n = 0;
     int r;
 
-    r = json_writer_new_memory(&g->out);
-    if (r == 0)
-        r = json_writer_new_memory(&g->events);
+    r = json_writer_new_memory(&g->events);
     if (r < 0)
         return r;
     json_writer_array_begin(g->events, NULL);
@@ -628,7 +954,14 @@ static int start(struct gather *g)
     g->pending = calloc(n ? n : 1, sizeof(*g->pending));
     if (!g->pending)
         return -ENOMEM;
-    write_header(g);
+    /* From here on, a failure is the capture's result, and complete() frees it. */
+    (void)uv_timer_init(d->loop, &g->timer);
+    g->timer.data = g;
+    if (open_output(g) < 0) {
+        /* Before anything is consumed: departures and exit profiles stay for the next one. */
+        complete(g);
+        return 0;
+    }
 
     for (size_t i = 0; i < d->departure_count; i++) {
         /* An exec'd process drops its connection (close-on-exec) and reconnects with the
@@ -646,25 +979,9 @@ static int start(struct gather *g)
     d->departure_count = 0;
     d->departures_dropped = 0;
 
-    /* Exit profiles older than all data still alive in any child have expired. */
-    oldest = ctl_oldest_child_done_ns(d->ctl);
-    if (oldest)
-        daemon__exit_profiles_evict(d, oldest - 1,
-                                    "expired (older than any data still alive in the fleet)");
-    while (d->exit_profiles) {
-        struct exit_profile *e = d->exit_profiles;
-
-        json_writer_splice_text(g->out, NULL, e->json, e->len);
-        g->processes++;
-        g->exit_profiles++;
-        event(g, e->pid, "added the exit profile of child %d (%s), %zu bytes", (int)e->pid, e->name,
-              e->len);
-        d->exit_profiles = e->next;
-        d->stats.exit_profiles--;
-        d->stats.exit_profile_bytes -= e->len;
-        ctl_remove_owned(d->ctl, e->receipt_ns);
-        free(e->json);
-        free(e);
+    if (write_stored(g) < 0) {
+        finish(g);
+        return 0;
     }
     for (struct conn *c = d->conns; c; c = c->next) {
         Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
@@ -677,6 +994,7 @@ static int start(struct gather *g)
         p->conn = c;
         p->pid = c->pid;
         (void)snprintf(p->name, sizeof(p->name), "%s", c->name);
+        p->spool_fd = -1;
         p->progress = p->asked_progress = UINT32_MAX;
         msg.id = g->id;
         env.msg_case = FLEETPROF__ENVELOPE__MSG_GATHER_PROFILE;
@@ -689,8 +1007,6 @@ static int start(struct gather *g)
             g->done_count++;
         }
     }
-    (void)uv_timer_init(d->loop, &g->timer);
-    g->timer.data = g;
     report_progress(g);
     if (g->done_count == g->count) {
         finish(g);
@@ -720,6 +1036,7 @@ static int capture_start(struct daemon *d, const char *output_path, const char *
         return -ENOMEM;
     g->d = d;
     g->id = ++d->next_id;
+    g->fd = -1;
     g->path = strdup(output_path);
     g->product = product ? strdup(product) : NULL;
     g->progress = progress;
@@ -741,14 +1058,7 @@ static int capture_start(struct daemon *d, const char *output_path, const char *
     }
     return 0;
 err:
-    for (size_t i = 0; g->pending && i < g->count; i++)
-        free(g->pending[i].data);
-    free(g->pending);
-    json_writer_free(g->out);
-    json_writer_free(g->events);
-    free(g->path);
-    free(g->product);
-    free(g);
+    gather_free(g);
     return r;
 }
 

@@ -6,9 +6,11 @@ checked like the front-end would load it.
 
 Usage: test-gather.py BUILD_DIR   (TAP output)
 """
+import functools
 import glob
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -331,6 +333,136 @@ def test_failed_capture_leaves_the_old_file(tmp):
         d.stop()
 
 
+def timed_pieces(plan, exit_after=False):
+    """A behaviour that answers GatherProfile with ProfileData pieces on a schedule. plan(pid)
+    gives [(seconds after the request, offset, data, last)]; progress polls are not answered
+    (the test's child timeout is long)."""
+    def behaviour(s, num, msg):
+        if num != GATHER:
+            return True
+        gather_id, t0 = msg[1][0], time.monotonic()
+        for at, offset, data, last in plan(os.getpid()):
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
+            s.sendall(frame(PROFILE_DATA, field(1, gather_id), field(2, data),
+                            *([field(3, 1)] if last else []), field(6, offset)))
+        return not exit_after
+    return behaviour
+
+
+def test_interleaved_children_stream_and_failures_leave_nothing(tmp):
+    # The daemon streams one child into the file and spools the others: a child dropped
+    # while it was streaming (out of order), while spooled (gone), or at once (not an object)
+    # must leave no byte behind, and the completed ones must all be there, whole.
+    def cut(at, split):
+        def plan(pid):
+            doc = minimal_process(pid)
+            return [(at[0], 0, doc[:split], False), (at[1], split, doc[split:], True)]
+        return plan
+
+    def out_of_order(pid):
+        doc = minimal_process(pid)
+        return [(0.0, 0, doc[:100], False), (1.0, 7, doc[100:], True)]
+
+    def goes_away(pid):
+        return [(0.7, 0, minimal_process(pid)[:60], False)]
+
+    d = Daemon(tmp, "--child-timeout", "5")
+    kids = []
+    try:
+        streams_then_fails = scripted_child(d, timed_pieces(out_of_order))
+        spooled_early = scripted_child(d, timed_pieces(cut((0.3, 0.4), 50)))
+        spooled_then_current = scripted_child(d, timed_pieces(cut((0.5, 1.5), 80)))
+        not_an_object = scripted_child(d, timed_pieces(lambda pid: [(0.6, 0, b"[1,2]", True)]))
+        gone = scripted_child(d, timed_pieces(goes_away, exit_after=True))
+        kids = [streams_then_fails, spooled_early, spooled_then_current, not_an_object, gone]
+        connected(d, len(kids))
+        out = os.path.join(tmp, "interleaved.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        assert sorted(process_pids(doc)) == sorted([spooled_early, spooled_then_current]), \
+            process_pids(doc)
+        assert result[4][0] == 2 and os.path.getsize(out) == result[3][0], result
+        events = [e[1] for e in gathering_log(doc)]
+        for expected in (f"child {streams_then_fails} (scripted) dropped: profile pieces out of "
+                         "order",
+                         f"child {not_an_object} (scripted) dropped: its profile is not a JSON "
+                         "object",
+                         f"child {gone} (scripted) went away during the capture"):
+            assert any(expected in e for e in events), (expected, events)
+        assert sorted(os.listdir(tmp)) == sorted(["daemon.log", "interleaved.json", "run"]), \
+            os.listdir(tmp)
+    finally:
+        d.stop()
+        for kid in kids:
+            os.waitpid(kid, 0)
+
+
+def test_write_error_fails_the_capture_and_the_daemon_goes_on(tmp):
+    # A file size limit stands in for a full disk: the daemon's writes past it fail with
+    # EFBIG. SIGXFSZ must be ignored in the daemon (Popen resets it before preexec_fn runs).
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, resource.RLIM_INFINITY))
+
+    popen = subprocess.Popen
+    subprocess.Popen = functools.partial(popen, preexec_fn=limit_file_size)
+    try:
+        d = Daemon(tmp, "--child-timeout", "5")
+    finally:
+        subprocess.Popen = popen
+
+    def small(pid):
+        doc = minimal_process(pid)
+        return [(0.0, 0, doc[:100], False), (1.0, 100, doc[100:], True)]
+
+    def big(pid):
+        piece = 256 << 10
+        body = b'{"pad":"' + b"x" * (4 * piece) + b'"}'
+        return [(0.3, off, body[off:off + piece], off + piece >= len(body))
+                for off in range(0, len(body), piece)]
+
+    kids = []
+    try:
+        old = os.path.join(tmp, "fleet.json")
+        with open(old, "w") as f:
+            f.write('{"old": true}')
+        kids.append(scripted_child(d, timed_pieces(small)))
+        kids.append(scripted_child(d, timed_pieces(big, exit_after=True)))
+        connected(d, 2)
+        result, error = capture(d.sock, old)
+        assert error is None, error
+        assert result.get(5) and b"cannot write" in result[5][0], result
+        assert b"File too large" in result[5][0], result
+        assert open(old).read() == '{"old": true}'
+        assert sorted(os.listdir(tmp)) == sorted(["daemon.log", "fleet.json", "run"]), \
+            os.listdir(tmp)
+        assert d.alive()
+        # The big child has gone; the next capture works.
+        os.waitpid(kids.pop(), 0)
+        result, error = capture(d.sock, old)
+        assert error is None and not result.get(5), result
+        assert process_pids(checked(old)) == [kids[0]]
+        written = open(old, "rb").read()
+        # Alone, a big child streams into the output itself: that write fails the same way.
+        os.kill(kids[0], signal.SIGKILL)
+        os.waitpid(kids.pop(), 0)
+        kids.append(scripted_child(d, timed_pieces(big, exit_after=True)))
+        connected(d, 3)
+        result, error = capture(d.sock, old)
+        assert error is None, error
+        assert result.get(5) and b"cannot write " + old.encode() + b": File too large" \
+            in result[5][0], result
+        assert open(old, "rb").read() == written
+        assert sorted(os.listdir(tmp)) == sorted(["daemon.log", "fleet.json", "run"]), \
+            os.listdir(tmp)
+        assert d.alive()
+    finally:
+        d.stop()
+        for kid in kids:
+            os.waitpid(kid, 0)
+
+
 taplib.run([
     test_stopped_worker_is_given_up_in_time,
     test_slow_progress_is_kept_silence_is_dropped,
@@ -340,4 +472,6 @@ taplib.run([
     test_without_daemon_exit_profiles_go_to_fleetprof_dir,
     test_second_capture_is_busy,
     test_failed_capture_leaves_the_old_file,
+    test_interleaved_children_stream_and_failures_leave_nothing,
+    test_write_error_fails_the_capture_and_the_daemon_goes_on,
 ])
