@@ -53,8 +53,11 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
 /* Gathering (design §6): every live child is asked for its profile, exit profiles kept
  * since the last capture are added, and the whole fleet is written as one Gecko profile
  * to output_path (via a temporary file in the same directory, renamed when complete: the
- * file is the previous one or a complete profile, never half). Children that stop making
- * progress for a child timeout are given up; profileGatheringLog says what happened. */
+ * file is the previous one or a complete profile, never half). The daemon's memory does
+ * not grow with the profile: children's JSON streams into that file, or into unlinked
+ * spool files beside it while another child streams (so the directory briefly holds up to
+ * twice the profile's size). Children that stop making progress for a child timeout are
+ * given up; profileGatheringLog says what happened. */
 struct daemon_capture_progress {
     uint32_t children_total; /* asked for their profile */
     uint32_t children_done;  /* answered (completely, with an error, or given up) */
