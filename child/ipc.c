@@ -27,6 +27,7 @@
 #include "buffer/progress.h"
 #include "buffer/update.h"
 #include "child/include/fleetprof.h"
+#include "child/ipc-start.h"
 #include "child/runtime-internal.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -45,6 +46,8 @@ static struct {
     _Atomic int connected;       /* welcomed: settings applied */
     _Atomic int linked;          /* the socket is open (Hello sent): exit profiles can go */
     _Atomic int exiting;         /* send Final and close */
+    _Atomic int start_pending;   /* rt_ipc_start() deferred the connection (ipc-start.h) */
+    bool defer_start;            /* the next rt_ipc_start() defers: set after a fork */
     uint64_t poll_id;            /* IPC thread only: outstanding poll, 0 = none */
     uint64_t next_id;
     char socket_path[4096];
@@ -85,6 +88,8 @@ static void on_chunk_update(const struct buf_update *u, void *userdata)
 
 void rt_ipc_tick(void)
 {
+    if (atomic_load_explicit(&ipc.start_pending, memory_order_relaxed))
+        rt_ipc_start_deferred();
     if (atomic_load_explicit(&ipc.update_pending, memory_order_acquire) &&
         atomic_load(&ipc.connected)) {
         atomic_store(&ipc.update_pending, 0);
@@ -610,16 +615,11 @@ static void *ipc_main(void *arg)
     return NULL;
 }
 
-int rt_ipc_start(const char *socket_path)
+/* Connects, says Hello and starts the IPC thread. */
+static int start_now(void)
 {
     int r;
 
-    if (!socket_path || !*socket_path || strlen(socket_path) >= sizeof(ipc.socket_path))
-        return -EINVAL;
-    strcpy(ipc.socket_path, socket_path);
-    r = buf_update_slot_init(&ipc.slot);
-    if (r < 0)
-        return r;
     (void)pthread_mutex_init(&ipc.outbox_lock, NULL);
     (void)pthread_mutex_init(&ipc.sym_serial, NULL);
     (void)pthread_mutex_init(&ipc.sym_lock, NULL);
@@ -660,7 +660,6 @@ int rt_ipc_start(const char *socket_path)
             atomic_store(&ipc.linked, 1);
         }
     }
-    buf_chunked_buffer_set_update_cb(rt.buffer, on_chunk_update, &ipc.slot);
     r = rt_create_internal_thread(&ipc.thread, ipc_main, NULL);
     if (r < 0) {
         buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
@@ -674,11 +673,51 @@ int rt_ipc_start(const char *socket_path)
     return 0;
 }
 
+int rt_ipc_start(const char *socket_path)
+{
+    bool defer = ipc.defer_start;
+    int r;
+
+    ipc.defer_start = false;
+    if (!socket_path || !*socket_path || strlen(socket_path) >= sizeof(ipc.socket_path))
+        return -EINVAL;
+    strcpy(ipc.socket_path, socket_path);
+    r = buf_update_slot_init(&ipc.slot);
+    if (r < 0)
+        return r;
+    /* Updates fold into the slot from now on, connected or not: the first answer to the
+     * daemon's poll carries them all. */
+    buf_chunked_buffer_set_update_cb(rt.buffer, on_chunk_update, &ipc.slot);
+    if (defer) {
+        atomic_store(&ipc.start_pending, 1);
+        return 0;
+    }
+    r = start_now();
+    if (r < 0)
+        buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+    return r;
+}
+
+void rt_ipc_start_deferred(void)
+{
+    int r;
+
+    if (!atomic_exchange(&ipc.start_pending, 0))
+        return;
+    r = start_now();
+    if (r < 0) { /* profiling alone, as when rt_ipc_start() fails */
+        buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+        rt_debug("cannot start the IPC thread: %s", strerror(-r));
+    }
+}
+
 void rt_ipc_stop(void)
 {
     struct timespec deadline;
     int r = 0;
 
+    if (atomic_exchange(&ipc.start_pending, 0)) /* never connected: nothing to say */
+        buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
     if (!ipc.thread_started)
         return;
     ipc.thread_started = false;
@@ -718,4 +757,5 @@ void rt_ipc_forget_after_fork(void)
             (void)close(ipc.loop.async_wfd);
     }
     memset(&ipc, 0, sizeof(ipc));
+    ipc.defer_start = true; /* this child may exec at once: connect at the first tick */
 }

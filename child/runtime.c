@@ -25,6 +25,7 @@
 #include "buffer/chunked-buffer.h"
 #include "buffer/json-writer.h"
 #include "child/include/fleetprof.h"
+#include "child/ipc-start.h"
 #include "child/profile/libs.h"
 #include "child/runtime-internal.h"
 
@@ -37,6 +38,8 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool hooks_installed;
 static char product[4096];
 static char program_name[256];
+static bool command_line_known; /* product and program_name are current: a forked child
+                                 * starting again keeps its parent's */
 static int exit_signals[] = {SIGTERM, SIGINT};
 
 void rt_debug(const char *fmt, ...)
@@ -90,7 +93,9 @@ static int start_locked(void)
     int r;
 
     rt.pid = (int32_t)getpid();
-    read_command_line();
+    if (!command_line_known)
+        read_command_line();
+    command_line_known = true;
     rt.start_ns = rt_now_ns();
     rt.start_epoch_ms = epoch_ms_now();
     if (!rt.buffer) {
@@ -318,6 +323,8 @@ static void write_exit_profile(void)
     if (!rt.exit_profile_written && atomic_load(&rt.running)) {
         rt.exit_profile_written = true;
         now = rt_now_ns();
+        /* A forked child that ends before its first tick connects now, to send this. */
+        rt_ipc_start_deferred();
         if (rt_ipc_connected()) {
             struct json_writer *w = NULL;
             char *json = NULL;
@@ -430,6 +437,7 @@ FLEETPROF_EXPORT int fleetprof_init(void)
     (void)pthread_mutex_lock(&init_lock);
     if (!atomic_load(&rt.running)) {
         rt_config_from_env(&rt.cfg);
+        command_line_known = false;
         r = start_locked();
         if (r == 0 && !hooks_installed) {
             hooks_installed = true;

@@ -73,14 +73,20 @@ int rt_stackwalk_init(enum rt_stackwalk mode)
     return 0;
 }
 
+/* This thread has run unw_backtrace. TLS, so a forked child inherits it with the forking
+ * thread's libunwind caches (its address space is the parent's, the caches stay right). */
+static __thread bool warmed __attribute__((tls_model("initial-exec")));
+
 void rt_stackwalk_warm_thread(void)
 {
     void *frames[64];
 
     /* libunwind's first backtrace on a thread costs 0.2-0.4 ms (cache set-up): pay it
-     * here, not in the first signal handler. */
-    if (walk_mode == RT_STACKWALK_DWARF)
+     * here, not in the first signal handler; once per thread, not again in a fork. */
+    if (walk_mode == RT_STACKWALK_DWARF && !warmed) {
         (void)unw_backtrace(frames, 64);
+        warmed = true;
+    }
 }
 
 void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void *ucontext)

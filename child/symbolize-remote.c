@@ -1,5 +1,6 @@
 /* child/symbolize-remote.c - symbols for this process's profile, from the daemon's symbol
- * service when connected (design §4 "Symbols"), else from a local libdw cache.
+ * service when connected (design §4 "Symbols"), else from a local libdw cache that lives in
+ * libfleetprof-symbols.so, loaded on first use (child/symbols-plugin.h).
  *
  * Called on the thread writing a profile (the gather thread, or the exiting thread),
  * never on the IPC thread, which it waits for: the unique (module, vaddr) pairs go in
@@ -7,16 +8,19 @@
  * within SYMBOLIZE_TIMEOUT_NS or resolved locally. A module the daemon cannot read stays
  * unresolved ("0x..." frames with a `libs` entry): the child could not read it either.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "child/profile/libs.h"
-#include "child/profile/symbolize-local.h"
 #include "child/profile/symbols.h"
 #include "child/runtime-internal.h"
+#include "child/symbols-plugin.h"
 #include "proto/fleetprof-protocol.h"
 
 #define SYMBOLIZE_TIMEOUT_NS    (5ull * 1000 * 1000 * 1000)
@@ -24,25 +28,96 @@
 #define BATCH_MAX_ADDRESSES     16384
 #define BATCH_MAX_REQUEST_BYTES (1u << 20) /* the frame limit is 4 MiB */
 
-static int resolve_local(struct rt_symbolizer *s, const struct prof_frame_request *requests,
-                         size_t count, struct prof_frame_result *results)
-{
-    struct prof_symbolizer local;
-    int r;
-
-    if (!s->local) {
-        r = prof_symbols_new(SYMBOL_CACHE_BYTES, &s->local);
-        if (r < 0)
-            return r;
-    }
-    local = prof_symbolizer_local(s->local);
-    return local.resolve(local.userdata, requests, count, results);
-}
-
 static void note_error(struct rt_symbolizer *s, const char *prefix, const char *text)
 {
     if (!s->error[0])
         (void)snprintf(s->error, sizeof(s->error), "%s%s", prefix, text);
+}
+
+/* The plugin, once loaded (never unloaded: the strings of its caches must outlive them).
+ * No lock: two threads that race both dlopen() it (the loader returns one handle) and
+ * store the same table; a failure is not remembered, the next profile write tries again. */
+static _Atomic(const struct rt_symbols_plugin *) plugin;
+
+static void *open_plugin(char *error, size_t size)
+{
+    char path[PATH_MAX];
+    const char *slash, *e;
+    Dl_info info;
+    void *handle;
+
+    error[0] = '\0';
+    /* Next to libfleetprof.so (its own path as the loader opened it: LD_PRELOAD, the build
+     * tree, an install): the pair always comes from one build. */
+    if (dladdr((const void *)&plugin, &info) && info.dli_fname &&
+        (slash = strrchr(info.dli_fname, '/')) &&
+        snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname,
+                 RT_SYMBOLS_PLUGIN_NAME) < (int)sizeof(path)) {
+        handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (handle)
+            return handle;
+        e = dlerror();
+        (void)snprintf(error, size, "%.150s", e ? e : RT_SYMBOLS_PLUGIN_NAME);
+    }
+    handle = dlopen(RT_SYMBOLS_PLUGIN_NAME, RTLD_NOW | RTLD_LOCAL);
+    if (!handle && !error[0]) {
+        e = dlerror();
+        (void)snprintf(error, size, "%.150s", e ? e : RT_SYMBOLS_PLUGIN_NAME);
+    }
+    return handle;
+}
+
+/* Returns the local-symbols plugin, loading it on first use; NULL with s->error set when
+ * it cannot be loaded. */
+static const struct rt_symbols_plugin *get_plugin(struct rt_symbolizer *s)
+{
+    const struct rt_symbols_plugin *p = atomic_load_explicit(&plugin, memory_order_acquire);
+    const struct rt_symbols_plugin *(*entry)(void);
+    char error[200];
+    void *handle;
+
+    if (p)
+        return p;
+    handle = open_plugin(error, sizeof(error));
+    if (!handle) {
+        note_error(s, "cannot load local symbols: ", error);
+        rt_debug("cannot load %s (%s): frames stay unresolved", RT_SYMBOLS_PLUGIN_NAME, error);
+        return NULL;
+    }
+    *(void **)&entry = dlsym(handle, RT_SYMBOLS_PLUGIN_ENTRY);
+    p = entry ? entry() : NULL;
+    if (!p || p->abi != RT_SYMBOLS_PLUGIN_ABI || p->lib_size != sizeof(struct prof_lib) ||
+        p->request_size != sizeof(struct prof_frame_request) ||
+        p->result_size != sizeof(struct prof_frame_result) ||
+        p->stats_size != sizeof(struct prof_symbols_stats)) {
+        /* Left loaded: unloading a library whose constructors ran is not worth the risk. */
+        note_error(s, "cannot load local symbols: ",
+                   RT_SYMBOLS_PLUGIN_NAME " is from another build of fleetprof");
+        rt_debug("%s is from another build of fleetprof: frames stay unresolved",
+                 RT_SYMBOLS_PLUGIN_NAME);
+        return NULL;
+    }
+    atomic_store_explicit(&plugin, p, memory_order_release);
+    rt_debug("loaded %s for local symbols", RT_SYMBOLS_PLUGIN_NAME);
+    return p;
+}
+
+/* Resolves with the plugin's libdw cache. Without the plugin every frame stays "0x..."
+ * with its libs entry, as for a module that cannot be read; the profile is still written. */
+static int resolve_local(struct rt_symbolizer *s, const struct prof_frame_request *requests,
+                         size_t count, struct prof_frame_result *results)
+{
+    const struct rt_symbols_plugin *p = get_plugin(s);
+    int r;
+
+    if (!p)
+        return 0;
+    if (!s->local) {
+        r = p->cache_new(SYMBOL_CACHE_BYTES, &s->local);
+        if (r < 0)
+            return r;
+    }
+    return p->resolve(s->local, requests, count, results);
 }
 
 /* One batch: requests [start, *ret_end) that fit in a frame. Returns 0 (results filled),
@@ -194,14 +269,19 @@ uint64_t rt_symbolizer_local_modules(const struct rt_symbolizer *s)
 {
     struct prof_symbols_stats st = {0};
 
-    if (s->local)
-        prof_symbols_get_stats(s->local, &st);
+    const struct rt_symbols_plugin *p = atomic_load_explicit(&plugin, memory_order_acquire);
+
+    if (s->local && p)
+        p->get_stats(s->local, &st);
     return st.modules_loaded;
 }
 
 void rt_symbolizer_done(struct rt_symbolizer *s)
 {
-    s->local = prof_symbols_free(s->local);
+    const struct rt_symbols_plugin *p = atomic_load_explicit(&plugin, memory_order_acquire);
+
+    if (s->local && p) /* a cache exists only once the plugin is loaded */
+        s->local = p->cache_free(s->local);
     for (size_t i = 0; i < s->arena_count; i++)
         free(s->arenas[i]);
     free(s->arenas);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "child/runtime-internal.h"
@@ -61,6 +62,44 @@ static uint64_t thread_cpu_ns(clockid_t clock)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Where the kernel put the initial stack's arguments (glibc, GLIBC_2.1): the main thread's
+ * frames all lie below it. */
+extern void *__libc_stack_end;
+
+/* The calling thread's stack, [*ret_lo, *ret_hi). For the process's initial thread,
+ * pthread_getattr_np() reads the whole of /proc/self/maps to find the stack mapping (a
+ * tenth of a millisecond in a small process, paid again by every forked child); its top is
+ * the end of the page holding __libc_stack_end (argv, envp and auxv lie above the frames,
+ * up to the mapping's end), and the stack limit bounds it below, as glibc does. Other
+ * threads' bounds come from their descriptor. Leaves both 0 when unknown. */
+static void stack_bounds(bool initial_thread, uintptr_t *ret_lo, uintptr_t *ret_hi)
+{
+    pthread_attr_t attr;
+    void *stack_addr;
+    size_t stack_size;
+
+    if (initial_thread && __libc_stack_end) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t hi = ((uintptr_t)__libc_stack_end | (page - 1)) + 1;
+        uintptr_t size = 8u << 20;
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            rl.rlim_cur >= page)
+            size = (uintptr_t)rl.rlim_cur;
+        *ret_hi = hi;
+        *ret_lo = size < hi ? hi - size : 0;
+        return;
+    }
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        if (pthread_attr_getstack(&attr, &stack_addr, &stack_size) == 0) {
+            *ret_lo = (uintptr_t)stack_addr;
+            *ret_hi = (uintptr_t)stack_addr + stack_size;
+        }
+        (void)pthread_attr_destroy(&attr);
+    }
+}
+
 static void free_thread(struct rt_thread *t)
 {
     free(t->capture.stack_copy);
@@ -94,11 +133,8 @@ static int take_slot(size_t *ret_index)
 
 int rt_threads_register(const char *name, bool is_main)
 {
-    pthread_attr_t attr;
     struct rt_thread *t;
     size_t index;
-    void *stack_addr;
-    size_t stack_size;
     int r;
 
     if (rt_self)
@@ -120,13 +156,7 @@ int rt_threads_register(const char *name, bool is_main)
         free_thread(t);
         return -r;
     }
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        if (pthread_attr_getstack(&attr, &stack_addr, &stack_size) == 0) {
-            t->stack_lo = (uintptr_t)stack_addr;
-            t->stack_hi = (uintptr_t)stack_addr + stack_size;
-        }
-        (void)pthread_attr_destroy(&attr);
-    }
+    stack_bounds(t->tid == (int32_t)getpid(), &t->stack_lo, &t->stack_hi);
     if (name && *name)
         (void)snprintf(t->name, sizeof(t->name), "%s", name);
     else
