@@ -3,15 +3,20 @@
  * A capture (design §6 "Gathering"): every live child is sent GatherProfile; the daemon's
  * own part (meta, profilingLog with the controller log) and the stored exit profiles go at
  * once into a temp file next to the output, and the child JSON is streamed after them,
- * never held whole in memory: one child at a time (the "current" one) writes its pieces
- * straight into the file, every other one into its own unlinked spool file, which is
- * appended when that child completes and no child is current, or when it becomes current.
- * Pieces are spliced, never parsed. A child that fails (an error, a piece out of order, not
- * an object, gone, given up) leaves no byte in the output: its element is cut off the file
- * or its spool dropped. Every child timeout, pending children are asked for progress: the
- * first round counts as progress, later a child counts only if its progress value or the
- * bytes received from it changed since the previous ask; a round without any progress ends
- * the capture with what arrived. Late pieces are dropped. Finally profileGatheringLog closes
+ * never held whole in memory. A child announces its JSON's size with its pieces (total):
+ * its element's place in the file is reserved at its first piece and every piece is written
+ * there once, however the children interleave. A stream without a total (an older or a
+ * scripted peer) goes in the "current" way: one such child at a time writes at the end of
+ * the file, the others into unlinked spool files appended when they complete. Pieces are
+ * spliced, never parsed. A child that fails (an error, a piece out of order, a size other
+ * than announced, not an object, gone, given up) leaves no byte of its own in the output:
+ * its element is cut off the end of the file, blanked with spaces (valid JSON whitespace)
+ * where later elements follow it, or its spool dropped. Each element starts with one
+ * separator byte, written as a space and turned into a comma at the end for every element
+ * but the first, so elements may complete in any order. Every child timeout, pending children are
+ * asked for progress: the first round counts as progress, later a child counts only if its progress
+ * value or the bytes received from it changed since the previous ask; a round without any progress
+ * ends the capture with what arrived. Late pieces are dropped. Finally profileGatheringLog closes
  * the root and a libuv worker fsyncs the file and renames it over the output. Any write
  * error fails the capture: the temp file is removed, the previous output left as it was.
  *
@@ -43,6 +48,8 @@ struct pending {
     int32_t pid;
     char name[64];
     size_t len;        /* bytes received so far (progress polls compare it) */
+    uint64_t total;    /* announced size of its JSON; 0 = none (current or spool) */
+    uint64_t region;   /* with total: its element's offset in the output (separator first) */
     int spool_fd;      /* owned: an unlinked file holding all len bytes; -1 when none */
     bool complete;     /* its last piece is in the spool, waiting for its turn in the output */
     uint32_t progress; /* last GatherProgress value (raw fixed point) */
@@ -67,10 +74,12 @@ struct gather {
     size_t count;
     uint32_t done_count, exit_profiles, processes, given_up;
     uint64_t bytes;
-    int fd;                     /* tmp_path, owned (the worker's during the final sync); or -1 */
-    uint64_t out_len;           /* bytes in fd: where the next write goes */
-    struct pending *current;    /* the child streaming into fd, or NULL */
-    uint64_t current_start;     /* where current's element (with its comma) begins in fd */
+    int fd;                  /* tmp_path, owned (the worker's during the final sync); or -1 */
+    uint64_t out_len;        /* bytes in fd: where the next write goes */
+    struct pending *current; /* the child streaming into fd, or NULL */
+    uint64_t current_start;  /* where current's element (separator first) begins in fd */
+    uint64_t *elements;      /* offsets of every complete element's separator byte */
+    size_t element_count, element_cap;
     struct json_writer *events; /* profileGatheringLog events: an open array */
     uv_timer_t timer;
     unsigned rounds;
@@ -239,11 +248,11 @@ __attribute__((format(printf, 3, 4))) static int fail(struct gather *g, int r, c
     return r;
 }
 
-/* Appends len bytes to the output. */
-static int out_write(struct gather *g, const char *data, size_t len)
+/* Writes len bytes at offset of the output. */
+static int write_at(struct gather *g, uint64_t offset, const char *data, size_t len)
 {
     while (len > 0) {
-        ssize_t n = pwrite(g->fd, data, len, (off_t)g->out_len);
+        ssize_t n = pwrite(g->fd, data, len, (off_t)offset);
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -254,9 +263,19 @@ static int out_write(struct gather *g, const char *data, size_t len)
         }
         data += n;
         len -= (size_t)n;
-        g->out_len += (uint64_t)n;
+        offset += (uint64_t)n;
     }
     return 0;
+}
+
+/* Appends len bytes to the output. */
+static int out_write(struct gather *g, const char *data, size_t len)
+{
+    int r = write_at(g, g->out_len, data, len);
+
+    if (r == 0)
+        g->out_len += len;
+    return r;
 }
 
 static int write_chunk(const char *data, size_t len, void *userdata)
@@ -379,9 +398,76 @@ static int spool_write(struct gather *g, struct pending *p, const char *data, si
     return 0;
 }
 
-/* Child JSON in the output. The output always ends inside the open processes array; the
- * number of elements before it is g->processes, so an element needs a comma if that is not
- * zero. Only the current child's element may be unfinished, always the last one. */
+/* Child JSON in the output. The output always ends inside the open processes array. Every
+ * element starts with a separator byte (a space until finish_elements()); the elements not
+ * complete yet are reserved regions (anywhere) and the current child's (always the last). */
+
+/* Counts a complete element whose separator byte is at offset. */
+static int add_element(struct gather *g, uint64_t offset)
+{
+    if (g->element_count == g->element_cap) {
+        size_t cap = g->element_cap ? 2 * g->element_cap : 64;
+        uint64_t *grown = realloc(g->elements, cap * sizeof(*grown));
+
+        if (!grown)
+            return fail(g, -ENOMEM, "building the profile failed: out of memory");
+        g->elements = grown;
+        g->element_cap = cap;
+    }
+    g->elements[g->element_count++] = offset;
+    g->processes++;
+    return 0;
+}
+
+static int compare_offsets(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Every element but the first in file order gets its comma. */
+static void finish_elements(struct gather *g)
+{
+    qsort(g->elements, g->element_count, sizeof(*g->elements), compare_offsets);
+    for (size_t i = 1; i < g->element_count && !g->write_error; i++)
+        (void)write_at(g, g->elements[i], ",", 1);
+}
+
+/* Overwrites len bytes at offset with spaces. */
+static int blank(struct gather *g, uint64_t offset, uint64_t len)
+{
+    static char spaces[64 * 1024];
+    int r = 0;
+
+    if (spaces[0] != ' ')
+        memset(spaces, ' ', sizeof(spaces));
+    while (r == 0 && len > 0) {
+        size_t n = len < sizeof(spaces) ? (size_t)len : sizeof(spaces);
+
+        r = write_at(g, offset, spaces, n);
+        offset += n;
+        len -= n;
+    }
+    return r;
+}
+
+/* Reserves p's element for total bytes of JSON at the end of the output. No child is
+ * current (its element must stay the last). */
+static int reserve_region(struct gather *g, struct pending *p, uint64_t total)
+{
+    uint64_t region = g->out_len;
+    int r;
+
+    assert(!g->current);
+    r = out_write(g, " ", 1);
+    if (r < 0)
+        return r;
+    p->region = region;
+    p->total = total;
+    g->out_len += total; /* a hole until its pieces arrive */
+    return 0;
+}
 
 /* p streams into the output from now on: its element starts here, with what it has spooled
  * so far. Called only when no child is current. */
@@ -392,18 +478,29 @@ static int make_current(struct gather *g, struct pending *p)
     assert(!g->current);
     g->current = p;
     g->current_start = g->out_len;
-    if (g->processes)
-        r = out_write(g, ",", 1);
+    r = out_write(g, " ", 1);
     if (r == 0 && p->spool_fd >= 0)
         r = out_append_file(g, p->spool_fd, p->len);
     spool_close(p);
     return r;
 }
 
-/* Takes p's bytes back out of the capture: the output is cut back to where its element
- * began (its comma included, so the array stays valid), its spool is closed. */
+/* Takes p's bytes back out of the capture: its element is cut off the output (separator
+ * included) if nothing follows it, else blanked; its spool is closed. */
 static void drop_data(struct gather *g, struct pending *p)
 {
+    if (p->total) {
+        uint64_t end = p->region + 1 + p->total;
+
+        if (end == g->out_len && !g->write_error) {
+            if (ftruncate(g->fd, (off_t)p->region) < 0)
+                (void)fail(g, -errno, "cannot truncate %.400s: %s", g->tmp_path, strerror(errno));
+            g->out_len = p->region;
+        } else if (!g->write_error) {
+            (void)blank(g, p->region, 1 + p->total);
+        }
+        p->total = 0;
+    }
     if (p == g->current) {
         g->current = NULL;
         if (!g->write_error && ftruncate(g->fd, (off_t)g->current_start) < 0)
@@ -424,15 +521,16 @@ static int flush_spools(struct gather *g)
     for (size_t i = 0; r == 0 && i < g->count; i++) {
         struct pending *p = &g->pending[i];
 
+        uint64_t start = g->out_len;
+
         if (!p->complete)
             continue;
-        if (g->processes)
-            r = out_write(g, ",", 1);
+        r = out_write(g, " ", 1);
         if (r == 0)
             r = out_append_file(g, p->spool_fd, p->len);
         spool_close(p);
         if (r == 0)
-            g->processes++;
+            r = add_element(g, start);
     }
     for (size_t i = 0; r == 0 && i < g->count; i++)
         if (!g->pending[i].done && g->pending[i].spool_fd >= 0)
@@ -456,10 +554,17 @@ static void mark_done(struct gather *g, struct pending *p)
 /* Puts one piece where p's bytes go: the output if p is (or can become) current, else its
  * spool. Returns 0 or a negative errno: when the output failed, g->write_error is set and
  * the capture must end; otherwise p's spool could not be made, and p alone is dropped. */
-static int store_piece(struct gather *g, struct pending *p, const char *data, size_t len)
+static int store_piece(struct gather *g, struct pending *p, const char *data, size_t len,
+                       uint64_t total)
 {
     int r;
 
+    if (p->total)
+        return write_at(g, p->region + 1 + p->len, data, len);
+    if (total && p->len == 0 && !g->current) {
+        r = reserve_region(g, p, total);
+        return r < 0 ? r : write_at(g, p->region + 1, data, len);
+    }
     if (!g->current) {
         r = make_current(g, p);
         if (r < 0)
@@ -494,9 +599,13 @@ void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData
         mark_done(g, p);
         return;
     }
-    if (m->offset != p->len || p->len + n > PIECE_TOTAL_MAX) {
+    if (m->offset != p->len || p->len + n > PIECE_TOTAL_MAX || m->total > PIECE_TOTAL_MAX ||
+        (p->total && m->total != p->total) || (m->last && m->total && p->len + n != m->total)) {
         event(g, p->pid, "child %d (%s) dropped: %s", (int)p->pid, p->name,
-              m->offset != p->len ? "profile pieces out of order" : "profile too large");
+              m->offset != p->len ? "profile pieces out of order"
+              : p->len + n > PIECE_TOTAL_MAX || m->total > PIECE_TOTAL_MAX
+                      ? "profile too large"
+                      : "profile size not as announced");
         drop_data(g, p);
         mark_done(g, p);
         return;
@@ -509,7 +618,7 @@ void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData
         mark_done(g, p);
         return;
     }
-    r = n > 0 ? store_piece(g, p, data, n) : 0;
+    r = n > 0 ? store_piece(g, p, data, n, m->total) : 0;
     if (r < 0 && g->write_error) {
         finish(g); /* the output is broken: the capture fails with the reason */
         return;
@@ -526,9 +635,12 @@ void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData
     if (!m->last)
         return;
     event(g, p->pid, "received %zu bytes from child %d (%s)", p->len, (int)p->pid, p->name);
-    if (p == g->current) {
+    if (p->total) {
+        p->total = 0; /* complete: no longer to be taken back */
+        (void)add_element(g, p->region);
+    } else if (p == g->current) {
         g->current = NULL;
-        g->processes++;
+        (void)add_element(g, g->current_start);
     } else {
         p->complete = true;
     }
@@ -662,6 +774,7 @@ static void gather_free(struct gather *g)
     for (size_t i = 0; i < g->count; i++)
         spool_close(&g->pending[i]);
     free(g->pending);
+    free(g->elements);
     if (g->fd >= 0) {
         (void)close(g->fd);
         (void)unlink(g->tmp_path);
@@ -779,6 +892,8 @@ static void finish(struct gather *g)
         (void)flush_spools(g);
     event(g, 0, "capture complete: %u processes, %llu bytes from children, %u given up",
           g->processes, (unsigned long long)g->bytes, g->given_up);
+    if (!g->write_error)
+        finish_elements(g);
     if (!g->write_error)
         write_trailer(g);
     if (!g->write_error && g->processes == 0)
@@ -920,12 +1035,15 @@ static int write_stored(struct gather *g)
     while (d->exit_profiles) {
         struct exit_profile *e = d->exit_profiles;
 
-        r = g->processes ? out_write(g, ",", 1) : 0;
+        uint64_t start = g->out_len;
+
+        r = out_write(g, " ", 1);
         if (r == 0)
             r = out_write(g, e->json, e->len);
+        if (r == 0)
+            r = add_element(g, start);
         if (r < 0)
             return r;
-        g->processes++;
         g->exit_profiles++;
         event(g, e->pid, "added the exit profile of child %d (%s), %zu bytes", (int)e->pid, e->name,
               e->len);

@@ -353,6 +353,8 @@ static int check_profile_data(const Fleetprof__ProfileData *m, const char **reas
         INVALID("profile_data: data missing");
     if (m->offset > UINT64_MAX - m->data.len)
         INVALID("profile_data: offset overflows");
+    if (m->total && m->offset + m->data.len > m->total)
+        INVALID("profile_data: piece beyond the stream's total");
     if (!text_ok(m->error, IPC_TEXT_MAX_BYTES))
         INVALID("profile_data: error text too long");
     if (m->error[0] && !m->last)

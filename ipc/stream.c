@@ -34,6 +34,7 @@ int ipc_profile_stream_next(struct ipc_profile_stream *s, Fleetprof__Envelope *e
     piece->data.data = s->data ? (uint8_t *)(s->data + s->off) : NULL;
     piece->data.len = n;
     piece->offset = s->off;
+    piece->total = s->len;
     piece->exit = s->exit_profile;
     s->off += n;
     if (s->off == s->len) {

@@ -341,10 +341,11 @@ def timed_pieces(plan, exit_after=False):
         if num != GATHER:
             return True
         gather_id, t0 = msg[1][0], time.monotonic()
-        for at, offset, data, last in plan(os.getpid()):
+        for at, offset, data, last, *total in plan(os.getpid()):
             time.sleep(max(0.0, t0 + at - time.monotonic()))
             s.sendall(frame(PROFILE_DATA, field(1, gather_id), field(2, data),
-                            *([field(3, 1)] if last else []), field(6, offset)))
+                            *([field(3, 1)] if last else []), field(6, offset),
+                            *([field(7, total[0])] if total else [])))
         return not exit_after
     return behaviour
 
@@ -391,6 +392,51 @@ def test_interleaved_children_stream_and_failures_leave_nothing(tmp):
                          f"child {gone} (scripted) went away during the capture"):
             assert any(expected in e for e in events), (expected, events)
         assert sorted(os.listdir(tmp)) == sorted(["daemon.log", "interleaved.json", "run"]), \
+            os.listdir(tmp)
+    finally:
+        d.stop()
+        for kid in kids:
+            os.waitpid(kid, 0)
+
+
+def test_announced_sizes_place_children_in_any_order(tmp):
+    # Children that announce their JSON's size get their place in the file at their first
+    # piece and complete in any order. One that goes away, or ends short of what it
+    # announced, with others after it in the file, leaves only spaces: the file stays valid.
+    def announced(at, split, short=0):
+        def plan(pid):
+            doc = minimal_process(pid)
+            total = len(doc) + short
+            return [(at[0], 0, doc[:split], False, total), (at[1], split, doc[split:], True, total)]
+        return plan
+
+    def goes_away(pid):
+        doc = minimal_process(pid)
+        return [(0.1, 0, doc[:60], False, len(doc))]
+
+    d = Daemon(tmp, "--child-timeout", "5")
+    kids = []
+    try:
+        last_to_finish = scripted_child(d, timed_pieces(announced((0.0, 1.2), 40)))
+        gone = scripted_child(d, timed_pieces(goes_away, exit_after=True))
+        short = scripted_child(d, timed_pieces(announced((0.2, 0.5), 30, short=5)))
+        first_to_finish = scripted_child(d, timed_pieces(announced((0.3, 0.4), 20)))
+        kids = [last_to_finish, gone, short, first_to_finish]
+        connected(d, len(kids))
+        out = os.path.join(tmp, "announced.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        assert sorted(process_pids(doc)) == sorted([last_to_finish, first_to_finish]), \
+            process_pids(doc)
+        assert result[4][0] == 2 and os.path.getsize(out) == result[3][0], result
+        text = open(out, "rb").read()
+        assert b" " * 60 in text, "the dropped children's places should be blanked"
+        events = [e[1] for e in gathering_log(doc)]
+        for expected in (f"child {short} (scripted) dropped: profile size not as announced",
+                         f"child {gone} (scripted) went away during the capture"):
+            assert any(expected in e for e in events), (expected, events)
+        assert sorted(os.listdir(tmp)) == sorted(["daemon.log", "announced.json", "run"]), \
             os.listdir(tmp)
     finally:
         d.stop()
@@ -473,5 +519,6 @@ taplib.run([
     test_second_capture_is_busy,
     test_failed_capture_leaves_the_old_file,
     test_interleaved_children_stream_and_failures_leave_nothing,
+    test_announced_sizes_place_children_in_any_order,
     test_write_error_fails_the_capture_and_the_daemon_goes_on,
 ])
