@@ -31,6 +31,9 @@ struct json_chunk {
 /* Room that the longest number (int64, uint64, time_ms or double) needs. */
 #define NUMBER_ROOM 32
 
+/* Key bytes copied by the fast path of put_key() (room it needs). */
+#define KEY_FAST_BYTES 64
+
 /* Longest output for one input unit of a string: "\u00XX". */
 #define ESCAPE_ROOM 6
 
@@ -404,13 +407,52 @@ static void put_escaped(struct json_writer *w, const char *s, size_t len)
     }
 }
 
+/* Writes the body of a JSON string for the bytes [p, e) at o, which has room for 6 bytes per
+ * input byte; returns the end. Same bytes as put_escaped(). */
+static char *put_escaped_unchecked(char *o, const uint8_t *p, const uint8_t *e)
+{
+    while (p < e) {
+        while (p < e && char_class[*p] == 0)
+            *o++ = (char)*p++;
+        if (p == e)
+            break;
+        if (char_class[*p] == 1) {
+            o = put_escape(o, *p++);
+        } else {
+            size_t k = utf8_sequence(p, (size_t)(e - p));
+
+            if (k) {
+                memcpy(o, p, k);
+                o += k;
+                p += k;
+            } else {
+                memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD for this one byte */
+                o += 3;
+                p++;
+            }
+        }
+    }
+    return o;
+}
+
 /* Writes a key, quoted and escaped, and its colon. */
 static bool put_key(struct json_writer *w, const char *key)
 {
+    const uint8_t *k = (const uint8_t *)key;
+
     if (!reserve(w, 1))
         return false;
     *w->pos++ = '"';
-    put_escaped(w, key, strlen(key));
+    /* Keys are mostly short and plain: copy them while looking for their end. */
+    if ((size_t)(w->end - w->pos) >= KEY_FAST_BYTES) {
+        char *o = w->pos;
+
+        for (size_t n = 0; n < KEY_FAST_BYTES && char_class[*k] == 0; n++)
+            *o++ = (char)*k++;
+        w->pos = o;
+    }
+    if (*k)
+        put_escaped(w, (const char *)k, strlen((const char *)k));
     if (!reserve(w, 2))
         return false;
     memcpy(w->pos, "\":", 2);
@@ -527,7 +569,7 @@ void json_writer_array_end(struct json_writer *w)
     container_end(w, ']', ST_ARRAY_EMPTY);
 }
 
-static unsigned count_digits(uint64_t v)
+static inline unsigned count_digits(uint64_t v)
 {
     unsigned n = 1;
 
@@ -546,7 +588,7 @@ static unsigned count_digits(uint64_t v)
 }
 
 /* Decimal digits of v at p; returns the end. Fills from the right, two digits at a time. */
-static char *put_u64(char *p, uint64_t v)
+static inline char *put_u64(char *p, uint64_t v)
 {
     char *end = p + count_digits(v);
     char *q = end;
@@ -569,39 +611,23 @@ static char *put_u64(char *p, uint64_t v)
 }
 
 /* Magnitude of v as unsigned, correct for INT64_MIN. */
-static uint64_t magnitude(int64_t v)
+static inline uint64_t magnitude(int64_t v)
 {
     return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
 }
 
-void json_writer_int(struct json_writer *w, const char *key, int64_t value)
+static inline char *put_int(char *p, int64_t value)
 {
-    char *p;
-
-    if (!begin_value(w, key, NUMBER_ROOM))
-        return;
-    p = w->pos;
     if (value < 0)
         *p++ = '-';
-    w->pos = put_u64(p, magnitude(value));
+    return put_u64(p, magnitude(value));
 }
 
-void json_writer_uint(struct json_writer *w, const char *key, uint64_t value)
-{
-    if (!begin_value(w, key, NUMBER_ROOM))
-        return;
-    w->pos = put_u64(w->pos, value);
-}
-
-void json_writer_time_ms(struct json_writer *w, const char *key, int64_t ns)
+static inline char *put_time_ms(char *p, int64_t ns)
 {
     uint64_t mag = magnitude(ns);
     uint32_t frac = (uint32_t)(mag % 1000000);
-    char *p;
 
-    if (!begin_value(w, key, NUMBER_ROOM))
-        return;
-    p = w->pos;
     if (ns < 0)
         *p++ = '-';
     p = put_u64(p, mag / 1000000);
@@ -619,7 +645,69 @@ void json_writer_time_ms(struct json_writer *w, const char *key, int64_t ns)
         while (p[-1] == '0') /* stops at a non-zero digit: frac != 0 */
             p--;
     }
-    w->pos = p;
+    return p;
+}
+
+void json_writer_int(struct json_writer *w, const char *key, int64_t value)
+{
+    if (!begin_value(w, key, NUMBER_ROOM))
+        return;
+    w->pos = put_int(w->pos, value);
+}
+
+void json_writer_uint(struct json_writer *w, const char *key, uint64_t value)
+{
+    if (!begin_value(w, key, NUMBER_ROOM))
+        return;
+    w->pos = put_u64(w->pos, value);
+}
+
+void json_writer_time_ms(struct json_writer *w, const char *key, int64_t ns)
+{
+    if (!begin_value(w, key, NUMBER_ROOM))
+        return;
+    w->pos = put_time_ms(w->pos, ns);
+}
+
+char *json_raw_uint(char *p, uint64_t value)
+{
+    return put_u64(p, value);
+}
+
+char *json_raw_int(char *p, int64_t value)
+{
+    return put_int(p, value);
+}
+
+char *json_raw_time_ms(char *p, int64_t ns)
+{
+    return put_time_ms(p, ns);
+}
+
+char *json_raw_string(char *p, const char *s, size_t len)
+{
+    *p++ = '"';
+    p = put_escaped_unchecked(p, (const uint8_t *)s, (const uint8_t *)s + len);
+    *p++ = '"';
+    return p;
+}
+
+char *json_writer_raw_begin(struct json_writer *w, const char *key, size_t max_bytes)
+{
+    if (unlikely(max_bytes > JSON_WRITER_RAW_MAX_BYTES)) {
+        if (!w->error)
+            latch(w, -EINVAL);
+        return NULL;
+    }
+    if (!begin_value(w, key, max_bytes))
+        return NULL;
+    return w->pos;
+}
+
+void json_writer_raw_end(struct json_writer *w, char *end)
+{
+    assert(end >= w->pos && end <= w->end);
+    w->pos = end;
 }
 
 void json_writer_double(struct json_writer *w, const char *key, double value)

@@ -80,6 +80,30 @@ void json_writer_time_ms(struct json_writer *w, const char *key, int64_t ns);
 void json_writer_string(struct json_writer *w, const char *key, const char *s);
 void json_writer_string_len(struct json_writer *w, const char *key, const char *s, size_t len);
 
+/* Raw values: for hot loops that write many small values of one shape (the rows of a
+ * profile's samples and markers) with one call instead of one per field.
+ *
+ * json_writer_raw_begin() does what every value function does first (state checks, the
+ * comma, the key) and returns where the caller may store up to max_bytes (at most
+ * JSON_WRITER_RAW_MAX_BYTES, else -EINVAL is latched); it returns NULL if w is, or just
+ * became, in error: then store nothing and do not call json_writer_raw_end(). The caller
+ * stores exactly one complete JSON value there, valid UTF-8 (the json_raw_* helpers below
+ * write the same bytes as the value functions), then passes the end of what it stored to
+ * json_writer_raw_end(). No other call on w may come in between. */
+#define JSON_WRITER_RAW_MAX_BYTES 8192
+char *json_writer_raw_begin(struct json_writer *w, const char *key, size_t max_bytes);
+void json_writer_raw_end(struct json_writer *w, char *end);
+
+/* Each helper stores one value at p, which must have room for it, and returns its end.
+ * Numbers need JSON_RAW_NUMBER_BYTES; a string of len bytes JSON_RAW_STRING_BYTES(len). The
+ * bytes are those of json_writer_uint(), _int(), _time_ms() and _string_len(). */
+#define JSON_RAW_NUMBER_BYTES      32
+#define JSON_RAW_STRING_BYTES(len) (2 + 6 * (size_t)(len))
+char *json_raw_uint(char *p, uint64_t value);
+char *json_raw_int(char *p, int64_t value);
+char *json_raw_time_ms(char *p, int64_t ns);
+char *json_raw_string(char *p, const char *s, size_t len);
+
 /* Splicing.
  *
  * json_writer_splice_text() writes the len bytes at json (borrowed) verbatim as one value: the

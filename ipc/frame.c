@@ -40,6 +40,48 @@ ssize_t ipc_frame_encode(const Fleetprof__Envelope *env, uint8_t *out, size_t ou
     return (ssize_t)(prefix + packed);
 }
 
+/* Wire tags (field number << 3 | wire type 2, length-delimited) of Envelope.profile_data
+ * (15) and ProfileData.data (2), from fleetprof.proto; both fit in one byte. */
+#define TAG_ENVELOPE_PROFILE_DATA ((15u << 3) | 2u)
+#define TAG_PROFILE_DATA_DATA     ((2u << 3) | 2u)
+
+ssize_t ipc_frame_encode_profile_header(const Fleetprof__ProfileData *piece, uint8_t *out,
+                                        size_t out_len, size_t *ret_frame_bytes)
+{
+    Fleetprof__ProfileData rest;
+    size_t n, rest_len, piece_len, env_len, header;
+    uint8_t *o;
+
+    if (!piece || (piece->data.len > 0 && !piece->data.data) || !ret_frame_bytes)
+        return -EINVAL;
+    /* Every field but data, packed by protobuf-c; then data's tag and length by hand. */
+    rest = *piece;
+    rest.data.data = NULL;
+    rest.data.len = 0;
+    n = piece->data.len;
+    rest_len = fleetprof__profile_data__get_packed_size(&rest);
+    piece_len = rest_len + (n ? 1 + buf_uleb128_size(n) + n : 0);
+    env_len = 1 + buf_uleb128_size(piece_len) + piece_len;
+    header = buf_uleb128_size(env_len) + env_len - n;
+    if (out && out_len < header)
+        return -ENOBUFS;
+    *ret_frame_bytes = header + n;
+    if (!out)
+        return (ssize_t)header;
+    o = out;
+    o += buf_uleb128_encode(env_len, o);
+    *o++ = TAG_ENVELOPE_PROFILE_DATA;
+    o += buf_uleb128_encode(piece_len, o);
+    if (fleetprof__profile_data__pack(&rest, o) != rest_len)
+        return -EINVAL; /* cannot happen: protobuf-c packs exactly get_packed_size bytes */
+    o += rest_len;
+    if (n) {
+        *o++ = TAG_PROFILE_DATA_DATA;
+        o += buf_uleb128_encode(n, o);
+    }
+    return (ssize_t)(o - out);
+}
+
 /* ---- pool -------------------------------------------------------------------------------- */
 
 int ipc_pool_init(struct ipc_pool *pool, size_t buf_bytes, size_t max_cached)

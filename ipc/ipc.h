@@ -91,6 +91,16 @@ size_t ipc_frame_size(const Fleetprof__Envelope *env);
  * written). The size limit of the receiving side is the caller's to enforce. */
 ssize_t ipc_frame_encode(const Fleetprof__Envelope *env, uint8_t *out, size_t out_len);
 
+/* The zero-copy form of ipc_frame_encode() for an Envelope that holds only the ProfileData
+ * piece: encodes the frame up to, not including, the piece's data bytes, which the caller
+ * sends right after it (the data field is encoded last: protobuf accepts fields in any
+ * order, so the frame decodes like ipc_frame_encode()'s). With out NULL only computes the
+ * sizes. Stores the whole frame's size (header and data) in *ret_frame_bytes. Returns the
+ * header bytes (written when out is not NULL), -EINVAL (piece NULL, or data.len > 0 with
+ * data NULL), or -ENOBUFS when out_len is smaller than the header (nothing written). */
+ssize_t ipc_frame_encode_profile_header(const Fleetprof__ProfileData *piece, uint8_t *out,
+                                        size_t out_len, size_t *ret_frame_bytes);
+
 /* A small free list of equally sized buffers, for encoding frames without a malloc per
  * message. Requests larger than buf_bytes fall through to malloc. Embed it; one thread. */
 struct ipc_pool {

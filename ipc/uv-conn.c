@@ -1,6 +1,9 @@
 /* ipc/uv-conn.c - one framed connection on a libuv loop: reading, the write queue, closing.
  *
  * Every send is one uv_write of one encoded frame; libuv keeps writes of a stream in order.
+ * A profile stream's piece is written without a copy of its data: the frame's header from
+ * the request, then the data bytes from the caller's payload, which is borrowed until the
+ * stream's done callback, and that runs only once no queued write points into it.
  * queued_bytes counts frames from uv_write() until their write callback, and is what the
  * per-connection cap applies to. Closing is one path (close_conn) whatever the cause; libuv
  * runs the write callbacks of cancelled writes before the close callback, which frees.
@@ -32,9 +35,10 @@ struct write_req {
     uv_write_t req;
     struct ipc_conn *conn; /* borrowed: outlives the request (close waits for it) */
     size_t alloc_bytes;    /* size of this allocation, for the pool */
-    size_t frame_bytes;    /* bytes of data */
+    size_t frame_bytes;    /* bytes of the frame (data, plus the borrowed piece) */
     bool stream_last;      /* the last piece of the active profile stream */
-    uint8_t data[];        /* the encoded frame */
+    bool borrowed;         /* data holds a frame header; the rest is the stream's payload */
+    uint8_t data[];        /* the encoded frame, or its header */
 };
 
 static void pump_stream(struct ipc_conn *c);
@@ -44,10 +48,13 @@ static void on_conn_closed(uv_handle_t *handle)
 {
     struct ipc_conn *c = container_of(handle, struct ipc_conn, pipe);
 
+    /* Write callbacks (cancelled ones too) have all run: nothing points into the payload. */
     if (c->stream.active) {
         c->stream.active = false;
         if (c->stream.done)
-            c->stream.done(c, c->stream.s.request_id, -ECANCELED, c->stream.userdata);
+            c->stream.done(c, c->stream.s.request_id,
+                           c->stream.failed ? c->stream.fail_status : -ECANCELED,
+                           c->stream.userdata);
     }
     if (c->cbs.on_close)
         c->cbs.on_close(c, c->close_error, c->close_reason, c->userdata);
@@ -266,6 +273,22 @@ void ipc_conn_set_callbacks(struct ipc_conn *c, const struct ipc_conn_callbacks 
     c->userdata = userdata;
 }
 
+/* Ends the active stream with status once no queued write borrows its payload any more
+ * (the caller may free the payload in done); until then it only stops queuing pieces. */
+static void stream_fail(struct ipc_conn *c, int status)
+{
+    if (!c->stream.failed) {
+        c->stream.failed = true;
+        c->stream.fail_status = status;
+        c->stream.all_queued = true;
+    }
+    if (c->stream.borrowed_writes > 0)
+        return;
+    c->stream.active = false;
+    if (c->stream.done)
+        c->stream.done(c, c->stream.s.request_id, c->stream.fail_status, c->stream.userdata);
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     struct write_req *w = container_of(req, struct write_req, req);
@@ -273,9 +296,14 @@ static void on_write(uv_write_t *req, int status)
     bool stream_last = w->stream_last;
 
     c->queued_bytes -= w->frame_bytes;
+    if (w->borrowed) {
+        c->stream.borrowed_writes--;
+        if (c->stream.active && c->stream.failed && c->stream.borrowed_writes == 0)
+            stream_fail(c, c->stream.fail_status);
+    }
     ipc_pool_put(&c->pool, w, w->alloc_bytes);
 
-    if (stream_last && c->stream.active) {
+    if (stream_last && c->stream.active && !c->stream.failed) {
         c->stream.active = false;
         if (c->stream.done)
             c->stream.done(c, c->stream.s.request_id, status < 0 ? status : 0, c->stream.userdata);
@@ -330,6 +358,7 @@ static int queue_frame(struct ipc_conn *c, const Fleetprof__Envelope *env, bool 
     w->alloc_bytes = alloc;
     w->frame_bytes = frame;
     w->stream_last = stream_last;
+    w->borrowed = false;
     n = ipc_frame_encode(env, w->data, frame);
     if (n < 0) {
         r = (int)n;
@@ -339,6 +368,57 @@ static int queue_frame(struct ipc_conn *c, const Fleetprof__Envelope *env, bool 
     r = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write);
     if (r < 0)
         goto err_put;
+    c->queued_bytes += frame;
+    c->frames_sent++;
+    if (c->queued_bytes > c->drain_low_bytes)
+        c->above_low = true;
+    return 0;
+
+err_put:
+    ipc_pool_put(&c->pool, w, alloc);
+    return r;
+}
+
+/* Queues a piece of the active stream: its frame header from the pool, its data borrowed
+ * from the payload (a second buffer of the same uv_write). */
+static int queue_piece(struct ipc_conn *c, const Fleetprof__Envelope *env, bool stream_last)
+{
+    const Fleetprof__ProfileData *piece = env->profile_data;
+    struct write_req *w;
+    size_t frame, alloc;
+    ssize_t header;
+    uv_buf_t bufs[2];
+    int r;
+
+    if (c->closing || c->write_error)
+        return -EPIPE;
+    header = ipc_frame_encode_profile_header(piece, NULL, 0, &frame);
+    if (header < 0)
+        return (int)header;
+    if (fleetprof__envelope__get_packed_size(env) > c->max_frame_bytes)
+        return -EMSGSIZE;
+    if (frame > c->max_queued_bytes - MIN(c->queued_bytes, c->max_queued_bytes))
+        return -ENOBUFS;
+    alloc = sizeof(*w) + (size_t)header;
+    w = ipc_pool_get(&c->pool, alloc);
+    if (!w)
+        return -ENOMEM;
+    w->conn = c;
+    w->alloc_bytes = alloc;
+    w->frame_bytes = frame;
+    w->stream_last = stream_last;
+    w->borrowed = true;
+    header = ipc_frame_encode_profile_header(piece, w->data, (size_t)header, &frame);
+    if (header < 0) {
+        r = (int)header;
+        goto err_put;
+    }
+    bufs[0] = uv_buf_init((char *)w->data, (unsigned)header);
+    bufs[1] = uv_buf_init((char *)piece->data.data, (unsigned)piece->data.len);
+    r = uv_write(&w->req, (uv_stream_t *)&c->pipe, bufs, 2, on_write);
+    if (r < 0)
+        goto err_put;
+    c->stream.borrowed_writes++;
     c->queued_bytes += frame;
     c->frames_sent++;
     if (c->queued_bytes > c->drain_low_bytes)
@@ -375,11 +455,12 @@ static void pump_stream(struct ipc_conn *c)
 
         if (ipc_profile_stream_next(&c->stream.s, &env, &piece) == 0)
             break;
-        r = queue_frame(c, &env, ipc_profile_stream_done(&c->stream.s));
+        if (piece.data.len > 0)
+            r = queue_piece(c, &env, ipc_profile_stream_done(&c->stream.s));
+        else
+            r = queue_frame(c, &env, ipc_profile_stream_done(&c->stream.s));
         if (r < 0) {
-            c->stream.active = false;
-            if (c->stream.done)
-                c->stream.done(c, c->stream.s.request_id, r, c->stream.userdata);
+            stream_fail(c, r);
             break;
         }
         if (ipc_profile_stream_done(&c->stream.s))
@@ -403,6 +484,8 @@ int ipc_conn_stream_profile(struct ipc_conn *c, uint64_t request_id, const void 
                             exit_profile, error);
     c->stream.active = true;
     c->stream.all_queued = false;
+    c->stream.failed = false;
+    c->stream.fail_status = 0;
     c->stream.done = done;
     c->stream.userdata = userdata;
     pump_stream(c);

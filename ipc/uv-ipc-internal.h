@@ -47,7 +47,10 @@ struct ipc_conn {
     char reason_buf[160];     /* for formatted close reasons */
     struct {
         bool active;     /* started, done not called yet */
-        bool all_queued; /* its last piece is queued */
+        bool all_queued; /* its last piece is queued, or it failed: no more pieces */
+        bool failed;     /* ended with fail_status; done waits for borrowed_writes == 0 */
+        int fail_status;
+        size_t borrowed_writes; /* queued writes that point into the payload */
         struct ipc_profile_stream s;
         ipc_stream_done_cb done;
         void *userdata;

@@ -285,13 +285,42 @@ struct dec {
     int error;
 };
 
-static uint64_t dec_u(struct dec *d)
+static uint64_t dec_u_slow(struct dec *d)
 {
     uint64_t v = 0;
 
     if (!d->error && buf_entry_reader_read_uleb128(d->r, &v) < 0)
         d->error = -EBADMSG;
     return d->error ? 0 : v;
+}
+
+static inline uint64_t dec_u(struct dec *d)
+{
+    struct buf_entry_reader *r = d->r;
+
+    /* Most values are one byte (kinds, counts, lengths, small ids) in the block's first
+     * span: decode them here. Once an error is latched every read gives 0. */
+    if (likely(r->pos < r->len[0] && !d->error)) {
+        const uint8_t *p = r->span[0] + r->pos;
+
+        if (p[0] < 0x80) {
+            r->pos++;
+            return p[0];
+        }
+        /* Up to 9 bytes (63 bits) cannot overflow: addresses, times. */
+        if (r->len[0] - r->pos >= 9) {
+            uint64_t v = p[0] & 0x7f;
+
+            for (unsigned i = 1; i < 9; i++) {
+                v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+                if (p[i] < 0x80) {
+                    r->pos += i + 1;
+                    return v;
+                }
+            }
+        }
+    }
+    return dec_u_slow(d);
 }
 
 static int64_t dec_i(struct dec *d)
@@ -331,7 +360,16 @@ static struct prof_string dec_str(struct dec *d, size_t max)
         d->error = -EBADMSG;
         return s;
     }
-    if (buf_entry_reader_read(d->r, o->strings + o->strings_used, (size_t)len) < 0) {
+    if (len <= 16 && d->r->pos <= d->r->len[0] && len <= d->r->len[0] - d->r->pos) {
+        /* Short strings (marker names and texts) within the first span: a byte loop is
+         * cheaper than a call to memcpy. */
+        const uint8_t *src = d->r->span[0] + d->r->pos;
+        uint8_t *dst = o->strings + o->strings_used;
+
+        for (size_t i = 0; i < len; i++)
+            dst[i] = src[i];
+        d->r->pos += (size_t)len;
+    } else if (buf_entry_reader_read(d->r, o->strings + o->strings_used, (size_t)len) < 0) {
         d->error = -EBADMSG;
         return s;
     }

@@ -27,6 +27,11 @@
 #define GECKO_VERSION 36
 #define NO_INDEX      UINT32_MAX
 
+/* Marker names up to this long are remembered per thread (struct gthread). */
+#define MARKER_NAME_CACHE_BYTES 64
+/* Text payloads up to this long take the one-call path of add_marker(). */
+#define MARKER_FAST_TEXT_BYTES  512
+
 static const struct {
     const char *name, *color;
 } categories[PROF_CATEGORY_COUNT] = {
@@ -41,14 +46,19 @@ static const struct {
         [PROF_CATEGORY_PROFILER] = {"Profiler", "magenta"},
 };
 
-/* Open-addressing map from non-zero u64 keys to u32 values. */
+/* Open-addressing map from non-zero u64 keys to u32 values; key and value share a slot, so a
+ * lookup touches one cache line. */
+struct u64slot {
+    uint64_t key; /* 0 = empty */
+    uint32_t value;
+};
+
 struct u64map {
-    uint64_t *keys;
-    uint32_t *values;
+    struct u64slot *slots;
     size_t cap, count;
 };
 
-static size_t slot_of(uint64_t key, size_t cap)
+static inline size_t slot_of(uint64_t key, size_t cap)
 {
     key ^= key >> 33;
     key *= 0xff51afd7ed558ccdu;
@@ -59,28 +69,21 @@ static size_t slot_of(uint64_t key, size_t cap)
 static int u64map_grow(struct u64map *m)
 {
     size_t cap = m->cap ? m->cap * 2 : 256;
-    uint64_t *keys = calloc(cap, sizeof(*keys));
-    uint32_t *values = malloc(cap * sizeof(*values));
+    struct u64slot *slots = calloc(cap, sizeof(*slots));
 
-    if (!keys || !values) {
-        free(keys);
-        free(values);
+    if (!slots)
         return -ENOMEM;
-    }
     for (size_t i = 0; i < m->cap; i++) {
         size_t s;
 
-        if (!m->keys[i])
+        if (!m->slots[i].key)
             continue;
-        for (s = slot_of(m->keys[i], cap); keys[s]; s = (s + 1) & (cap - 1))
+        for (s = slot_of(m->slots[i].key, cap); slots[s].key; s = (s + 1) & (cap - 1))
             ;
-        keys[s] = m->keys[i];
-        values[s] = m->values[i];
+        slots[s] = m->slots[i];
     }
-    free(m->keys);
-    free(m->values);
-    m->keys = keys;
-    m->values = values;
+    free(m->slots);
+    m->slots = slots;
     m->cap = cap;
     return 0;
 }
@@ -91,17 +94,18 @@ static int u64map_intern(struct u64map *m, uint64_t key, uint32_t next_value, ui
 {
     size_t s;
 
-    if ((m->count + 1) * 4 > m->cap * 3 && u64map_grow(m) < 0)
+    /* Load at most 1/2: short probes. */
+    if ((m->count + 1) * 2 > m->cap && u64map_grow(m) < 0)
         return -ENOMEM;
-    for (s = slot_of(key, m->cap); m->keys[s]; s = (s + 1) & (m->cap - 1)) {
-        if (m->keys[s] == key) {
-            *ret_value = m->values[s];
+    for (s = slot_of(key, m->cap); m->slots[s].key; s = (s + 1) & (m->cap - 1)) {
+        if (m->slots[s].key == key) {
+            *ret_value = m->slots[s].value;
             *inserted = false;
             return 0;
         }
     }
-    m->keys[s] = key;
-    m->values[s] = next_value;
+    m->slots[s].key = key;
+    m->slots[s].value = next_value;
     m->count++;
     *ret_value = next_value;
     *inserted = true;
@@ -110,8 +114,7 @@ static int u64map_intern(struct u64map *m, uint64_t key, uint32_t next_value, ui
 
 static void u64map_done(struct u64map *m)
 {
-    free(m->keys);
-    free(m->values);
+    free(m->slots);
     memset(m, 0, sizeof(*m));
 }
 
@@ -146,6 +149,15 @@ struct gstack {
     uint32_t frame;
 };
 
+/* Label names of a remembered stack prefix (struct gthread) take at most this many bytes. */
+#define PREFIX_LABEL_BYTES 1024
+
+struct gprefix_label {
+    uint32_t category;
+    uint32_t native_depth;
+    uint32_t name_len;
+};
+
 struct gthread {
     int32_t tid;
     const struct prof_thread_info *info; /* NULL: seen only in entries */
@@ -159,7 +171,22 @@ struct gthread {
     struct json_writer *samples; /* an open array of rows */
     struct json_writer *markers; /* an open array of rows */
     uint32_t last_stack;         /* for same-samples; NO_INDEX = none yet */
+    /* The last stack built here, root first: the frame key at each native depth, the stack
+     * index and the count of labels merged in up to there, and its labels. Consecutive
+     * samples share most of their stack, and that shared prefix needs no lookups. */
+    uint32_t prefix_depth;
+    uint32_t prefix_label_count; /* NO_INDEX: none remembered */
+    uint64_t prefix_key[PROF_MAX_FRAMES];
+    uint32_t prefix_stack[PROF_MAX_FRAMES];
+    uint8_t prefix_next_label[PROF_MAX_FRAMES];
+    struct gprefix_label prefix_labels[PROF_MAX_LABELS];
+    char prefix_label_names[PREFIX_LABEL_BYTES];
     uint64_t last_sample_ns;
+    /* The last marker name and its string index: a thread mostly repeats one name, and a
+     * compare is cheaper than hashing it again. len MARKER_NAME_CACHE_BYTES + 1 = none. */
+    size_t marker_name_len;
+    uint32_t marker_name_index;
+    char marker_name[MARKER_NAME_CACHE_BYTES];
 };
 
 struct gcounter {
@@ -214,6 +241,8 @@ static struct gthread *thread_for(struct gecko *g, int32_t tid)
     memset(t, 0, sizeof(*t));
     t->tid = tid;
     t->last_stack = NO_INDEX;
+    t->marker_name_len = MARKER_NAME_CACHE_BYTES + 1;
+    t->prefix_label_count = NO_INDEX;
     for (size_t i = 0; i < g->info->thread_count; i++)
         if (g->info->threads[i].tid == tid)
             t->info = &g->info->threads[i];
@@ -233,17 +262,24 @@ static int intern_string(struct gthread *t, const char *s, size_t len, uint32_t 
     return json_unique_strings_index(t->strings, s, len, ret);
 }
 
-/* A native frame: keyed by the address looked up (return addresses minus 1). */
-static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, bool is_return,
-                         uint32_t *ret_frame)
+/* The key of a native frame: the address looked up (return addresses minus 1). */
+static inline uint64_t native_key(uint64_t address, bool is_return)
 {
     uint64_t lookup = is_return ? address - 1 : address;
+
+    if (lookup == 0 || lookup >> 63) /* not a user-space code address */
+        lookup = 1;
+    return lookup;
+}
+
+/* A native frame, keyed by lookup = native_key(address, ...). */
+static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, uint64_t lookup,
+                         uint32_t *ret_frame)
+{
     struct gframe *f;
     bool inserted;
     int r;
 
-    if (lookup == 0 || lookup >> 63) /* not a user-space code address */
-        lookup = 1;
     r = u64map_intern(&t->frame_map, lookup, (uint32_t)t->frame_count, ret_frame, &inserted);
     if (r < 0 || !inserted)
         return r;
@@ -318,19 +354,79 @@ static int intern_stack(struct gthread *t, uint32_t prefix, uint32_t frame, uint
     return 0;
 }
 
+/* Whether labels are those of the thread's remembered stack prefix. */
+static bool same_labels(const struct gthread *t, const struct prof_label *labels, uint32_t count)
+{
+    const char *name = t->prefix_label_names;
+
+    if (count != t->prefix_label_count)
+        return false;
+    for (uint32_t i = 0; i < count; i++) {
+        const struct prof_label *l = &labels[i];
+        const struct gprefix_label *p = &t->prefix_labels[i];
+
+        if (l->category != p->category || l->native_depth != p->native_depth ||
+            l->name.len != p->name_len || memcmp(l->name.data, name, l->name.len) != 0)
+            return false;
+        name += p->name_len;
+    }
+    return true;
+}
+
+/* Makes labels those of the remembered prefix (which is then empty). Returns false if they
+ * are too long to keep: the next stack is then built without a prefix. */
+static bool remember_labels(struct gthread *t, const struct prof_label *labels, uint32_t count)
+{
+    size_t used = 0;
+
+    t->prefix_depth = 0;
+    t->prefix_label_count = NO_INDEX;
+    if (count > PROF_MAX_LABELS)
+        return false;
+    for (uint32_t i = 0; i < count; i++) {
+        if (labels[i].name.len > sizeof(t->prefix_label_names) - used)
+            return false;
+        memcpy(t->prefix_label_names + used, labels[i].name.data, labels[i].name.len);
+        used += labels[i].name.len;
+        t->prefix_labels[i] = (struct gprefix_label){labels[i].category, labels[i].native_depth,
+                                                     (uint32_t)labels[i].name.len};
+    }
+    t->prefix_label_count = count;
+    return true;
+}
+
 /* Builds the stack of native frames (innermost first) with labels merged in; NO_INDEX for
  * an empty stack. Prefixes always point to earlier stacks (parents first). */
 static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frames,
                        uint32_t frame_count, const struct prof_label *labels, uint32_t label_count,
                        uint32_t *ret_stack)
 {
-    uint32_t stack = NO_INDEX, frame, next_label = 0;
+    uint32_t stack = NO_INDEX, frame, next_label = 0, depth = 1;
+    bool cacheable = true;
     int r;
 
-    for (uint32_t depth = 1; depth <= frame_count; depth++) {
+    /* Reuse the prefix shared with the previous stack of this thread (same labels: they are
+     * merged in at the same depths): the stack index and the labels consumed so far. */
+    if (same_labels(t, labels, label_count)) {
+        while (depth <= frame_count && depth <= t->prefix_depth &&
+               t->prefix_key[depth - 1] ==
+                       native_key(frames[frame_count - depth], depth != frame_count))
+            depth++;
+        if (depth > 1) {
+            stack = t->prefix_stack[depth - 2];
+            next_label = t->prefix_next_label[depth - 2];
+            g->label_frames += next_label;
+        }
+    } else {
+        cacheable = remember_labels(t, labels, label_count);
+    }
+    /* From here on the remembered prefix is what this stack has in common with it. */
+    t->prefix_depth = cacheable ? depth - 1 : 0;
+    for (; depth <= frame_count; depth++) {
         uint32_t i = frame_count - depth; /* root first */
+        uint64_t key = native_key(frames[i], i != 0);
 
-        r = intern_native(g, t, frames[i], i != 0, &frame);
+        r = intern_native(g, t, frames[i], key, &frame);
         if (r < 0)
             return r;
         r = intern_stack(t, stack, frame, &stack);
@@ -345,6 +441,12 @@ static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frame
             if (r < 0)
                 return r;
             g->label_frames++;
+        }
+        if (cacheable) {
+            t->prefix_key[depth - 1] = key;
+            t->prefix_stack[depth - 1] = stack;
+            t->prefix_next_label[depth - 1] = (uint8_t)next_label;
+            t->prefix_depth = depth;
         }
     }
     /* Labels whose function was not found go on top: they are active at the sample. */
@@ -369,11 +471,20 @@ static void write_stack_or_null(struct json_writer *w, uint32_t stack)
         json_writer_uint(w, NULL, stack);
 }
 
+static char *put_stack_or_null(char *p, uint32_t stack)
+{
+    if (stack != NO_INDEX)
+        return json_raw_uint(p, stack);
+    memcpy(p, "null", 4);
+    return p + 4;
+}
+
 static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
 {
     struct gthread *t = thread_for(g, s->tid);
     uint32_t stack;
     uint64_t time;
+    char *p;
     int r;
 
     if (!t)
@@ -391,13 +502,37 @@ static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
     /* The front-end stores time deltas and never re-sorts: keep them non-decreasing. */
     time = s->time_ns < t->last_sample_ns ? t->last_sample_ns : s->time_ns;
     t->last_sample_ns = time;
-    json_writer_array_begin(t->samples, NULL);
-    write_stack_or_null(t->samples, stack);
-    json_writer_time_ms(t->samples, NULL, rel_ns(g, time));
-    json_writer_int(t->samples, NULL, 0);
-    json_writer_uint(t->samples, NULL, same ? 0 : s->cpu_delta_ns);
-    json_writer_array_end(t->samples);
-    return json_writer_error(t->samples);
+    /* [stack|null, time, eventDelay 0, threadCPUDelta] in one call. */
+    p = json_writer_raw_begin(t->samples, NULL, 3 * JSON_RAW_NUMBER_BYTES + 8);
+    if (!p)
+        return json_writer_error(t->samples);
+    *p++ = '[';
+    p = put_stack_or_null(p, stack);
+    *p++ = ',';
+    p = json_raw_time_ms(p, rel_ns(g, time));
+    memcpy(p, ",0,", 3);
+    p = json_raw_uint(p + 3, same ? 0 : s->cpu_delta_ns);
+    *p++ = ']';
+    json_writer_raw_end(t->samples, p);
+    return 0;
+}
+
+/* intern_string() for marker names, remembering the last one of the thread. */
+static int intern_marker_name(struct gthread *t, const struct prof_string *name, uint32_t *ret)
+{
+    int r;
+
+    if (name->len == t->marker_name_len && memcmp(name->data, t->marker_name, name->len) == 0) {
+        *ret = t->marker_name_index;
+        return 0;
+    }
+    r = intern_string(t, name->data, name->len, ret);
+    if (r < 0 || name->len > MARKER_NAME_CACHE_BYTES)
+        return r;
+    memcpy(t->marker_name, name->data, name->len);
+    t->marker_name_len = name->len;
+    t->marker_name_index = *ret;
+    return 0;
 }
 
 static const struct prof_marker_schema *schema_for(const struct gecko *g, uint32_t id)
@@ -455,7 +590,7 @@ static int add_marker(struct gecko *g, const struct prof_marker *m)
     if (!t)
         return -ENOMEM;
     w = t->markers;
-    r = intern_string(t, m->name.data, m->name.len, &name);
+    r = intern_marker_name(t, &m->name, &name);
     if (r < 0)
         return r;
     if (m->frame_count > 0) {
@@ -466,6 +601,49 @@ static int add_marker(struct gecko *g, const struct prof_marker *m)
     if (m->payload_kind == PROF_PAYLOAD_TYPED)
         schema = schema_for(g, m->schema_id);
     g->markers++;
+
+    /* The common rows (no payload, or text, and no stack) in one call; same bytes. */
+    if (stack == NO_INDEX && !schema && m->text.len <= MARKER_FAST_TEXT_BYTES) {
+        char *p = json_writer_raw_begin(
+                w, NULL, 5 * JSON_RAW_NUMBER_BYTES + 40 + JSON_RAW_STRING_BYTES(m->text.len));
+
+        if (!p)
+            return json_writer_error(w);
+        *p++ = '[';
+        p = json_raw_uint(p, name);
+        *p++ = ',';
+        if (m->phase == PROF_PHASE_END) {
+            memcpy(p, "null", 4);
+            p += 4;
+        } else {
+            p = json_raw_time_ms(p, rel_ns(g, m->start_ns));
+        }
+        *p++ = ',';
+        if (m->phase == PROF_PHASE_INTERVAL || m->phase == PROF_PHASE_END) {
+            p = json_raw_time_ms(p, rel_ns(g, m->end_ns));
+        } else {
+            memcpy(p, "null", 4);
+            p += 4;
+        }
+        *p++ = ',';
+        p = json_raw_uint(p, (uint64_t)m->phase);
+        *p++ = ',';
+        p = json_raw_uint(p, m->category < PROF_CATEGORY_COUNT ? m->category : 0);
+        if (m->payload_kind == PROF_PAYLOAD_NONE) {
+            memcpy(p, ",null]", 6);
+            p += 6;
+        } else {
+            static const char text_head[] = ",{\"type\":\"Text\",\"name\":";
+
+            memcpy(p, text_head, sizeof(text_head) - 1);
+            p = json_raw_string(p + sizeof(text_head) - 1, m->text.data ? m->text.data : "",
+                                m->text.len);
+            memcpy(p, "}]", 2);
+            p += 2;
+        }
+        json_writer_raw_end(w, p);
+        return 0;
+    }
 
     json_writer_array_begin(w, NULL);
     json_writer_uint(w, NULL, name);

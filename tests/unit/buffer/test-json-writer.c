@@ -1773,10 +1773,94 @@ static void test_unique_strings_growth(void **state)
     json_unique_strings_free(us);
 }
 
+/* Raw rows give the bytes of the value functions, across chunk boundaries, for numbers,
+ * times and strings with escapes and broken UTF-8; misuse latches -EINVAL. */
+static void test_raw_values(void **state)
+{
+    static const char *const strings[] = {"",
+                                          "plain",
+                                          "a \"q\" \\ b",
+                                          "\n\t\x01\x7f",
+                                          "caf\xc3\xa9",
+                                          "bad \xc3\x28 \xff \xed\xa0\x80 end",
+                                          "trunc \xe2\x82"};
+    struct json_writer *raw = new_memory(), *ref = new_memory();
+    char *got = NULL, *want = NULL;
+
+    (void)state;
+    json_writer_array_begin(raw, NULL);
+    json_writer_array_begin(ref, NULL);
+    for (uint64_t i = 0; i < 20000; i++) {
+        const char *str = strings[i % ARRAY_SIZE(strings)];
+        size_t len = strlen(str);
+        int64_t ns = (int64_t)(i * 7919u) * (i % 3 ? 1 : -1) * 1000 + (int64_t)(i % 1000);
+        char *p = json_writer_raw_begin(raw, NULL,
+                                        4 * JSON_RAW_NUMBER_BYTES + 8 + JSON_RAW_STRING_BYTES(len));
+
+        assert_non_null(p);
+        *p++ = '[';
+        p = json_raw_uint(p, i * 0x9e3779b97f4a7c15u);
+        *p++ = ',';
+        p = json_raw_int(p, i % 2 ? (int64_t)i : INT64_MIN + (int64_t)i);
+        *p++ = ',';
+        p = json_raw_time_ms(p, ns);
+        *p++ = ',';
+        p = json_raw_string(p, str, len);
+        *p++ = ']';
+        json_writer_raw_end(raw, p);
+
+        json_writer_array_begin(ref, NULL);
+        json_writer_uint(ref, NULL, i * 0x9e3779b97f4a7c15u);
+        json_writer_int(ref, NULL, i % 2 ? (int64_t)i : INT64_MIN + (int64_t)i);
+        json_writer_time_ms(ref, NULL, ns);
+        json_writer_string_len(ref, NULL, str, len);
+        json_writer_array_end(ref);
+    }
+    /* A raw value under a key. */
+    json_writer_object_begin(raw, NULL);
+    {
+        char *p = json_writer_raw_begin(raw, "k\"ey", 8);
+
+        assert_non_null(p);
+        memcpy(p, "null", 4);
+        json_writer_raw_end(raw, p + 4);
+    }
+    json_writer_object_end(raw);
+    json_writer_object_begin(ref, NULL);
+    json_writer_null(ref, "k\"ey");
+    json_writer_object_end(ref);
+    json_writer_array_end(raw);
+    json_writer_array_end(ref);
+    assert_int_equal(json_writer_finish(raw), 0);
+    assert_int_equal(json_writer_finish(ref), 0);
+    assert_true(json_writer_length(raw) > 2 * JSON_WRITER_CHUNK_BYTES);
+    assert_int_equal(json_writer_copy_to(raw, &got), 0);
+    assert_int_equal(json_writer_copy_to(ref, &want), 0);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    json_writer_free(raw);
+    json_writer_free(ref);
+
+    /* Too much room asked for, a key in an array, and after an error: NULL. */
+    raw = new_memory();
+    json_writer_array_begin(raw, NULL);
+    assert_null(json_writer_raw_begin(raw, NULL, JSON_WRITER_RAW_MAX_BYTES + 1));
+    assert_int_equal(json_writer_error(raw), -EINVAL);
+    assert_null(json_writer_raw_begin(raw, NULL, 8));
+    json_writer_free(raw);
+    raw = new_memory();
+    json_writer_array_begin(raw, NULL);
+    assert_null(json_writer_raw_begin(raw, "key", 8));
+    assert_int_equal(json_writer_error(raw), -EINVAL);
+    json_writer_free(raw);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_every_value_kind),
+            cmocka_unit_test(test_raw_values),
             cmocka_unit_test(test_root_scalars),
             cmocka_unit_test(test_keys_are_escaped),
             cmocka_unit_test(test_integers),

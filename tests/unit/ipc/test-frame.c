@@ -401,6 +401,85 @@ static void test_profile_stream(void **state)
     free(payload);
 }
 
+/* The zero-copy piece header plus the data decodes as the same piece as a packed frame. */
+static void test_profile_header(void **state)
+{
+    static const size_t sizes[] = {0, 1, 127, 128, 16383, 16384, 300000, (size_t)1 << 20};
+    uint8_t *payload = malloc((size_t)1 << 20);
+
+    (void)state;
+    assert_non_null(payload);
+    for (size_t i = 0; i < ((size_t)1 << 20); i++)
+        payload[i] = (uint8_t)(i * 131 + 7);
+    for (size_t k = 0; k < ARRAY_SIZE(sizes); k++) {
+        for (int variant = 0; variant < 2; variant++) {
+            Fleetprof__ProfileData piece = FLEETPROF__PROFILE_DATA__INIT;
+            Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+            Fleetprof__Envelope *got = NULL;
+            size_t frame = 0, frame2 = 0, prefix_value = 0, prefix_len;
+            uint8_t small[4];
+            uint8_t *buf;
+            ssize_t header;
+            uint64_t v;
+
+            piece.request_id = 1234567 + k;
+            piece.data.data = sizes[k] ? payload : NULL;
+            piece.data.len = sizes[k];
+            piece.offset = variant ? 99999999 : 0;
+            piece.last = variant;
+            piece.exit = variant;
+            piece.error = variant ? (char *)"it went \"wrong\"" : (char *)"";
+            env.msg_case = FLEETPROF__ENVELOPE__MSG_PROFILE_DATA;
+            env.profile_data = &piece;
+
+            header = ipc_frame_encode_profile_header(&piece, NULL, 0, &frame);
+            assert_true(header > 0);
+            assert_int_equal(frame, (size_t)header + sizes[k]);
+            assert_int_equal(ipc_frame_encode_profile_header(&piece, small, 1, &frame2), -ENOBUFS);
+            assert_int_equal(frame2, 0);
+            buf = malloc(frame);
+            assert_non_null(buf);
+            assert_int_equal(ipc_frame_encode_profile_header(&piece, buf, (size_t)header, &frame2),
+                             header);
+            assert_int_equal(frame2, frame);
+            if (sizes[k])
+                memcpy(buf + header, payload, sizes[k]);
+            /* Same size as protobuf-c's own frame: only the field order differs. */
+            assert_int_equal(frame, ipc_frame_size(&env));
+            prefix_len = 0;
+            v = 0;
+            for (unsigned shift = 0;; shift += 7) {
+                v |= (uint64_t)(buf[prefix_len] & 0x7f) << shift;
+                if (!(buf[prefix_len++] & 0x80))
+                    break;
+            }
+            prefix_value = (size_t)v;
+            assert_int_equal(prefix_len + prefix_value, frame);
+            assert_int_equal(ipc_envelope_decode(buf + prefix_len, prefix_value, 0, &got, NULL), 0);
+            assert_int_equal(got->msg_case, FLEETPROF__ENVELOPE__MSG_PROFILE_DATA);
+            assert_int_equal(got->profile_data->request_id, piece.request_id);
+            assert_int_equal(got->profile_data->offset, piece.offset);
+            assert_int_equal(got->profile_data->last, piece.last);
+            assert_int_equal(got->profile_data->exit, piece.exit);
+            assert_string_equal(got->profile_data->error, piece.error);
+            assert_int_equal(got->profile_data->data.len, sizes[k]);
+            if (sizes[k])
+                assert_memory_equal(got->profile_data->data.data, payload, sizes[k]);
+            got = ipc_envelope_free(got);
+            free(buf);
+        }
+    }
+    {
+        Fleetprof__ProfileData bad = FLEETPROF__PROFILE_DATA__INIT;
+        size_t frame = 0;
+
+        bad.data.len = 1;
+        assert_int_equal(ipc_frame_encode_profile_header(&bad, NULL, 0, &frame), -EINVAL);
+        assert_int_equal(ipc_frame_encode_profile_header(NULL, NULL, 0, &frame), -EINVAL);
+    }
+    free(payload);
+}
+
 static void test_pool(void **state)
 {
     struct ipc_pool pool;
@@ -438,6 +517,7 @@ int main(void)
             cmocka_unit_test(test_callback_stops),
             cmocka_unit_test(test_garbage_never_crashes),
             cmocka_unit_test(test_profile_stream),
+            cmocka_unit_test(test_profile_header),
             cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests_name("ipc-frame", tests, NULL, NULL);
