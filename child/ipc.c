@@ -60,9 +60,8 @@ static struct {
     struct progress_cell progress;
     _Atomic int gathering;       /* a gather thread is running or its data is streaming */
     pthread_mutex_t outbox_lock; /* guards the outbox */
-    char *outbox;                /* owned JSON, or NULL */
-    size_t outbox_len;
-    uint64_t outbox_id; /* GatherProfile id; the pid for the exit profile */
+    struct outgoing *outbox;     /* owned JSON, or NULL */
+    uint64_t outbox_id;          /* GatherProfile id; the pid for the exit profile */
     bool outbox_exit;
     bool outbox_ready;
     int outbox_error;
@@ -183,13 +182,67 @@ bool rt_ipc_connected(void)
     return atomic_load(&ipc.linked) && !atomic_load(&ipc.exiting);
 }
 
-/* Puts finished JSON (or an error) in the outbox and wakes the IPC thread. Takes json. */
-static void post_outbox(uint64_t id, bool exit_profile, char *json, size_t len, int error)
+/* A finished profile: its memory writer, and the spans of the writer's chunks that stream
+ * from it as they are (joining 15 MB into one string cost a copy and its page faults). */
+struct outgoing {
+    struct json_writer *writer;
+    struct ipc_span *spans;
+    size_t span_count;
+};
+
+static struct outgoing *outgoing_free(struct outgoing *o)
+{
+    if (o) {
+        json_writer_free(o->writer);
+        free(o->spans);
+        free(o);
+    }
+    return NULL;
+}
+
+static int count_span(const char *data, size_t len, void *userdata)
+{
+    (void)data;
+    (void)len;
+    ++*(size_t *)userdata;
+    return 0;
+}
+
+static int add_span(const char *data, size_t len, void *userdata)
+{
+    struct outgoing *o = userdata;
+
+    o->spans[o->span_count++] = (struct ipc_span){data, len};
+    return 0;
+}
+
+/* Takes the writer (finished: a whole JSON text), or frees it. */
+static int outgoing_new(struct json_writer *w, struct outgoing **ret)
+{
+    struct outgoing *o = calloc(1, sizeof(*o));
+    size_t chunks = 0;
+
+    /* Spliced writers leave partly filled chunks: count them rather than guess. */
+    (void)json_writer_each_chunk(w, count_span, &chunks);
+    if (o)
+        o->spans = calloc(chunks ? chunks : 1, sizeof(*o->spans));
+    if (!o || !o->spans) {
+        free(o);
+        json_writer_free(w);
+        return -ENOMEM;
+    }
+    o->writer = w;
+    (void)json_writer_each_chunk(w, add_span, o);
+    *ret = o;
+    return 0;
+}
+
+/* Puts a finished profile (or an error) in the outbox and wakes the IPC thread. Takes o. */
+static void post_outbox(uint64_t id, bool exit_profile, struct outgoing *o, int error)
 {
     (void)pthread_mutex_lock(&ipc.outbox_lock);
-    free(ipc.outbox);
-    ipc.outbox = json;
-    ipc.outbox_len = len;
+    outgoing_free(ipc.outbox);
+    ipc.outbox = o;
     ipc.outbox_id = id;
     ipc.outbox_exit = exit_profile;
     ipc.outbox_error = error;
@@ -198,28 +251,35 @@ static void post_outbox(uint64_t id, bool exit_profile, char *json, size_t len, 
     (void)uv_async_send(&ipc.wake);
 }
 
-void rt_ipc_send_exit_profile(char *json, size_t len)
+int rt_ipc_send_exit_profile(struct json_writer *w)
 {
+    struct outgoing *o;
+    int r = outgoing_new(w, &o);
+
     /* Every ProfileData names a request; an exit profile answers none, so it carries the
      * (nonzero) pid instead. */
-    post_outbox((uint64_t)getpid(), true, json, len, 0);
+    if (r == 0)
+        post_outbox((uint64_t)getpid(), true, o, 0);
+    return r;
 }
 
 static void *gather_main(void *arg)
 {
     struct progress_logger logger = progress_logger_root(&ipc.progress);
     struct json_writer *w = NULL;
-    char *json = NULL;
+    struct outgoing *o = NULL;
     int r;
 
     (void)arg;
     r = json_writer_new_memory(&w);
     if (r == 0)
         r = rt_profile_write(w, 0, false, &logger);
-    if (r == 0)
-        r = json_writer_copy_to(w, &json);
-    w = json_writer_free(w);
-    post_outbox(ipc.gather_id, false, json, json ? strlen(json) : 0, r);
+    if (r == 0) {
+        r = outgoing_new(w, &o); /* takes w */
+        w = NULL;
+    }
+    json_writer_free(w);
+    post_outbox(ipc.gather_id, false, o, r);
     return NULL;
 }
 
@@ -419,7 +479,7 @@ static void on_stream_done(struct ipc_conn *conn, uint64_t request_id, int statu
     (void)conn;
     (void)request_id;
     (void)status;
-    free(userdata); /* the JSON, kept alive while it streamed */
+    outgoing_free(userdata); /* the JSON, kept alive while it streamed */
     if (ipc.exit_streaming) {
         ipc.exit_streaming = false;
         if (ipc.conn)
@@ -432,8 +492,7 @@ static void on_stream_done(struct ipc_conn *conn, uint64_t request_id, int statu
 /* Streams what the outbox holds; returns true if an exit profile is now streaming. */
 static bool flush_outbox(void)
 {
-    char *json;
-    size_t len;
+    struct outgoing *o;
     uint64_t id;
     bool exit_profile;
     int error, r;
@@ -443,8 +502,7 @@ static bool flush_outbox(void)
         (void)pthread_mutex_unlock(&ipc.outbox_lock);
         return false;
     }
-    json = ipc.outbox;
-    len = ipc.outbox_len;
+    o = ipc.outbox;
     id = ipc.outbox_id;
     exit_profile = ipc.outbox_exit;
     error = ipc.outbox_error;
@@ -453,20 +511,21 @@ static bool flush_outbox(void)
     (void)pthread_mutex_unlock(&ipc.outbox_lock);
 
     if (!ipc.conn) {
-        free(json);
+        outgoing_free(o);
         atomic_store(&ipc.gathering, 0);
         return false;
     }
-    if (error < 0 || !json) {
+    if (error < 0 || !o) {
         send_profile_error(id, strerror(error < 0 ? -error : ENOMEM));
-        free(json);
+        outgoing_free(o);
         atomic_store(&ipc.gathering, 0);
         return false;
     }
-    r = ipc_conn_stream_profile(ipc.conn, id, json, len, exit_profile, NULL, on_stream_done, json);
+    r = ipc_conn_stream_profile_spans(ipc.conn, id, o->spans, o->span_count, exit_profile, NULL,
+                                      on_stream_done, o);
     if (r < 0) {
         rt_debug("cannot send the profile: %s", strerror(-r));
-        free(json);
+        outgoing_free(o);
         atomic_store(&ipc.gathering, 0);
         return false;
     }

@@ -213,9 +213,10 @@ void rt_ipc_tick(void);
 /* In a forked child: drop the parent's connection without touching it. */
 void rt_ipc_forget_after_fork(void);
 bool rt_ipc_connected(void);
-/* Hands the exit profile (malloc'd, owned by the IPC layer from now on) to the IPC thread;
- * rt_ipc_stop() then waits for it to leave before the Final update. */
-void rt_ipc_send_exit_profile(char *json, size_t len);
+/* Hands the exit profile (a finished memory writer, owned by the IPC layer from now on, even
+ * on failure) to the IPC thread; rt_ipc_stop() then waits for it to leave before the Final
+ * update. Returns 0 or -ENOMEM. */
+int rt_ipc_send_exit_profile(struct json_writer *w);
 const char *rt_program_name(void);
 
 /* One batch of symbol requests that a profile writer hands to the IPC thread, which sends

@@ -327,17 +327,16 @@ static void write_exit_profile(void)
         rt_ipc_start_deferred();
         if (rt_ipc_connected()) {
             struct json_writer *w = NULL;
-            char *json = NULL;
             int r = json_writer_new_memory(&w);
 
             if (r == 0)
                 r = rt_profile_write(w, now, true, NULL);
-            if (r == 0)
-                r = json_writer_copy_to(w, &json);
-            w = json_writer_free(w);
-            if (r == 0)
-                rt_ipc_send_exit_profile(json, strlen(json)); /* takes json */
-            else
+            if (r == 0) {
+                r = rt_ipc_send_exit_profile(w); /* takes w */
+                w = NULL;
+            }
+            json_writer_free(w);
+            if (r < 0)
                 rt_debug("cannot make the exit profile: %s", strerror(-r));
         } else if (rt.cfg.dir[0] && snprintf(dir_path, sizeof(dir_path), "%s/%%p.json",
                                              rt.cfg.dir) < (int)sizeof(dir_path)) {

@@ -189,31 +189,54 @@ size_t ipc_reader_pending_bytes(const struct ipc_reader *r);
 
 /* ---- streaming a large payload as ProfileData pieces ----------------------------------- */
 
+/* One run of a payload's bytes. A payload may be several (a memory writer's chunks). */
+struct ipc_span {
+    const void *data;
+    size_t len;
+};
+
+/* Pieces of a payload of several spans can span several of them: at most this many. */
+#define IPC_PIECE_MAX_SLICES 32
+
 /* Cuts a byte payload (a profile JSON text) into ProfileData pieces of at most piece_bytes,
- * the last flagged `last`. The payload is borrowed until the last piece is encoded. An empty
- * payload gives one empty piece with last set. _init then _next until it returns 0. */
+ * the last flagged `last`; each piece carries the payload's total size. The payload (and
+ * its span array) is borrowed until the last piece is encoded. An empty payload gives one
+ * empty piece with last set. _init then _next until it returns 0. */
 struct ipc_profile_stream {
     /* private */
-    const uint8_t *data; /* borrowed payload */
-    size_t len;          /* payload bytes */
-    size_t off;          /* bytes already cut into pieces */
-    size_t piece_bytes;  /* max bytes per piece */
-    uint64_t request_id; /* id of the GatherProfile, or the exit stream's own id */
-    const char *error;   /* borrowed; non-NULL/non-empty: sent in the last piece */
-    bool exit_profile;   /* sets ProfileData.exit */
-    bool done;           /* the last piece was produced */
+    const struct ipc_span *spans; /* borrowed, or &one */
+    size_t span_count;
+    struct ipc_span one;   /* the payload of ipc_profile_stream_init() */
+    size_t span, span_off; /* the next byte: spans[span], at span_off */
+    size_t len;            /* payload bytes */
+    size_t off;            /* bytes already cut into pieces */
+    size_t piece_bytes;    /* max bytes per piece */
+    uint64_t request_id;   /* id of the GatherProfile, or the exit stream's own id */
+    const char *error;     /* borrowed; non-NULL/non-empty: sent in the last piece */
+    bool exit_profile;     /* sets ProfileData.exit */
+    bool done;             /* the last piece was produced */
 };
 
 /* piece_bytes 0 or > IPC_PROFILE_PIECE_MAX_BYTES means IPC_PROFILE_PIECE_MAX_BYTES. error may
  * be NULL; when set it must outlive the stream. */
 void ipc_profile_stream_init(struct ipc_profile_stream *s, uint64_t request_id, const void *data,
                              size_t len, size_t piece_bytes, bool exit_profile, const char *error);
+/* The same for a payload made of span_count spans (borrowed, like their bytes). */
+void ipc_profile_stream_init_spans(struct ipc_profile_stream *s, uint64_t request_id,
+                                   const struct ipc_span *spans, size_t span_count,
+                                   size_t piece_bytes, bool exit_profile, const char *error);
 
 /* Fills *env and *piece (caller-provided, overwritten) with the next piece; env->profile_data
  * points at piece, and piece->data at the payload (borrowed). Returns 1 when a piece was
  * produced, 0 when the stream is finished. */
 int ipc_profile_stream_next(struct ipc_profile_stream *s, Fleetprof__Envelope *env,
                             Fleetprof__ProfileData *piece);
+/* The same, where a piece may gather bytes from up to max_slices spans: they are stored in
+ * slices (*ret_slice_count of them); piece->data.len is their sum and piece->data.data
+ * points at the first (the bytes are not contiguous: send the slices, not data). */
+int ipc_profile_stream_next_slices(struct ipc_profile_stream *s, Fleetprof__Envelope *env,
+                                   Fleetprof__ProfileData *piece, struct ipc_span *slices,
+                                   size_t max_slices, size_t *ret_slice_count);
 
 /* True once the last piece was produced. */
 bool ipc_profile_stream_done(const struct ipc_profile_stream *s);

@@ -381,13 +381,14 @@ err_put:
 
 /* Queues a piece of the active stream: its frame header from the pool, its data borrowed
  * from the payload (a second buffer of the same uv_write). */
-static int queue_piece(struct ipc_conn *c, const Fleetprof__Envelope *env, bool stream_last)
+static int queue_piece(struct ipc_conn *c, const Fleetprof__Envelope *env, bool stream_last,
+                       const struct ipc_span *slices, size_t slice_count)
 {
     const Fleetprof__ProfileData *piece = env->profile_data;
     struct write_req *w;
     size_t frame, alloc;
     ssize_t header;
-    uv_buf_t bufs[2];
+    uv_buf_t bufs[1 + IPC_PIECE_MAX_SLICES];
     int r;
 
     if (c->closing || c->write_error)
@@ -414,8 +415,9 @@ static int queue_piece(struct ipc_conn *c, const Fleetprof__Envelope *env, bool 
         goto err_put;
     }
     bufs[0] = uv_buf_init((char *)w->data, (unsigned)header);
-    bufs[1] = uv_buf_init((char *)piece->data.data, (unsigned)piece->data.len);
-    r = uv_write(&w->req, (uv_stream_t *)&c->pipe, bufs, 2, on_write);
+    for (size_t i = 0; i < slice_count; i++)
+        bufs[1 + i] = uv_buf_init((char *)slices[i].data, (unsigned)slices[i].len);
+    r = uv_write(&w->req, (uv_stream_t *)&c->pipe, bufs, (unsigned)(1 + slice_count), on_write);
     if (r < 0)
         goto err_put;
     c->stream.borrowed_writes++;
@@ -451,12 +453,15 @@ static void pump_stream(struct ipc_conn *c)
            c->queued_bytes < c->stream_window_bytes) {
         Fleetprof__Envelope env;
         Fleetprof__ProfileData piece;
+        struct ipc_span slices[IPC_PIECE_MAX_SLICES];
+        size_t slice_count;
         int r;
 
-        if (ipc_profile_stream_next(&c->stream.s, &env, &piece) == 0)
+        if (ipc_profile_stream_next_slices(&c->stream.s, &env, &piece, slices, IPC_PIECE_MAX_SLICES,
+                                           &slice_count) == 0)
             break;
         if (piece.data.len > 0)
-            r = queue_piece(c, &env, ipc_profile_stream_done(&c->stream.s));
+            r = queue_piece(c, &env, ipc_profile_stream_done(&c->stream.s), slices, slice_count);
         else
             r = queue_frame(c, &env, ipc_profile_stream_done(&c->stream.s));
         if (r < 0) {
@@ -468,6 +473,19 @@ static void pump_stream(struct ipc_conn *c)
     }
     if (c->want_shutdown && (!c->stream.active || c->stream.all_queued))
         begin_shutdown(c);
+}
+
+/* Starts the stream set up in c->stream.s. */
+static int start_stream(struct ipc_conn *c, ipc_stream_done_cb done, void *userdata)
+{
+    c->stream.active = true;
+    c->stream.all_queued = false;
+    c->stream.failed = false;
+    c->stream.fail_status = 0;
+    c->stream.done = done;
+    c->stream.userdata = userdata;
+    pump_stream(c);
+    return 0;
 }
 
 int ipc_conn_stream_profile(struct ipc_conn *c, uint64_t request_id, const void *data, size_t len,
@@ -482,14 +500,26 @@ int ipc_conn_stream_profile(struct ipc_conn *c, uint64_t request_id, const void 
         return -EBUSY;
     ipc_profile_stream_init(&c->stream.s, request_id, data, len, IPC_PROFILE_PIECE_MAX_BYTES,
                             exit_profile, error);
-    c->stream.active = true;
-    c->stream.all_queued = false;
-    c->stream.failed = false;
-    c->stream.fail_status = 0;
-    c->stream.done = done;
-    c->stream.userdata = userdata;
-    pump_stream(c);
-    return 0;
+    return start_stream(c, done, userdata);
+}
+
+int ipc_conn_stream_profile_spans(struct ipc_conn *c, uint64_t request_id,
+                                  const struct ipc_span *spans, size_t span_count,
+                                  bool exit_profile, const char *error, ipc_stream_done_cb done,
+                                  void *userdata)
+{
+    if (!c || request_id == 0 || (!spans && span_count))
+        return -EINVAL;
+    for (size_t i = 0; i < span_count; i++)
+        if (!spans[i].data && spans[i].len)
+            return -EINVAL;
+    if (c->closing || c->want_shutdown || c->write_error)
+        return -EPIPE;
+    if (c->stream.active)
+        return -EBUSY;
+    ipc_profile_stream_init_spans(&c->stream.s, request_id, spans, span_count,
+                                  IPC_PROFILE_PIECE_MAX_BYTES, exit_profile, error);
+    return start_stream(c, done, userdata);
 }
 
 void ipc_conn_close(struct ipc_conn *c)

@@ -107,6 +107,12 @@ size_t ipc_conn_queued_bytes(const struct ipc_conn *conn);
 int ipc_conn_stream_profile(struct ipc_conn *conn, uint64_t request_id, const void *data,
                             size_t len, bool exit_profile, const char *error,
                             ipc_stream_done_cb done, void *userdata);
+/* The same for a payload in span_count spans (a memory writer's chunks, sent without being
+ * joined first); the spans array is borrowed like the bytes. */
+int ipc_conn_stream_profile_spans(struct ipc_conn *conn, uint64_t request_id,
+                                  const struct ipc_span *spans, size_t span_count,
+                                  bool exit_profile, const char *error, ipc_stream_done_cb done,
+                                  void *userdata);
 
 /* Closes now; queued frames are dropped. Idempotent. on_close runs later, from the loop,
  * with error 0 ("closed locally"). */

@@ -401,6 +401,64 @@ static void test_profile_stream(void **state)
     free(payload);
 }
 
+/* A payload in many spans (a memory writer's chunks: full ones, partly filled ones, empty
+ * ones) streams as the same bytes, in pieces of at most piece_bytes gathered from at most
+ * max_slices spans, each piece carrying the total. */
+static void test_profile_stream_spans(void **state)
+{
+    static const size_t lens[] = {65000, 0, 13, 65000, 65000, 1, 0, 0, 400000, 7, 65000, 0};
+    struct ipc_span spans[ARRAY_SIZE(lens)];
+    size_t total = 0;
+    uint8_t *payload;
+
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(lens); i++)
+        total += lens[i];
+    payload = malloc(total);
+    assert_non_null(payload);
+    for (size_t i = 0, at = 0; i < ARRAY_SIZE(lens); at += lens[i], i++) {
+        spans[i] = (struct ipc_span){payload + at, lens[i]};
+        if (!lens[i] && i % 2)
+            spans[i].data = NULL; /* an empty span may have no bytes at all */
+    }
+    for (size_t i = 0; i < total; i++)
+        payload[i] = (uint8_t)(i * 13 + 5);
+    for (size_t max_slices = 1; max_slices <= IPC_PIECE_MAX_SLICES; max_slices *= 4) {
+        for (size_t piece_bytes = 1000; piece_bytes <= IPC_PROFILE_PIECE_MAX_BYTES;
+             piece_bytes *= 32) {
+            struct ipc_profile_stream ps;
+            Fleetprof__Envelope env;
+            Fleetprof__ProfileData piece;
+            struct ipc_span slices[IPC_PIECE_MAX_SLICES];
+            size_t off = 0, count;
+
+            ipc_profile_stream_init_spans(&ps, 9, spans, ARRAY_SIZE(spans), piece_bytes, false,
+                                          NULL);
+            while (ipc_profile_stream_next_slices(&ps, &env, &piece, slices, max_slices, &count) ==
+                   1) {
+                const char *reason;
+                size_t sum = 0;
+
+                assert_int_equal(ipc_envelope_validate(&env, &reason), 0);
+                assert_true(count >= 1 && count <= max_slices);
+                assert_true(piece.data.len > 0 && piece.data.len <= piece_bytes);
+                assert_int_equal(piece.offset, off);
+                assert_int_equal(piece.total, total);
+                for (size_t k = 0; k < count; k++) {
+                    assert_true(slices[k].len > 0);
+                    assert_memory_equal(slices[k].data, payload + off + sum, slices[k].len);
+                    sum += slices[k].len;
+                }
+                assert_int_equal(sum, piece.data.len);
+                off += sum;
+                assert_int_equal(piece.last, off == total);
+            }
+            assert_int_equal(off, total);
+        }
+    }
+    free(payload);
+}
+
 /* The zero-copy piece header plus the data decodes as the same piece as a packed frame. */
 static void test_profile_header(void **state)
 {
@@ -517,6 +575,7 @@ int main(void)
             cmocka_unit_test(test_callback_stops),
             cmocka_unit_test(test_garbage_never_crashes),
             cmocka_unit_test(test_profile_stream),
+            cmocka_unit_test(test_profile_stream_spans),
             cmocka_unit_test(test_profile_header),
             cmocka_unit_test(test_pool),
     };
