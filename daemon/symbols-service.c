@@ -10,9 +10,12 @@
  * addresses stay unresolved. Replies are split so each frame stays well under the frame
  * limit.
  *
- * Runs on the daemon's loop: the first request naming a large module (libc with lines:
- * ~50-150 ms) blocks the loop that long. Acceptable for now; a uv_queue_work job owning
- * the cache while it runs is the next step if it shows in gathers.
+ * Runs on the daemon's loop: the first request naming a module blocks the loop while it
+ * opens (~1 ms for libc's names). Modules whose DWARF is costly to open (compressed and over
+ * 1 MiB, libc's from libc6-dbg: 33-42 ms) get names without lines (the cost rule of
+ * child/profile/symbols.h), logged once per module. With much uncompressed DWARF the first
+ * line lookups may still take a while; a uv_queue_work job owning the cache while it runs
+ * is the next step if it shows in gathers.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -230,6 +233,8 @@ void daemon__symbolize(struct conn *c, const Fleetprof__Symbolize *m)
     char *exe_bufs = NULL;
     uint32_t *lines = NULL, *status = NULL;
     size_t n = m->n_addresses, piece_start = 0, piece_bytes = 0;
+    struct prof_symbols_stats st = {0};
+    uint64_t names_only;
     char why[512];
     int r;
 
@@ -251,6 +256,8 @@ void daemon__symbolize(struct conn *c, const Fleetprof__Symbolize *m)
         send_error_reply(c, m->id, why);
         return;
     }
+    prof_symbols_get_stats(d->symbols, &st);
+    names_only = st.modules_names_only;
     paths = calloc(m->n_modules + 1, sizeof(*paths));
     module_errors = calloc(m->n_modules + 1, sizeof(*module_errors));
     exe_bufs = calloc(m->n_modules + 1, 64);
@@ -314,6 +321,14 @@ void daemon__symbolize(struct conn *c, const Fleetprof__Symbolize *m)
         } else {
             r = prof_symbols_resolve(d->symbols, paths[k], mod->build_id.data, mod->build_id.len,
                                      a->offset, &sym);
+            prof_symbols_get_stats(d->symbols, &st);
+            if (st.modules_names_only != names_only) {
+                names_only = st.modules_names_only;
+                daemon__log(d, DAEMON_LOG_INFO,
+                            "symbols of %s: names only (its debug info is compressed and over "
+                            "%u KiB: too costly to open for lines)",
+                            mod->path, (unsigned)(PROF_SYMBOLS_DEFAULT_MAX_COMPRESSED_DWARF >> 10));
+            }
             if (r == 0) {
                 /* Interned by the cache: valid until it is freed. */
                 names[i] = (char *)sym.function;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
 
 #include "libs.h"
@@ -261,6 +262,8 @@ struct sym_module {
     size_t file_bytes;  /* ELF file + debug file + DWARF sections libdw decompressed */
     bool debug_counted; /* the debug file's size is in file_bytes */
     bool dwarf_counted; /* the DWARF sections' sizes are in file_bytes */
+    bool lines_checked; /* the cost rule ran: lines_refused is the verdict */
+    bool lines_refused; /* compressed DWARF over the limit: names only, DWARF never opened */
 
     struct sym_func *funcs; /* owned; sorted by addr, one per address; built on first use */
     size_t func_count;
@@ -277,6 +280,7 @@ struct prof_symbols {
     char *debuginfo_path;     /* owned, or NULL; callbacks.debuginfo_path points here */
     size_t limit;
     size_t max_modules;
+    size_t max_compressed_dwarf; /* the cost rule's limit, see symbols.h */
     bool names_only;
 
     struct sym_module **buckets; /* owned */
@@ -839,6 +843,243 @@ static void count_dwarf(struct prof_symbols *s, struct sym_module *m)
     account(s, m);
 }
 
+/* --- the cost rule: which modules get file:line ------------------------------------ */
+
+/* What libdw would face opening the DWARF of one ELF file, from its section headers. */
+struct dwarf_cost {
+    bool present;        /* .debug_info, .debug_line or .debug_frame: libdw reads DWARF here */
+    bool compressed;     /* some .debug_* section is SHF_COMPRESSED, or a .zdebug_* one */
+    uint64_t file_bytes; /* the .debug_* / .zdebug_* sections' size in the file */
+};
+
+static void dwarf_cost_scan(Elf *elf, struct dwarf_cost *ret_cost)
+{
+    Elf_Scn *scn = NULL;
+    size_t shstrndx;
+
+    *ret_cost = (struct dwarf_cost){0};
+    if (!elf || elf_getshdrstrndx(elf, &shstrndx) != 0)
+        return;
+    while ((scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr shdr;
+        const char *name, *base;
+        bool gnu_compressed;
+
+        if (!gelf_getshdr(scn, &shdr) || shdr.sh_type == SHT_NOBITS)
+            continue;
+        name = elf_strptr(elf, shstrndx, shdr.sh_name);
+        if (!name)
+            continue;
+        gnu_compressed = strncmp(name, ".zdebug_", 8) == 0;
+        if (!gnu_compressed && strncmp(name, ".debug_", 7) != 0)
+            continue;
+        base = name + (gnu_compressed ? 8 : 7);
+        if (strcmp(base, "info") == 0 || strcmp(base, "line") == 0 || strcmp(base, "frame") == 0)
+            ret_cost->present = true;
+        if (gnu_compressed || (shdr.sh_flags & SHF_COMPRESSED))
+            ret_cost->compressed = true;
+        ret_cost->file_bytes += shdr.sh_size;
+    }
+}
+
+/* Scans the ELF file open at fd (borrowed). */
+static void dwarf_cost_scan_fd(int fd, struct dwarf_cost *ret_cost)
+{
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+
+    dwarf_cost_scan(elf && elf_kind(elf) == ELF_K_ELF ? elf : NULL, ret_cost);
+    if (elf)
+        (void)elf_end(elf);
+}
+
+/* Scans path when it is a regular ELF file other than the module's own (main_st) that
+ * carries the module's build-id (any file when id_len is 0), as libdwfl's search accepts
+ * a debug file. Returns true when it does. */
+static bool debug_candidate(const char *path, const struct stat *main_st, const void *id,
+                            int id_len, struct dwarf_cost *ret_cost)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    const void *file_id = NULL;
+    bool ok = false;
+    struct stat st;
+    Elf *elf;
+
+    if (fd < 0)
+        return false;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        (st.st_dev != main_st->st_dev || st.st_ino != main_st->st_ino)) {
+        elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+        if (elf && elf_kind(elf) == ELF_K_ELF) {
+            ssize_t n = dwelf_elf_gnu_build_id(elf, &file_id);
+
+            ok = id_len <= 0 || (n == id_len && memcmp(file_id, id, (size_t)n) == 0);
+            if (ok)
+                dwarf_cost_scan(elf, ret_cost);
+        }
+        if (elf)
+            (void)elf_end(elf);
+    }
+    (void)close(fd);
+    return ok;
+}
+
+/* Tries name (and base, when not NULL) in the places one entry of the debuginfo path names
+ * for a module file in directory dir (NULL: the current one), as libdwfl's
+ * find_debuginfo_in_path() does: "" = dir; relative = dir/entry; absolute = entry/<dir>,
+ * then entry/<dir minus its leading components>, ..., then entry itself. */
+static bool debug_in_entry(const char *entry, const char *dir, const char *name, const char *base,
+                           const struct stat *main_st, const void *id, int id_len,
+                           struct dwarf_cost *ret_cost)
+{
+    const char *files[2] = {name, base};
+    const char *sub = dir;
+    char path[PATH_MAX];
+
+    for (;;) {
+        if (entry[0] == '/') {
+            if (!dir || dir[0] != '/')
+                return false;
+            sub = strchr(sub, '/');
+            if (sub)
+                sub++;
+            if (sub && !*sub)
+                return false;
+        }
+        for (size_t i = 0; i < 2; i++) {
+            int n;
+
+            if (!files[i])
+                continue;
+            if (entry[0] == '/')
+                n = sub ? snprintf(path, sizeof(path), "%s/%s/%s", entry, sub, files[i])
+                        : snprintf(path, sizeof(path), "%s/%s", entry, files[i]);
+            else if (entry[0])
+                n = snprintf(path, sizeof(path), "%s/%s/%s", dir ? dir : ".", entry, files[i]);
+            else
+                n = snprintf(path, sizeof(path), "%s/%s", dir ? dir : ".", files[i]);
+            if (n > 0 && (size_t)n < sizeof(path) &&
+                debug_candidate(path, main_st, id, id_len, ret_cost))
+                return true;
+            if (entry[0] == '\0')
+                break; /* the module's own directory: the given name only */
+        }
+        if (entry[0] != '/' || !sub)
+            return false;
+    }
+}
+
+/* Finds the separate debug file libdwfl's standard search (dwfl_standard_find_debuginfo)
+ * would pick for m and scans it; returns true when one was found. The search is done here
+ * because libdwfl runs it only inside dwfl_module_getdwarf(), which opens (inflates) the
+ * DWARF at once, and the standard search cannot be run ahead on m's module: it attaches what
+ * it finds to the module as a side effect. Same order: DIR/.build-id/xx/rest.debug for each
+ * absolute DIR of the debuginfo path, then the .gnu_debuglink name (or NAME.debug) by path,
+ * for the file's name and its real path; files must carry m's build-id. Not asked:
+ * debuginfod (a file it would download is not vetted). */
+static bool debug_file_cost(const struct prof_symbols *s, const struct sym_module *m,
+                            const char *mainfile, struct dwarf_cost *ret_cost)
+{
+    const char *search = s->debuginfo_path ? s->debuginfo_path : ":.debug:" DEFAULT_DEBUG_PATH;
+    const unsigned char *id = NULL;
+    const char *link, *names[2];
+    char *canon, *paths = NULL, *save, *entry, hex[2 * PROF_BUILD_ID_MAX + 1];
+    GElf_Addr note_vaddr, bias;
+    GElf_Word crc = 0;
+    struct stat main_st = {0};
+    int id_len = dwfl_module_build_id(m->mod, &id, &note_vaddr);
+    bool found = false;
+
+    (void)stat(mainfile, &main_st);
+    if (id_len > 0 && (size_t)id_len <= PROF_BUILD_ID_MAX) {
+        for (int i = 0; i < id_len; i++)
+            (void)snprintf(hex + 2 * i, 3, "%02x", id[i]);
+        paths = strdup(search);
+        for (entry = paths ? strtok_r(paths, ":", &save) : NULL; entry && !found;
+             entry = strtok_r(NULL, ":", &save)) {
+            char path[PATH_MAX];
+            int n;
+
+            entry += entry[0] == '+' || entry[0] == '-';
+            n = snprintf(path, sizeof(path), "%s/.build-id/%.2s/%s.debug", entry, hex, hex + 2);
+            found = entry[0] == '/' && n > 0 && (size_t)n < sizeof(path) &&
+                    debug_candidate(path, &main_st, id, id_len, ret_cost);
+        }
+        free(paths);
+    }
+    link = dwelf_elf_gnu_debuglink(dwfl_module_getelf(m->mod, &bias), &crc);
+    canon = realpath(mainfile, NULL);
+    names[0] = mainfile;
+    names[1] = canon && strcmp(canon, mainfile) != 0 ? canon : NULL;
+    for (size_t k = 0; k < 2 && !found; k++) {
+        const char *slash = names[k] ? strrchr(names[k], '/') : NULL;
+        const char *base = slash ? slash + 1 : names[k];
+        char *dir = slash ? strndup(names[k], (size_t)(slash - names[k])) : NULL, *made = NULL;
+
+        if (!names[k] || (slash && !dir) || (!link && asprintf(&made, "%s.debug", base) < 0)) {
+            free(dir);
+            continue;
+        }
+        paths = strdup(search);
+        /* strsep, not strtok: an empty entry (the file's directory) counts. */
+        for (char *rest = paths; rest && !found;) {
+            entry = strsep(&rest, ":");
+            entry += entry[0] == '+' || entry[0] == '-';
+            found = debug_in_entry(entry, slash == names[k] ? "/" : dir, link ? link : made,
+                                   link ? NULL : base, &main_st, id, id_len > 0 ? id_len : 0,
+                                   ret_cost);
+        }
+        free(paths);
+        free(made);
+        free(dir);
+    }
+    free(canon);
+    return found;
+}
+
+static void lines_refuse_if_costly(struct prof_symbols *s, struct sym_module *m,
+                                   const struct dwarf_cost *cost)
+{
+    if (cost->compressed && cost->file_bytes > s->max_compressed_dwarf) {
+        m->lines_refused = true;
+        s->stats.modules_names_only++;
+    }
+}
+
+/* The cost rule (symbols.h): returns whether m's file:line may be looked up. Decided once
+ * per module, from the section headers of the file libdw would read DWARF from: m's file
+ * when it has DWARF (libdw tries it first), else its separate debug file. Opening
+ * compressed DWARF inflates all of it (libc's: 3.6 MiB to 9.6 MiB, 33-42 ms) before the
+ * first line, while the symbol table that names functions is not compressed (< 1 ms). */
+static bool lines_allowed(struct prof_symbols *s, struct sym_module *m)
+{
+    const char *mainfile = NULL, *debugfile = NULL;
+    struct dwarf_cost cost;
+    GElf_Addr bias;
+
+    if (m->lines_checked)
+        return !m->lines_refused;
+    m->lines_checked = true;
+    dwarf_cost_scan(dwfl_module_getelf(m->mod, &bias), &cost);
+    if (cost.present || m->image) {
+        lines_refuse_if_costly(s, m, &cost);
+        return !m->lines_refused;
+    }
+    (void)dwfl_module_info(m->mod, NULL, NULL, NULL, NULL, NULL, &mainfile, &debugfile);
+    if (debugfile && (!mainfile || strcmp(debugfile, mainfile) != 0)) {
+        /* A file without .symtab had libdwfl find its debug file for the names. */
+        int fd = open(debugfile, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+
+        if (fd >= 0) {
+            dwarf_cost_scan_fd(fd, &cost);
+            (void)close(fd);
+        }
+    } else if (!mainfile || !debug_file_cost(s, m, mainfile, &cost)) {
+        return true; /* no debug file: dwfl_module_getdwarf() finds no DWARF, cheaply */
+    }
+    lines_refuse_if_costly(s, m, &cost);
+    return !m->lines_refused;
+}
+
 /* Returns the length of a symbol name without its ELF version ("realpath@@GLIBC_2.3"
  * becomes "realpath"): debug files' .symtab spell versioned definitions that way. */
 static size_t unversioned_len(const char *name)
@@ -986,7 +1227,7 @@ static int entry_resolve(struct prof_symbols *s, struct sym_module *m, struct sy
     if (!e->function)
         return -ENOMEM;
 
-    if (!s->names_only) {
+    if (!s->names_only && lines_allowed(s, m)) {
         Dwfl_Line *line = dwfl_module_getsrc(m->mod, addr);
         const char *file = NULL;
         int lineno = 0;
@@ -1023,12 +1264,15 @@ int prof_symbols_new_with_options(const struct prof_symbols_options *options,
         return -ENOMEM;
     s->limit = PROF_SYMBOLS_DEFAULT_LIMIT;
     s->max_modules = PROF_SYMBOLS_DEFAULT_MAX_MODULES;
+    s->max_compressed_dwarf = PROF_SYMBOLS_DEFAULT_MAX_COMPRESSED_DWARF;
     if (options) {
         if (options->memory_limit_bytes > 0)
             s->limit = options->memory_limit_bytes;
         if (options->max_modules > 0)
             s->max_modules = options->max_modules;
         s->names_only = options->names_only;
+        if (options->max_compressed_dwarf_bytes > 0)
+            s->max_compressed_dwarf = options->max_compressed_dwarf_bytes;
         if (options->debuginfo_path) {
             s->debuginfo_path = strdup(options->debuginfo_path);
             if (!s->debuginfo_path)

@@ -8,13 +8,25 @@
  * (module, address). Memory is bounded: the cache counts what it holds, and when the count
  * is over the limit it drops whole modules, least recently used first.
  *
+ * Cost rule: function names always come from the ELF symbol table (.symtab of the file or
+ * of its debug file, else .dynsym), which is never compressed and cheap. File and line need
+ * the DWARF, and libdw inflates every compressed debug section of a module when it opens
+ * its DWARF, before the first line lookup, however few lines are wanted. So file:line is
+ * looked up only in modules whose DWARF is cheap to open: not compressed (no SHF_COMPRESSED
+ * and no .zdebug_* section in the file libdw would read it from: the module's file when that
+ * has DWARF, else its separate debug file), or compressed but small: at most
+ * max_compressed_dwarf_bytes of .debug_* sections in the file. The others resolve to names
+ * only (stats.modules_names_only). Decided from section headers, without opening the DWARF.
+ *
  * Measured cost (tests/bench/bench-symbols.c, warm page cache, this VM): the first
  * resolution in a module costs < 0.1 ms for names in small modules and ~0.7 ms in libc
- * (building a sorted copy of its 10k-symbol table); with file:line < 0.1 ms in small
- * modules but 35-50 ms in libc, whose packaged debug sections are zlib-compressed and
- * inflated by libdw (~10 MB). A new address in a loaded module costs ~0.1 us for a name
- * and ~10 us with its line; a cache hit ~30 ns. That is why a child connected to a daemon
- * lets the daemon's single cache do it for the whole fleet (design §4 "Symbols").
+ * (building a sorted copy of its 10k-symbol table); with file:line < 0.1 ms in modules with
+ * uncompressed DWARF (programs built with -g). Compressed DWARF costs ~9 ms per MiB of
+ * compressed sections to open: libc's debug file (libc6-dbg, 3.6 MiB compressed, 9.6 MiB
+ * inflated) 33-42 ms, libm's 0.8 MiB 7 ms, ld.so's 0.5 MiB 4 ms; the default limit (1 MiB)
+ * keeps those two and leaves libc with names. A new address in a loaded module costs ~0.1 us
+ * for a name and ~10 us with its line; a cache hit ~30 ns. That is why a child connected to
+ * a daemon lets the daemon's single cache do it for the whole fleet (design §4 "Symbols").
  *
  * Thread-safety: none. A cache belongs to one thread at a time (libdw's handles are not
  * safe for concurrent use); use one cache per thread or serialize. Not async-signal-safe.
@@ -37,6 +49,11 @@ struct prof_symbols; /* opaque */
  * file, its debug file, a dwz file: up to 3 descriptors), so this bounds descriptors too. */
 #define PROF_SYMBOLS_DEFAULT_MAX_MODULES 256
 
+/* Default bound on a module's compressed DWARF for file:line lookups (see the cost rule
+ * above): opening 1 MiB of compressed debug sections costs ~9 ms, under 1 % of a recording
+ * of 64 short-lived children (~1.4 s of CPU); libc's 3.6 MiB cost 33-42 ms. */
+#define PROF_SYMBOLS_DEFAULT_MAX_COMPRESSED_DWARF (1u << 20)
+
 /* One resolved address. The strings are interned by the cache and stay valid until
  * prof_symbols_free(), even when their module is evicted. */
 struct prof_symbol {
@@ -55,17 +72,25 @@ struct prof_symbols_options {
                                  * a subdirectory of the file's, absolute = a root searched by
                                  * .build-id/ and by the file's own path. It replaces the
                                  * default; NULL = the default ":.debug:/usr/lib/debug". */
+
+    /* The cost rule (above): file:line only in modules whose DWARF is not compressed or has
+     * at most this many bytes of compressed .debug_* sections. 0 = the default
+     * PROF_SYMBOLS_DEFAULT_MAX_COMPRESSED_DWARF; SIZE_MAX = no limit. */
+    size_t max_compressed_dwarf_bytes;
 };
 
 struct prof_symbols_stats {
-    uint64_t modules_loaded;  /* successful module opens (again after an eviction) */
-    uint64_t modules_failed;  /* failed opens; the failure is cached like a module */
-    uint64_t modules_evicted; /* modules dropped to stay under the limits */
-    uint64_t lookups;         /* prof_symbols_resolve*() calls with valid arguments */
-    uint64_t cache_hits;      /* lookups answered from the per-address cache */
-    size_t modules_cached;    /* modules (and cached failures) held now */
-    size_t memory_bytes;      /* what the cache counts against its limit, see below */
-    size_t string_bytes;      /* interned strings (part of memory_bytes; never evicted) */
+    uint64_t modules_loaded;     /* successful module opens (again after an eviction) */
+    uint64_t modules_names_only; /* loaded modules left without file:line by the cost rule
+                                  * (compressed DWARF over the limit); counted at the first
+                                  * lookup that wants a line, again after an eviction */
+    uint64_t modules_failed;     /* failed opens; the failure is cached like a module */
+    uint64_t modules_evicted;    /* modules dropped to stay under the limits */
+    uint64_t lookups;            /* prof_symbols_resolve*() calls with valid arguments */
+    uint64_t cache_hits;         /* lookups answered from the per-address cache */
+    size_t modules_cached;       /* modules (and cached failures) held now */
+    size_t memory_bytes;         /* what the cache counts against its limit, see below */
+    size_t string_bytes;         /* interned strings (part of memory_bytes; never evicted) */
 };
 
 /* Creates a cache. memory_limit_bytes bounds what it counts: for each module the size of

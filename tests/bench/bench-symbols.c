@@ -3,7 +3,10 @@
  * program, libc with its /usr/lib/debug file when installed, libdw), and the cost of a
  * cache hit. Each first resolution uses a fresh cache; the median of several runs is
  * reported (warm page cache: a cold one adds the disk reads); then the cost of a new address
- * in a module already loaded (libc). Prints a table and
+ * in a module already loaded (libc), and of resolving 4 libc functions with file:line wanted,
+ * under the cost rule (symbols.h: libc's compressed DWARF over the limit, names only) and
+ * without a limit. With the rule, a module whose DWARF is refused costs the same for
+ * names and "lines". Prints a table and
  * `BENCH <metric> <value> <unit>` lines, where first_module_*_ms is the mean over the three
  * modules. Measures, never asserts: the machine is shared and noisy. */
 #include <inttypes.h>
@@ -11,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <elfutils/libdwfl.h>
 
@@ -82,6 +86,38 @@ static double first_resolution_ms(const struct prof_libs *libs, uint64_t addr, b
     return median(t, RUNS);
 }
 
+/* The median time in ms to resolve a few libc functions with file:line requested, in a fresh
+ * cache each run (what a recording's daemon, or a child alone, pays for libc); stores how
+ * many of them got a file:line in *ret_with_lines. */
+static double libc_few_ms(const struct prof_libs *libs, const struct prof_symbols_options *opts,
+                          int *ret_with_lines)
+{
+    const uintptr_t addrs[] = {(uintptr_t)&qsort, (uintptr_t)&getpid, (uintptr_t)&malloc,
+                               (uintptr_t)&fprintf};
+    const size_t n = sizeof(addrs) / sizeof(addrs[0]);
+    double t[RUNS];
+
+    for (int run = 0; run < RUNS; run++) {
+        struct prof_symbols *s = NULL;
+        int with_lines = 0;
+        double t0;
+
+        if (prof_symbols_new_with_options(opts, &s) < 0)
+            exit(1);
+        t0 = now_s();
+        for (size_t i = 0; i < n; i++) {
+            struct prof_symbol sym;
+
+            if (prof_symbols_resolve_address(s, libs, addrs[i], false, &sym, NULL) == 0 && sym.file)
+                with_lines++;
+        }
+        t[run] = (now_s() - t0) * 1e3;
+        *ret_with_lines = with_lines;
+        prof_symbols_free(s);
+    }
+    return median(t, RUNS);
+}
+
 int main(void)
 {
     struct {
@@ -98,7 +134,10 @@ int main(void)
     struct prof_libs libs = {0};
     struct prof_symbols *s = NULL;
     struct prof_symbol sym;
-    double names_mean = 0, lines_mean = 0, hit_us[RUNS], miss_us[2];
+    double names_mean = 0, lines_mean = 0, hit_us[RUNS], miss_us[2], libc_ms, libc_all_ms;
+    struct prof_symbols_options lines_opts = {0},
+                                no_limit = {.max_compressed_dwarf_bytes = SIZE_MAX};
+    int libc_lines, libc_all_lines;
 
     if (prof_libs_collect_self(&libs) < 0 || prof_symbols_new(0, &s) < 0) {
         fprintf(stderr, "bench-symbols: setup failed\n");
@@ -111,9 +150,14 @@ int main(void)
         lines_mean += mods[i].lines_ms / (double)n;
     }
 
+    libc_ms = libc_few_ms(&libs, &lines_opts, &libc_lines);
+    libc_all_ms = libc_few_ms(&libs, &no_limit, &libc_all_lines);
+
     /* Misses in a loaded module: new addresses spread over libc's code. */
     for (int mode = 0; mode < 2; mode++) {
-        struct prof_symbols_options opts = {.names_only = mode == 0};
+        /* Lines without the cost limit: libc's would be refused (names only). */
+        struct prof_symbols_options opts = {.names_only = mode == 0,
+                                            .max_compressed_dwarf_bytes = SIZE_MAX};
         const struct prof_lib *libc = prof_libs_lookup(&libs, (uintptr_t)&qsort);
         struct prof_symbols *ms = NULL;
         uint64_t step = libc ? (libc->end - libc->start) / MISSES : 0;
@@ -153,11 +197,16 @@ int main(void)
            "miss in a loaded module", miss_us[0], miss_us[1], MISSES);
     printf("%-28s %14.3f us (median of %d x %d resolves)\n", "cache hit", median(hit_us, RUNS),
            RUNS, HITS);
+    printf("%-28s %14.2f ms, %d of 4 with file:line (cost rule, default limit)\n",
+           "libc: 4 functions, lines on", libc_ms, libc_lines);
+    printf("%-28s %14.2f ms, %d of 4 with file:line (no limit)\n", "", libc_all_ms, libc_all_lines);
     printf("BENCH symbols.first_module_names_ms %.2f ms\n", names_mean);
     printf("BENCH symbols.first_module_lines_ms %.2f ms\n", lines_mean);
     printf("BENCH symbols.cache_hit_us %.3f us\n", median(hit_us, RUNS));
     printf("BENCH symbols.miss_names_us %.1f us\n", miss_us[0]);
     printf("BENCH symbols.miss_lines_us %.1f us\n", miss_us[1]);
+    printf("BENCH symbols.libc_4_functions_lines_ms %.2f ms\n", libc_ms);
+    printf("BENCH symbols.libc_4_functions_lines_no_limit_ms %.2f ms\n", libc_all_ms);
     for (size_t i = 0; i < n; i++) {
         char name[32];
 

@@ -309,6 +309,48 @@ static void test_entry_addresses(void **state)
     prof_symbols_free(s);
 }
 
+/* Returns the size of the compressed .debug_* sections of libc's debug file as debug
+ * packages install it (/usr/lib/debug/.build-id/xx/rest.debug), or 0 when there is none or
+ * its DWARF is not compressed. */
+static uint64_t libc_compressed_dwarf_bytes(const struct prof_lib *libc)
+{
+    char path[PATH_MAX];
+    uint64_t total = 0;
+    bool compressed = false;
+    Elf_Scn *scn = NULL;
+    size_t shstrndx;
+    Elf *elf;
+    int fd;
+
+    if (!libc->code_id)
+        return 0;
+    (void)snprintf(path, sizeof(path), "/usr/lib/debug/.build-id/%.2s/%s.debug", libc->code_id,
+                   libc->code_id + 2);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    (void)elf_version(EV_CURRENT);
+    elf = elf_begin(fd, ELF_C_READ, NULL);
+    if (elf && elf_getshdrstrndx(elf, &shstrndx) == 0) {
+        while ((scn = elf_nextscn(elf, scn)) != NULL) {
+            GElf_Shdr shdr;
+            const char *n;
+
+            if (!gelf_getshdr(scn, &shdr) || shdr.sh_type == SHT_NOBITS)
+                continue;
+            n = elf_strptr(elf, shstrndx, shdr.sh_name);
+            if (!n || (strncmp(n, ".debug_", 7) != 0 && strncmp(n, ".zdebug_", 8) != 0))
+                continue;
+            compressed |= (shdr.sh_flags & SHF_COMPRESSED) || n[1] == 'z';
+            total += shdr.sh_size;
+        }
+    }
+    if (elf)
+        (void)elf_end(elf);
+    (void)close(fd);
+    return compressed ? total : 0;
+}
+
 static void test_libc_getpid(void **state)
 {
     struct prof_symbols *s = new_cache(0);
@@ -333,6 +375,24 @@ static void test_libc_getpid(void **state)
             prof_symbols_resolve_address(s, &libs, (uintptr_t)&realpath, false, &sym, &lib), 0);
     assert_non_null(strstr(sym.function, "realpath"));
     assert_null(strchr(sym.function, '@'));
+
+    /* The cost rule: a libc whose packaged DWARF is compressed and large (libc6-dbg: 3.6 MiB)
+     * gets names only; without the limit, lines. */
+    if (libc_compressed_dwarf_bytes(lib) > PROF_SYMBOLS_DEFAULT_MAX_COMPRESSED_DWARF) {
+        struct prof_symbols_options opts = {.max_compressed_dwarf_bytes = SIZE_MAX};
+
+        print_message("# libc: %" PRIu64 " bytes of compressed DWARF: names only\n",
+                      libc_compressed_dwarf_bytes(lib));
+        assert_null(sym.file);
+        assert_int_equal(stats_of(s).modules_names_only, 1);
+        prof_symbols_free(s);
+        assert_int_equal(prof_symbols_new_with_options(&opts, &s), 0);
+        assert_int_equal(
+                prof_symbols_resolve_address(s, &libs, (uintptr_t)&getpid, false, &sym, &lib), 0);
+        assert_non_null(sym.file);
+        assert_true(sym.line > 0);
+        assert_int_equal(stats_of(s).modules_names_only, 0);
+    }
     prof_libs_done(&libs);
     prof_symbols_free(s);
 }
@@ -796,6 +856,128 @@ static void test_debug_file_by_build_id(void **state)
     free(dir);
 }
 
+/* --- the cost rule: file:line only where DWARF is cheap to open ------------------------ */
+
+/* Makes dir/name, a copy of libsym-lib.so changed by the shell commands cmd (run in dir,
+ * with $L the copy's name), dlopens it and records its two probe sites. */
+static void *prepare_copy(const char *dir, const char *name, const char *cmd)
+{
+    char lib[PATH_MAX];
+
+    (void)snprintf(lib, sizeof(lib), "%s/%s", dir, name);
+    copy_file(sym_lib_path, lib);
+    if (run_quiet("cd '%s' && L='%s' && { %s; } >/dev/null 2>&1", dir, name, cmd) != 0)
+        fail_msg("%s: %s failed", name, cmd);
+    return load_copy(dir, name);
+}
+
+/* Resolves the two probe sites of the copy just loaded, in a fresh cache with the given
+ * cost limit (0 = default): names always, file and line only when want_lines. Returns the
+ * cache's modules_names_only. */
+static uint64_t resolve_copy_sites(const struct prof_libs *libs, const char *debuginfo_path,
+                                   size_t limit, bool want_lines)
+{
+    struct prof_symbols_options opts = {.max_compressed_dwarf_bytes = limit,
+                                        .debuginfo_path = debuginfo_path};
+    struct prof_symbols *s = NULL;
+    uint64_t names_only;
+
+    assert_int_equal(prof_symbols_new_with_options(&opts, &s), 0);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 2; i++) {
+            struct prof_symbol sym;
+
+            if (want_lines) {
+                assert_site(s, libs, &sites[i]);
+                continue;
+            }
+            assert_int_equal(prof_symbols_resolve_address(s, libs, sites[i].addr, true, &sym, NULL),
+                             0);
+            assert_string_equal(sym.function, sites[i].function);
+            assert_null(sym.file);
+            assert_int_equal(sym.line, 0);
+        }
+    }
+    /* The static function's name comes from a .symtab whatever the rule decides. */
+    assert_string_equal(sites[1].function, "sym_lib_static_fn");
+    names_only = stats_of(s).modules_names_only;
+    assert_int_equal(stats_of(s).modules_loaded, 1);
+    prof_symbols_free(s);
+    return names_only;
+}
+
+static void test_cost_rule(void **state)
+{
+    static const struct {
+        const char *name;
+        const char *cmd;
+        bool compressed; /* the DWARF libdw would open is compressed */
+        bool by_build_id;
+    } cases[] = {
+            /* DWARF in the file itself: uncompressed, ELF gABI compressed, GNU .zdebug_*. */
+            {"libsym-u.so", "true", false, false},
+            {"libsym-z.so", "objcopy --compress-debug-sections=zlib $L", true, false},
+            {"libsym-zg.so", "objcopy --compress-debug-sections=zlib-gnu $L", true, false},
+            /* A compressed debug file next to a file without .symtab: libdwfl finds it for
+             * the names. */
+            {"libsym-sz.so",
+             "objcopy --only-keep-debug --compress-debug-sections=zlib $L $L.dbg && "
+             "strip --strip-debug --strip-unneeded $L && objcopy --add-gnu-debuglink=$L.dbg $L",
+             true, false},
+            /* The same next to a file that keeps its .symtab: libdwfl would look for the debug
+             * file only when opening DWARF (.gnu_debuglink search, vetted in the callback). */
+            {"libsym-kz.so",
+             "objcopy --only-keep-debug --compress-debug-sections=zlib $L $L.dbg && "
+             "strip --strip-debug $L && objcopy --add-gnu-debuglink=$L.dbg $L",
+             true, false},
+            /* ... and by build-id, as debug packages install them. */
+            {"libsym-bz.so",
+             "objcopy --only-keep-debug --compress-debug-sections=zlib $L $L.dbg && "
+             "strip --strip-debug $L",
+             true, true},
+    };
+    char *dir;
+
+    (void)state;
+    if (!have_binutils())
+        skip();
+    dir = test_tmpdir("sym-cost");
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct prof_libs libs = {0};
+        char dbgdir[PATH_MAX], lib[PATH_MAX];
+        const char *debuginfo_path = NULL;
+        void *h;
+
+        print_message("# %s\n", cases[c].name);
+        h = prepare_copy(dir, cases[c].name, cases[c].cmd);
+        (void)snprintf(lib, sizeof(lib), "%s/%s", dir, cases[c].name);
+        assert_int_equal(prof_libs_collect_self(&libs), 0);
+        if (cases[c].by_build_id) {
+            const struct prof_lib *copy = lib_with_path(&libs, lib);
+            char idpath[2 * PATH_MAX];
+
+            assert_non_null(copy);
+            assert_non_null(copy->code_id);
+            (void)snprintf(dbgdir, sizeof(dbgdir), "%s/dbg-%s", dir, cases[c].name);
+            (void)snprintf(idpath, sizeof(idpath), "%s/.build-id/%.2s", dbgdir, copy->code_id);
+            assert_int_equal(run_quiet("mkdir -p '%s' && mv '%s.dbg' '%s/%s.debug'", idpath, lib,
+                                       idpath, copy->code_id + 2),
+                             0);
+            debuginfo_path = dbgdir;
+        }
+        /* A small module: its DWARF (compressed or not) is cheap, lines with the default. */
+        assert_int_equal(resolve_copy_sites(&libs, debuginfo_path, 0, true), 0);
+        /* Over a 1-byte limit: names only when compressed; uncompressed DWARF always. */
+        assert_int_equal(resolve_copy_sites(&libs, debuginfo_path, 1, !cases[c].compressed),
+                         cases[c].compressed);
+        assert_int_equal(resolve_copy_sites(&libs, debuginfo_path, SIZE_MAX, true), 0);
+        prof_libs_done(&libs);
+        assert_int_equal(dlclose(h), 0);
+    }
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* --- broken modules ---------------------------------------------------------------------- */
 
 static void test_module_without_symbols(void **state)
@@ -1019,6 +1201,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_path_key),
             cmocka_unit_test(test_stripped_with_debuglink),
             cmocka_unit_test(test_debug_file_by_build_id),
+            cmocka_unit_test(test_cost_rule),
             cmocka_unit_test(test_module_without_symbols),
             cmocka_unit_test(test_bad_files),
             cmocka_unit_test(test_deleted_file),
