@@ -19,6 +19,7 @@
 
 #include "child/profile/entries.h"
 #include "child/profile/gecko.h"
+#include "child/profile/symbols.h"
 
 #define RT_MAX_THREADS       1024 /* registered + remembered dead threads */
 #define RT_MAX_LABELS        64
@@ -257,8 +258,8 @@ struct rt_symbolizer {
 };
 int rt_symbolizer_resolve(struct rt_symbolizer *s, const struct prof_frame_request *requests,
                           size_t count, struct prof_frame_result *results);
-/* Modules this process loaded itself (0 when the daemon did the work). */
-uint64_t rt_symbolizer_local_modules(const struct rt_symbolizer *s);
+/* What this process resolved itself (all 0 when the daemon did the work). */
+struct prof_symbols_stats rt_symbolizer_local_stats(const struct rt_symbolizer *s);
 void rt_symbolizer_done(struct rt_symbolizer *s);
 
 /* preload.c: changes with every dlopen/dlclose through our wrappers (module lists). */

@@ -188,15 +188,17 @@ static void format_runtime_log(struct write_symbols *ws)
                    "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
                    ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
                    ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"intervalNs\":%" PRIu64
-                   ",\"symbolModulesLoaded\":%" PRIu64 ",\"symbolServiceBatches\":%" PRIu64
-                   ",\"symbolServiceFailures\":%" PRIu64 ",\"symbolServiceAddresses\":%" PRIu64
-                   ",\"symbolServiceUnresolved\":%" PRIu64 ",\"symbolModuleErrors\":%" PRIu64
-                   ",\"symbolizeUs\":%" PRIu64 ",\"symbolError\":\"%s\"}",
+                   ",\"symbolModulesLoaded\":%" PRIu64 ",\"symbolModulesNamesOnly\":%" PRIu64
+                   ",\"symbolServiceBatches\":%" PRIu64 ",\"symbolServiceFailures\":%" PRIu64
+                   ",\"symbolServiceAddresses\":%" PRIu64 ",\"symbolServiceUnresolved\":%" PRIu64
+                   ",\"symbolModuleErrors\":%" PRIu64 ",\"symbolizeUs\":%" PRIu64
+                   ",\"symbolError\":\"%s\"}",
                    st->pushed_blocks, st->cleared_blocks, st->failed_puts, st->failed_bytes,
                    rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns,
-                   rt_symbolizer_local_modules(sym), sym->remote_batches, sym->remote_failures,
-                   sym->remote_addresses, sym->remote_unresolved, sym->module_errors,
-                   ws->symbolize_ns / 1000, error);
+                   rt_symbolizer_local_stats(sym).modules_loaded,
+                   rt_symbolizer_local_stats(sym).modules_names_only, sym->remote_batches,
+                   sym->remote_failures, sym->remote_addresses, sym->remote_unresolved,
+                   sym->module_errors, ws->symbolize_ns / 1000, error);
 }
 
 static int resolve_and_log(void *userdata, const struct prof_frame_request *requests, size_t count,

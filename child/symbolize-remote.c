@@ -265,15 +265,14 @@ int rt_symbolizer_resolve(struct rt_symbolizer *s, const struct prof_frame_reque
     return 0;
 }
 
-uint64_t rt_symbolizer_local_modules(const struct rt_symbolizer *s)
+struct prof_symbols_stats rt_symbolizer_local_stats(const struct rt_symbolizer *s)
 {
     struct prof_symbols_stats st = {0};
-
     const struct rt_symbols_plugin *p = atomic_load_explicit(&plugin, memory_order_acquire);
 
     if (s->local && p)
         p->get_stats(s->local, &st);
-    return st.modules_loaded;
+    return st;
 }
 
 void rt_symbolizer_done(struct rt_symbolizer *s)

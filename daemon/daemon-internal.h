@@ -12,6 +12,7 @@
 
 #include <uv.h>
 
+#include "child/profile/symbols.h"
 #include "daemon/controller.h"
 #include "daemon/daemon.h"
 #include "ipc/uv-ipc.h"
@@ -122,7 +123,7 @@ void daemon__exit_profiles_free(struct daemon *d);
 /* Answers a child's Symbolize with one or more Symbols (the symbol service). */
 void daemon__symbolize(struct conn *c, const Fleetprof__Symbolize *m);
 /* Modules the service's cache opened so far (each build once, unless evicted). */
-uint64_t daemon__symbols_modules_loaded(const struct daemon *d);
+struct prof_symbols_stats daemon__symbols_stats(const struct daemon *d);
 void daemon__symbols_free(struct daemon *d);
 
 #endif /* FLEETPROF_DAEMON_DAEMON_INTERNAL_H */

@@ -97,8 +97,9 @@ struct daemon_stats {
     uint64_t global_limit_bytes;
     uint64_t exit_profiles; /* stored, not yet gathered */
     uint64_t exit_profile_bytes;
-    uint64_t symbol_requests;       /* Symbolize requests answered */
-    uint64_t symbol_modules_loaded; /* modules the symbol service opened */
+    uint64_t symbol_requests;           /* Symbolize requests answered */
+    uint64_t symbol_modules_loaded;     /* modules the symbol service opened */
+    uint64_t symbol_modules_names_only; /* of those, resolved without file:line (cost rule) */
 };
 void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret);
 

@@ -352,7 +352,8 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     totals.rejected_updates = t.rejected_updates;
     totals.exit_profiles = (uint32_t)d->stats.exit_profiles;
     totals.exit_profile_bytes = d->stats.exit_profile_bytes;
-    totals.symbol_modules_loaded = daemon__symbols_modules_loaded(d);
+    totals.symbol_modules_loaded = daemon__symbols_stats(d).modules_loaded;
+    totals.symbol_modules_names_only = daemon__symbols_stats(d).modules_names_only;
     totals.symbol_requests = d->stats.symbol_requests;
     rep.request_id = req->id;
     rep.n_children = n;
@@ -631,5 +632,6 @@ void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret)
     ctl_get_totals(d->ctl, &t);
     ret->unreleased_bytes = t.unreleased_bytes;
     ret->released_bytes = t.released_bytes;
-    ret->symbol_modules_loaded = daemon__symbols_modules_loaded(d);
+    ret->symbol_modules_loaded = daemon__symbols_stats(d).modules_loaded;
+    ret->symbol_modules_names_only = daemon__symbols_stats(d).modules_names_only;
 }

@@ -363,13 +363,13 @@ out:
     maps_done(&maps);
 }
 
-uint64_t daemon__symbols_modules_loaded(const struct daemon *d)
+struct prof_symbols_stats daemon__symbols_stats(const struct daemon *d)
 {
     struct prof_symbols_stats st = {0};
 
     if (d->symbols)
         prof_symbols_get_stats(d->symbols, &st);
-    return st.modules_loaded;
+    return st;
 }
 
 void daemon__symbols_free(struct daemon *d)

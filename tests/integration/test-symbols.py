@@ -195,9 +195,13 @@ def test_service_gives_the_local_symbols(tmp):
             # Same names and lines as local resolution, frame for frame.
             assert frames == local_frames, (f"{name}: service {sorted(frames - local_frames)}"
                                             f" vs local {sorted(local_frames - frames)}")
-        assert d.status()["symbol_modules_loaded"] >= 3
+        st = d.status()
+        assert st["symbol_modules_loaded"] >= 3, st
         if LIBC_NAMES_ONLY:
             assert "libc.so.6: names only" in d.log(), "the daemon did not log libc's cost rule"
+            assert st["symbol_modules_names_only"] >= 1, st
+        else:
+            assert st["symbol_modules_names_only"] == 0, st
     finally:
         d.stop()
 

@@ -190,7 +190,8 @@ static Fleetprof__StatusTotals totals = {
         13,
         14,
         15,
-        16};
+        16,
+        17};
 static Fleetprof__StatusReport status_report = {
         .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__status_report__descriptor),
         .request_id = 23,
