@@ -176,6 +176,7 @@ static void format_runtime_log(struct write_symbols *ws)
 {
     const struct buf_chunked_buffer_state *st = &ws->state;
     const struct rt_symbolizer *sym = &ws->sym;
+    struct prof_symbols_stats local = rt_symbolizer_local_stats(sym);
     char error[300];
     size_t o = 0;
 
@@ -194,11 +195,10 @@ static void format_runtime_log(struct write_symbols *ws)
                    ",\"symbolModuleErrors\":%" PRIu64 ",\"symbolizeUs\":%" PRIu64
                    ",\"symbolError\":\"%s\"}",
                    st->pushed_blocks, st->cleared_blocks, st->failed_puts, st->failed_bytes,
-                   rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns,
-                   rt_symbolizer_local_stats(sym).modules_loaded,
-                   rt_symbolizer_local_stats(sym).modules_names_only, sym->remote_batches,
-                   sym->remote_failures, sym->remote_addresses, sym->remote_unresolved,
-                   sym->module_errors, ws->symbolize_ns / 1000, error);
+                   rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns, local.modules_loaded,
+                   local.modules_names_only, sym->remote_batches, sym->remote_failures,
+                   sym->remote_addresses, sym->remote_unresolved, sym->module_errors,
+                   ws->symbolize_ns / 1000, error);
 }
 
 static int resolve_and_log(void *userdata, const struct prof_frame_request *requests, size_t count,

@@ -306,6 +306,7 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     Fleetprof__StatusReport rep = FLEETPROF__STATUS_REPORT__INIT;
     Fleetprof__StatusTotals totals = FLEETPROF__STATUS_TOTALS__INIT;
     Fleetprof__ChildStatus *items = NULL, **ptrs = NULL;
+    struct prof_symbols_stats symbols;
     struct ctl_totals t;
     size_t n = 0;
     uint64_t now = daemon__now_ns();
@@ -352,8 +353,9 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     totals.rejected_updates = t.rejected_updates;
     totals.exit_profiles = (uint32_t)d->stats.exit_profiles;
     totals.exit_profile_bytes = d->stats.exit_profile_bytes;
-    totals.symbol_modules_loaded = daemon__symbols_stats(d).modules_loaded;
-    totals.symbol_modules_names_only = daemon__symbols_stats(d).modules_names_only;
+    symbols = daemon__symbols_stats(d);
+    totals.symbol_modules_loaded = symbols.modules_loaded;
+    totals.symbol_modules_names_only = symbols.modules_names_only;
     totals.symbol_requests = d->stats.symbol_requests;
     rep.request_id = req->id;
     rep.n_children = n;
@@ -626,12 +628,13 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
 
 void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret)
 {
+    struct prof_symbols_stats symbols = daemon__symbols_stats(d);
     struct ctl_totals t;
 
     *ret = d->stats;
     ctl_get_totals(d->ctl, &t);
     ret->unreleased_bytes = t.unreleased_bytes;
     ret->released_bytes = t.released_bytes;
-    ret->symbol_modules_loaded = daemon__symbols_stats(d).modules_loaded;
-    ret->symbol_modules_names_only = daemon__symbols_stats(d).modules_names_only;
+    ret->symbol_modules_loaded = symbols.modules_loaded;
+    ret->symbol_modules_names_only = symbols.modules_names_only;
 }
