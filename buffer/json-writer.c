@@ -363,6 +363,26 @@ static char *put_escape(char *o, uint8_t c)
 }
 
 /* Writes the body of a JSON string (no quotes) for len arbitrary bytes. */
+/* Writes the one byte at *p that is not copied as is (an escape, a valid UTF-8 sequence, or
+ * U+FFFD for a byte that starts none) at o, which has room for 6 bytes; advances *p past
+ * what it consumed and returns the end. */
+static char *put_special(char *o, const uint8_t **p, const uint8_t *e)
+{
+    size_t k;
+
+    if (char_class[**p] == 1)
+        return put_escape(o, *(*p)++);
+    k = utf8_sequence(*p, (size_t)(e - *p));
+    if (k) {
+        memcpy(o, *p, k);
+        *p += k;
+        return o + k;
+    }
+    memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD for this one byte */
+    (*p)++;
+    return o + 3;
+}
+
 static void put_escaped(struct json_writer *w, const char *s, size_t len)
 {
     const uint8_t *p = (const uint8_t *)s, *e = p + len;
@@ -388,21 +408,7 @@ static void put_escaped(struct json_writer *w, const char *s, size_t len)
             w->pos = o;
             continue;
         }
-        if (char_class[*p] == 1) {
-            o = put_escape(o, *p++);
-        } else {
-            size_t k = utf8_sequence(p, (size_t)(e - p));
-
-            if (k) {
-                memcpy(o, p, k);
-                o += k;
-                p += k;
-            } else {
-                memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD for this one byte */
-                o += 3;
-                p++;
-            }
-        }
+        o = put_special(o, &p, e);
         w->pos = o;
     }
 }
@@ -416,21 +422,7 @@ static char *put_escaped_unchecked(char *o, const uint8_t *p, const uint8_t *e)
             *o++ = (char)*p++;
         if (p == e)
             break;
-        if (char_class[*p] == 1) {
-            o = put_escape(o, *p++);
-        } else {
-            size_t k = utf8_sequence(p, (size_t)(e - p));
-
-            if (k) {
-                memcpy(o, p, k);
-                o += k;
-                p += k;
-            } else {
-                memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD for this one byte */
-                o += 3;
-                p++;
-            }
-        }
+        o = put_special(o, &p, e);
     }
     return o;
 }
