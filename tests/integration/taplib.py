@@ -18,11 +18,17 @@ def run(tests):
         except Exception as e:  # noqa: BLE001 - every failure is reported, then the next test runs
             failed += 1
             print(f"not ok {n} - {name}", flush=True)
-            for line in (str(e) or type(e).__name__).splitlines() or [""]:
+            lines = (str(e) or type(e).__name__).splitlines() or [""]
+            if isinstance(e, AssertionError):
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                lines.append(f"at {os.path.basename(where.filename)}:{where.lineno}: {where.line}")
+            else:
+                lines += traceback.format_exc().splitlines()
+            for line in lines:
                 print(f"# {line}")
-            if not isinstance(e, AssertionError):
-                for line in traceback.format_exc().splitlines():
-                    print(f"# {line}")
+            # meson shows only stderr of a failed TAP test: the reason goes there too, so
+            # that a CI log says why.
+            print(f"{name}: " + "\n".join(lines), file=sys.stderr, flush=True)
         finally:
             if not os.environ.get("FLEETPROF_KEEP_TMP"):
                 os.system(f"rm -rf '{tmp}'")
