@@ -18,10 +18,15 @@
 3. record.overhead_cpu_ratio_fleet: `bench-fleet fleet 4 ROUNDS` (a master and 4 CPU-bound
    workers doing a FIXED amount of work: demo-fleet only runs for a time, which makes a CPU
    ratio meaningless) under `fleetprof record --no-summary` vs alone; and preloaded without a
-   daemon (sampling only, no exit profile), to split the overhead.
+   daemon (sampling only, no exit profile), to split the overhead. Two references in the same
+   run: `floor`, the workers not profiled but signalled every ms of their CPU by the kernel
+   (a perf_event task clock, BENCH_FLEET_SIGNAL_FLOOR) into a handler that only counts, the
+   cost of timer interrupts and signals that any in-process signal sampler pays; and
+   `perf-record`, the peer `perf record -F 1000 -g` (when perf is installed and allowed).
 4. record.churn_cpu_ratio: `bench-fleet churn 64 4 20` (64 short-lived children of ~20 ms of
    CPU each, fork+exec'd 4 at a time) recorded vs alone; also preloaded only, and recorded
-   with posix_spawn instead of fork+exec (no runtime restart in a forked child about to exec).
+   with posix_spawn instead of fork+exec (no runtime restart in a forked child about to exec);
+   and the same two references as in 3.
 
 CPU = user + sys of the whole process tree: every process in these trees is waited for by its
 parent, so rusage from wait4 (Linux: the child plus its reaped descendants) covers them all;
@@ -61,6 +66,22 @@ GATHER_CHILDREN, GATHER_MIB, CHUNK_KIB, CAPTURES = 64, 8, 256, 3
 FILL_MARKERS = 700000  # about twice what 8 MiB holds: every buffer wraps
 FULL_BYTES = (GATHER_MIB << 20) - 2 * (CHUNK_KIB << 10)
 EXIT_REPS = 10
+
+
+def perf_record_usable():
+    """True if `perf record` is installed and allowed to sample here (perf_event_paranoid)."""
+    if not shutil.which("perf"):
+        return False
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".data") as f:
+            return subprocess.run(["perf", "record", "-q", "-F", "1000", "-o", f.name, "--",
+                                   "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+PERF = perf_record_usable()
+PEER = [("perf-record", "alone")] if PERF else []
 FLEET_WORKERS, FLEET_ROUNDS = 4, 1500  # ~1 ms a round: ~6 CPU-s in all
 CHURN_CHILDREN, CHURN_PARALLEL, CHURN_ROUNDS = 64, 4, 20
 TIMEOUT_S = 120
@@ -369,6 +390,11 @@ def record_runs(tmp, name, commands, reps):
                 argv = [CLI, "record", "--no-summary", "-o", out, "--", *argv]
             elif how == "preload":
                 env = clean_env(LD_PRELOAD=LIB, FLEETPROF_STARTUP=1)
+            elif how == "floor":
+                env = clean_env(BENCH_FLEET_SIGNAL_FLOOR=1)
+            elif how == "perf":
+                argv = ["perf", "record", "-q", "-F", "1000", "-g", "-o", out + ".data", "--",
+                        *argv]
             status, wall, cpu, stdout, stderr, _ = run_tree(argv, env)
             why = failure(status, stderr)
             f = fields(stdout)
@@ -384,6 +410,8 @@ def record_runs(tmp, name, commands, reps):
                     except (ValueError, KeyError) as e:
                         why = f"unreadable profile: {e}"
                     os.unlink(out)
+            if how == "perf" and os.path.exists(out + ".data"):
+                os.unlink(out + ".data")
             if why:
                 errors.append(f"{name} {c} rep {rep}: {why}")
                 runs[c].append(None)
@@ -423,9 +451,10 @@ def main():
             bench["gather"] = {"error": f"{type(e).__name__}: {e}"}
         bench["exit"] = bench_exit(tmp)
         fleet_cmd = [FLEET, "fleet", str(FLEET_WORKERS), str(FLEET_ROUNDS)]
-        bench["fleet"] = record_runs(tmp, "fleet", {"alone": (fleet_cmd, "alone"),
-                                                    "preload": (fleet_cmd, "preload"),
-                                                    "record": (fleet_cmd, "record")}, REPS)
+        bench["fleet"] = record_runs(tmp, "fleet", dict({
+            "alone": (fleet_cmd, "alone"), "preload": (fleet_cmd, "preload"),
+            "record": (fleet_cmd, "record"), "floor": (fleet_cmd, "floor")},
+            **({"perf-record": (fleet_cmd, "perf")} if PERF else {})), REPS)
         bench["fleet_load"] = load()
         churn = [FLEET, "churn", str(CHURN_CHILDREN), str(CHURN_PARALLEL), str(CHURN_ROUNDS)]
         bench["churn"] = record_runs(tmp, "churn", {
@@ -433,6 +462,8 @@ def main():
             "record": (churn + ["fork"], "record"),
             "alone-spawn": (churn + ["spawn"], "alone"),
             "record-spawn": (churn + ["spawn"], "record"),
+            "floor": (churn + ["fork"], "floor"),
+            **({"perf-record": (churn + ["fork"], "perf")} if PERF else {}),
         }, REPS)
         bench["churn_load"] = load()
     finally:
@@ -560,16 +591,23 @@ def report(bench, total_s):
     f = overhead_table(f"\n3. `fleetprof record` of bench-fleet fleet {FLEET_WORKERS} x "
                        f"{FLEET_ROUNDS} rounds (fixed work, ~1 ms a round), 1 kHz, {REPS} "
                        f"interleaved reps, medians; goal cpu x <= 1.03",
-                       fleet_runs, [("alone", None), ("preload", "alone"), ("record", "alone")],
-                       bench["fleet_load"])
+                       fleet_runs, [("alone", None), ("preload", "alone"), ("record", "alone"),
+                                    ("floor", "alone")] + PEER, bench["fleet_load"])
     print("   preload: the runtime preloaded and sampling (no daemon, no exit profile); "
           "record: `fleetprof record --no-summary` (sampling, exit profiles, the in-process "
           "daemon, the gather and the file). wall x is not an overhead figure on a shared "
           "machine: with another user's CPU-bound process running, the unprofiled fleet once "
           "got ~1 CPU and the profiled one (1 kHz wake-ups) ~2, for a wall x of 0.6.")
+    print("   floor: not profiled, but every worker takes a kernel timer signal each ms of its "
+          "CPU into a handler that only counts it: what 1 kHz of timer interrupts and signals "
+          "costs on this machine, under any in-process signal sampler. perf-record: the peer "
+          + ("`perf record -F 1000 -g`." if PERF else "(perf not installed or not allowed)."))
     figures["record.overhead_cpu_ratio_fleet"] = (f["record"][0], "ratio")
     figures["record.overhead_cpu_ratio_fleet_sampling_only"] = (f["preload"][0], "ratio")
     figures["record.overhead_wall_ratio_fleet"] = (f["record"][1], "ratio")
+    figures["record.overhead_cpu_ratio_fleet_signal_floor"] = (f["floor"][0], "ratio")
+    if PERF:
+        figures["record.overhead_cpu_ratio_fleet_perf_record"] = (f["perf-record"][0], "ratio")
     for err in fleet_errors:
         print(f"   FAILED {err}")
 
@@ -578,8 +616,8 @@ def report(bench, total_s):
                        f"children x {CHURN_ROUNDS} rounds, {CHURN_PARALLEL} at a time, 1 kHz, "
                        f"{REPS} interleaved reps, medians; goal cpu x <= 1.10",
                        churn_runs, [("alone", None), ("preload", "alone"), ("record", "alone"),
-                                    ("alone-spawn", None), ("record-spawn", "alone-spawn")],
-                       bench["churn_load"])
+                                    ("alone-spawn", None), ("record-spawn", "alone-spawn"),
+                                    ("floor", "alone")] + PEER, bench["churn_load"])
     print("   fork: fork+exec (the forked child restarts the runtime, then execs); spawn: "
           "posix_spawn. preload: as in 3. SIGPROF: children killed by the sampling signal, and "
           "started again by the master (their cost stays in the figure).")
@@ -587,6 +625,9 @@ def report(bench, total_s):
     figures["record.churn_wall_ratio"] = (c["record"][1], "ratio")
     figures["record.churn_cpu_ratio_spawn"] = (c["record-spawn"][0], "ratio")
     figures["record.churn_cpu_ratio_sampling_only"] = (c["preload"][0], "ratio")
+    figures["record.churn_cpu_ratio_signal_floor"] = (c["floor"][0], "ratio")
+    if PERF:
+        figures["record.churn_cpu_ratio_perf_record"] = (c["perf-record"][0], "ratio")
     for err in churn_errors:
         print(f"   FAILED {err}")
     sigprof = sum(r["sigprof"] for runs in (fleet_runs, churn_runs) for rs in runs.values()

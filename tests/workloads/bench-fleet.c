@@ -19,6 +19,11 @@
  *                                       "exit_call_ns=T cpu_s=C" (CLOCK_MONOTONIC ns and its
  *                                       own CPU just before exit()) and calls exit(0)
  *
+ * With BENCH_FLEET_SIGNAL_FLOOR=MS in the environment, every worker and `one` child asks the
+ * kernel for a signal each MS of its own CPU time (a perf_event task clock, delivered to the
+ * thread) and counts it in a handler that does nothing else: the cost of the timer interrupt
+ * and the signal alone, the floor under any in-process sampler that samples with a signal.
+ *
  * The work is a count of rounds (one round is about a millisecond here), not a time: a
  * profiled run does the same work as an unprofiled one, so their CPU times compare. Every
  * process in the tree is waited for by its parent, so the CPU of the whole tree reaches the
@@ -36,8 +41,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -181,6 +189,51 @@ NOINLINE void bf_recurse(int depth, double until)
     sink++;
 }
 
+/* ---- the signal floor ------------------------------------------------------------------- */
+
+static volatile sig_atomic_t floor_signals;
+
+static void bf_floor_signal(int sig)
+{
+    (void)sig;
+    floor_signals++;
+}
+
+/* Arms the floor's signal on the calling thread when BENCH_FLEET_SIGNAL_FLOOR is set. Exits
+ * with status 3 when the kernel refuses: a floor that silently did nothing would read as a
+ * free sampler. */
+static void arm_signal_floor(void)
+{
+    const char *ms = getenv("BENCH_FLEET_SIGNAL_FLOOR");
+    struct perf_event_attr attr;
+    struct f_owner_ex owner;
+    struct sigaction sa;
+    int fd;
+
+    if (!ms || atof(ms) <= 0)
+        return;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = bf_floor_signal;
+    sa.sa_flags = SA_RESTART;
+    (void)sigemptyset(&sa.sa_mask);
+    memset(&attr, 0, sizeof(attr));
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = (uint64_t)(atof(ms) * 1e6);
+    attr.wakeup_events = 1;
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+    owner.type = F_OWNER_TID;
+    owner.pid = (pid_t)syscall(SYS_gettid);
+    fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0 || sigaction(SIGRTMIN + 4, &sa, NULL) < 0 || fcntl(fd, F_SETSIG, SIGRTMIN + 4) < 0 ||
+        fcntl(fd, F_SETOWN_EX, &owner) < 0 || fcntl(fd, F_SETFL, O_ASYNC) < 0) {
+        fprintf(stderr, "bench-fleet: BENCH_FLEET_SIGNAL_FLOOR: %s\n", strerror(errno));
+        exit(3);
+    }
+}
+
 /* ---- modes ------------------------------------------------------------------------------- */
 
 /* One line per child that did not exit with status 0: a benchmark run with a failure is
@@ -230,6 +283,7 @@ static int run_fleet(int n, long rounds)
             return 1;
         }
         if (pid == 0) {
+            arm_signal_floor();
             sink += bf_worker_main(i, rounds);
             exit(0); /* the normal exit path: atexit handlers run */
         }
@@ -402,6 +456,7 @@ int main(int argc, char **argv)
         return run_churn(self, children, parallel, argv[4], argc == 6 && !strcmp(argv[5], "spawn"));
     }
     if (!strcmp(mode, "one") && argc == 3) {
+        arm_signal_floor();
         sink += bf_child_task(atol(argv[2]));
         return 0;
     }
