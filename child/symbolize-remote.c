@@ -150,9 +150,13 @@ static int resolve_batch(struct rt_symbolizer *s, const struct prof_frame_reques
         const struct prof_lib *lib = requests[i].lib;
         size_t k;
 
-        /* The vdso has no file to name; like the local resolver, leave it unresolved. */
-        if (!lib || !lib->path)
+        if (!lib)
             continue;
+        /* The vdso has no file to name: its names come from our own memory. */
+        if (!lib->path) {
+            results[i].function = prof_vdso_function(requests[i].vaddr);
+            continue;
+        }
         /* Requests come grouped by first use: the previous module is the likely one. */
         if (n_mods && libs[last_mod] == lib) {
             k = last_mod;

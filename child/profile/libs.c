@@ -341,6 +341,63 @@ const struct prof_lib *prof_libs_lookup(const struct prof_libs *libs, uint64_t a
     return addr < libs->libs[lo - 1].end ? &libs->libs[lo - 1] : NULL;
 }
 
+/* --- the vdso's symbols ------------------------------------------------------------ */
+
+/* Bytes of the vdso image that are mapped: its PT_LOAD segments, rounded up to a page (the
+ * section headers sit at the end of the last page). */
+static size_t vdso_mapped_bytes(const Elf64_Ehdr *eh)
+{
+    const Elf64_Phdr *ph = (const Elf64_Phdr *)((const char *)eh + eh->e_phoff);
+    long page = sysconf(_SC_PAGESIZE);
+    size_t mapped = 0;
+
+    for (size_t i = 0; i < eh->e_phnum; i++)
+        if (ph[i].p_type == PT_LOAD && ph[i].p_offset + ph[i].p_filesz > mapped)
+            mapped = ph[i].p_offset + ph[i].p_filesz;
+    if (page > 0)
+        mapped = (mapped + (size_t)page - 1) & ~((size_t)page - 1);
+    return mapped;
+}
+
+const char *prof_vdso_function(uint64_t vaddr)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)getauxval(AT_SYSINFO_EHDR);
+    const char *image = (const char *)eh, *best = NULL;
+    const Elf64_Shdr *sh;
+    size_t mapped;
+
+    if (!eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_shoff == 0 ||
+        eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_phentsize != sizeof(Elf64_Phdr))
+        return NULL;
+    mapped = vdso_mapped_bytes(eh);
+    if (eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr) > mapped)
+        return NULL;
+    sh = (const Elf64_Shdr *)(image + eh->e_shoff);
+    for (size_t i = 0; i < eh->e_shnum; i++) {
+        const Elf64_Shdr *strtab = &sh[sh[i].sh_link];
+        const Elf64_Sym *syms = (const Elf64_Sym *)(image + sh[i].sh_offset);
+
+        if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_entsize != sizeof(Elf64_Sym) ||
+            sh[i].sh_link >= eh->e_shnum || sh[i].sh_offset + sh[i].sh_size > mapped ||
+            strtab->sh_offset + strtab->sh_size > mapped || strtab->sh_size == 0 ||
+            image[strtab->sh_offset + strtab->sh_size - 1] != '\0')
+            continue;
+        for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); k++) {
+            const Elf64_Sym *sym = &syms[k];
+            const char *name;
+
+            if (ELF64_ST_TYPE(sym->st_info) != STT_FUNC || sym->st_shndx == SHN_UNDEF ||
+                vaddr < sym->st_value || vaddr - sym->st_value >= sym->st_size ||
+                sym->st_name >= strtab->sh_size)
+                continue;
+            name = image + strtab->sh_offset + sym->st_name;
+            if (!best || (strncmp(best, "__vdso_", 7) != 0 && strncmp(name, "__vdso_", 7) == 0))
+                best = name;
+        }
+    }
+    return best;
+}
+
 void prof_libs_done(struct prof_libs *libs)
 {
     struct prof__lib_vec v;

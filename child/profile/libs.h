@@ -74,6 +74,13 @@ int prof_libs_collect_pid(pid_t pid, struct prof_libs *ret_libs);
  * The result is borrowed from libs. */
 const struct prof_lib *prof_libs_lookup(const struct prof_libs *libs, uint64_t addr);
 
+/* The function at ELF address vaddr of this process's vdso ("[vdso]", no file), read from
+ * the vdso's dynamic symbol table in memory: no file, no libdw, so a frame in
+ * clock_gettime's fast path gets a name however the rest is symbolized. Prefers the
+ * "__vdso_" name of aliased symbols, as perf does. Returns a string that lives as long as the
+ * process, or NULL when no function contains vaddr. */
+const char *prof_vdso_function(uint64_t vaddr);
+
 /* Frees the modules and resets *libs to empty. Accepts an empty or already-done list. */
 void prof_libs_done(struct prof_libs *libs);
 

@@ -14,10 +14,15 @@ static int resolve_local(void *userdata, const struct prof_frame_request *reques
         struct prof_symbol sym;
 
         results[i] = (struct prof_frame_result){0};
-        /* The vdso has no file; a module that cannot be read stays "0x..." with a libs
-         * entry, which is what the front-end expects of unresolved frames. */
-        if (!lib || !lib->path)
+        /* A module that cannot be read stays "0x..." with a libs entry, which is what the
+         * front-end expects of unresolved frames. The vdso has no file: its names come from
+         * memory. */
+        if (!lib)
             continue;
+        if (!lib->path) {
+            results[i].function = prof_vdso_function(requests[i].vaddr);
+            continue;
+        }
         if (prof_symbols_resolve(symbols, lib->path, lib->build_id, lib->build_id_len,
                                  requests[i].vaddr, &sym) == 0) {
             results[i].function = sym.function;

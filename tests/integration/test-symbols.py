@@ -497,6 +497,45 @@ def test_hostile_requests(tmp):
         d.stop()
 
 
+def leaf_counts(proc):
+    """{leaf frame location: samples} over every thread of proc."""
+    counts = {}
+    for t in proc["threads"]:
+        st, frames, stacks = t["stringTable"], t["frameTable"]["data"], t["stackTable"]["data"]
+        for row in t["samples"]["data"]:
+            if row[0] is not None:
+                loc = st[frames[stacks[row[0]][1]][0]]
+                counts[loc] = counts.get(loc, 0) + 1
+    return counts
+
+
+def test_vdso_frames_are_named(tmp):
+    # The vdso has no file for the daemon or libdw to open: a clock-reading loop, mostly in
+    # the vdso's clock_gettime, gets that name from the process's own memory, with the
+    # service and without it.
+    vdso_leaf = "__vdso_clock_gettime (in [vdso])"
+    local_out = os.path.join(tmp, "local.json")
+    subprocess.run([WORKLOAD, "clock", "0.4"], env=env(FLEETPROF_OUTPUT=local_out), check=True,
+                   timeout=30)
+    d = Daemon(tmp)
+    try:
+        p = subprocess.Popen([WORKLOAD, "clock", "0.4"], env=env(d))
+        assert p.wait(timeout=30) == 0
+        out = os.path.join(tmp, "service.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        service = one_process(checked(out), p.pid)
+    finally:
+        d.stop()
+    for name, proc in (("local", checked(local_out)), ("service", service)):
+        leaves = leaf_counts(proc)
+        total = sum(leaves.values())
+        assert leaves.get(vdso_leaf, 0) >= total // 4, \
+            f"{name}: {vdso_leaf} is not the top: {leaves}"
+        hex_leaves = {loc: n for loc, n in leaves.items() if loc.startswith("0x")}
+        assert not hex_leaves, f"{name}: unresolved leaves {hex_leaves}"
+
+
 def test_falls_back_to_local_without_a_daemon(tmp):
     # A socket path nobody listens on: the child profiles alone and resolves locally.
     out = os.path.join(tmp, "alone.json")
@@ -520,5 +559,6 @@ taplib.run([
     test_deleted_library_gets_a_clear_error,
     test_stripped_library_with_debuglink,
     test_hostile_requests,
+    test_vdso_frames_are_named,
     test_falls_back_to_local_without_a_daemon,
 ])

@@ -8,6 +8,8 @@
  *   workload exit-underscore SECONDS   busy, then _exit(3)
  *   workload wait-signal               spins until killed
  *   workload idle SECONDS              sleeps (samples without CPU)
+ *   workload clock SECONDS             wl_clock_loop: reads the clock in a loop, so most
+ *                                      samples land in the vdso's clock_gettime
  *   workload fork-exec N               forks N children one after another, each execs
  *                                      /bin/true; prints how many died by a signal
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
@@ -46,6 +48,13 @@ NOINLINE void wl_hot_leaf(double until)
     while (now_s() < until)
         for (int i = 0; i < 10000; i++)
             sink += (uint64_t)i * 2654435761u;
+}
+
+NOINLINE void wl_clock_loop(double until);
+NOINLINE void wl_clock_loop(double until)
+{
+    while (now_s() < until)
+        sink++;
 }
 
 NOINLINE void wl_recurse(int depth, double until);
@@ -248,6 +257,8 @@ int main(int argc, char **argv)
                          : "+r"(n)
                          :
                          : "memory", "cc");
+    } else if (!strcmp(mode, "clock")) {
+        wl_clock_loop(now_s() + seconds);
     } else if (!strcmp(mode, "idle")) {
         struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
 

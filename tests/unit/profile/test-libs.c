@@ -254,6 +254,38 @@ static void test_lookup_matches_linear_search(void **state)
     assert_null(prof_libs_lookup(NULL, 0x1000));
 }
 
+/* The vdso's functions are named from its symbol table in memory: the loader's own lookup
+ * (the vdso is in the link map as linux-vdso.so.1) finds __vdso_clock_gettime, and the
+ * name comes back for every byte of it, at the vdso's ELF address (runtime - bias). */
+static void test_vdso_function(void **state)
+{
+    struct prof_libs libs = {0};
+    const struct prof_lib *vdso;
+    void *h = dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void *fn = h ? dlsym(h, "__vdso_clock_gettime") : NULL;
+    uint64_t vaddr;
+    Dl_info info;
+    ElfW(Sym) *sym = NULL;
+
+    (void)state;
+    assert_non_null(fn); /* x86-64 Linux always maps a vdso with clock_gettime */
+    assert_int_equal(prof_libs_collect_self(&libs), 0);
+    vdso = find_by_name(&libs, "[vdso]");
+    assert_non_null(vdso);
+    assert_true((uint64_t)(uintptr_t)fn >= vdso->start && (uint64_t)(uintptr_t)fn < vdso->end);
+    assert_int_not_equal(dladdr1(fn, &info, (void **)&sym, RTLD_DL_SYMENT), 0);
+    assert_non_null(sym);
+    assert_true(sym->st_size > 1);
+    vaddr = (uint64_t)(uintptr_t)fn - vdso->bias;
+    assert_string_equal(prof_vdso_function(vaddr), "__vdso_clock_gettime");
+    assert_string_equal(prof_vdso_function(vaddr + sym->st_size - 1), "__vdso_clock_gettime");
+    /* Outside every function: the ELF header, and far past the image. */
+    assert_null(prof_vdso_function(0));
+    assert_null(prof_vdso_function(UINT64_MAX / 2));
+    prof_libs_done(&libs);
+    (void)dlclose(h);
+}
+
 static void test_breakpad_id(void **state)
 {
     uint8_t id[20];
@@ -280,6 +312,7 @@ int main(void)
             cmocka_unit_test(test_collect_pid_errors),
             cmocka_unit_test(test_lookup_matches_linear_search),
             cmocka_unit_test(test_breakpad_id),
+            cmocka_unit_test(test_vdso_function),
     };
 
     return cmocka_run_group_tests_name("profile-libs", tests, NULL, NULL);
