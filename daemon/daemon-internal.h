@@ -78,11 +78,12 @@ struct daemon {
     struct daemon_stats stats;
     uint64_t start_ns; /* when the daemon started: the time origin of captures */
     double start_epoch_ms;
-    struct exit_profile *exit_profiles; /* owned list, oldest first */
-    struct gather *gather;              /* the running capture, or NULL */
-    struct prof_symbols *symbols;       /* the symbol service's cache; NULL until first used */
-    struct departure *departures;       /* children that ended without an exit profile */
-    size_t departure_count;             /* since the last capture, at most DEPARTURES_MAX */
+    struct exit_profile *exit_profiles;      /* owned list, oldest first */
+    struct exit_profile *exit_profiles_last; /* the newest of that list, NULL when empty */
+    struct gather *gather;                   /* the running capture, or NULL */
+    struct prof_symbols *symbols;            /* the symbol service's cache; NULL until first used */
+    struct departure *departures;            /* children that ended without an exit profile */
+    size_t departure_count;                  /* since the last capture, at most DEPARTURES_MAX */
     uint64_t departures_dropped;
     bool closing;
     void (*close_done)(void *);

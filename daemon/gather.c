@@ -118,6 +118,8 @@ void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char 
         struct exit_profile *e = d->exit_profiles;
 
         d->exit_profiles = e->next;
+        if (!d->exit_profiles)
+            d->exit_profiles_last = NULL;
         daemon__log(d, DAEMON_LOG_INFO, "exit profile of child %d (%s, %zu bytes) %s", (int)e->pid,
                     e->name, e->len, why);
         if (d->gather)
@@ -139,11 +141,12 @@ void daemon__exit_profiles_free(struct daemon *d)
         free(e->json);
         free(e);
     }
+    d->exit_profiles_last = NULL;
 }
 
 void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len)
 {
-    struct exit_profile *e, **tail;
+    struct exit_profile *e;
     struct ctl_actions a;
     uint64_t now = daemon__now_ns();
 
@@ -160,14 +163,18 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
     }
     e->pid = c->pid;
     (void)snprintf(e->name, sizeof(e->name), "%s", c->name);
-    /* Receipt times name daemon-owned chunks: strictly increasing. */
-    for (tail = &d->exit_profiles; *tail; tail = &(*tail)->next)
-        if ((*tail)->receipt_ns >= now)
-            now = (*tail)->receipt_ns + 1;
+    /* Receipt times name daemon-owned chunks: strictly increasing, so the list stays in
+     * receipt order by appending (a storm of short-lived children must not walk it). */
+    if (d->exit_profiles_last && d->exit_profiles_last->receipt_ns >= now)
+        now = d->exit_profiles_last->receipt_ns + 1;
     e->receipt_ns = now;
     e->json = json;
     e->len = len;
-    *tail = e;
+    if (d->exit_profiles_last)
+        d->exit_profiles_last->next = e;
+    else
+        d->exit_profiles = e;
+    d->exit_profiles_last = e;
     d->stats.exit_profiles++;
     d->stats.exit_profile_bytes += len;
     daemon__log(d, DAEMON_LOG_INFO, "kept the exit profile of child %d (%s, %zu bytes)",
@@ -1048,6 +1055,8 @@ static int write_stored(struct gather *g)
         event(g, e->pid, "added the exit profile of child %d (%s), %zu bytes", (int)e->pid, e->name,
               e->len);
         d->exit_profiles = e->next;
+        if (!d->exit_profiles)
+            d->exit_profiles_last = NULL;
         d->stats.exit_profiles--;
         d->stats.exit_profile_bytes -= e->len;
         ctl_remove_owned(d->ctl, e->receipt_ns);
