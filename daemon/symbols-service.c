@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "child/profile/maps.h"
 #include "child/profile/symbols.h"
 #include "daemon/daemon-internal.h"
 #include "ipc/ipc.h"
@@ -42,8 +43,9 @@ struct mapped_path {
     bool deleted;     /* the kernel printed " (deleted)" */
 };
 
+/* The files of one process, sorted by path. */
 struct maps {
-    char *text; /* owned */
+    struct prof_maps lines; /* owned: the parsed file */
     struct mapped_path *paths;
     size_t count;
 };
@@ -55,7 +57,7 @@ static int cmp_path(const void *a, const void *b)
 
 static void maps_done(struct maps *m)
 {
-    free(m->text);
+    prof_maps_done(&m->lines);
     free(m->paths);
     *m = (struct maps){0};
 }
@@ -64,86 +66,21 @@ static void maps_done(struct maps *m)
 static int maps_read(pid_t pid, struct maps *ret_maps)
 {
     struct maps m = {0};
-    size_t len = 0, cap = 1u << 16, lines = 0;
-    char file[64];
-    int fd, r;
+    int r = prof_maps_read(pid, MAPS_MAX_BYTES, &m.lines);
 
-    (void)snprintf(file, sizeof(file), "/proc/%d/maps", (int)pid);
-    fd = open(file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    m.text = malloc(cap);
-    if (!m.text) {
-        r = -ENOMEM;
-        goto err;
-    }
-    for (;;) {
-        ssize_t n;
-
-        if (cap - len < 4096) {
-            char *grown;
-
-            if (cap >= MAPS_MAX_BYTES) {
-                r = -EFBIG;
-                goto err;
-            }
-            grown = realloc(m.text, cap * 2);
-            if (!grown) {
-                r = -ENOMEM;
-                goto err;
-            }
-            m.text = grown;
-            cap *= 2;
-        }
-        n = read(fd, m.text + len, cap - len - 1);
-        if (n < 0) {
-            r = -errno;
-            goto err;
-        }
-        if (n == 0)
-            break;
-        len += (size_t)n;
-    }
-    m.text[len] = '\0';
-    for (size_t i = 0; i < len; i++)
-        lines += m.text[i] == '\n';
-    m.paths = calloc(lines + 1, sizeof(*m.paths));
+    if (r < 0)
+        return r;
+    m.paths = calloc(m.lines.count + 1, sizeof(*m.paths));
     if (!m.paths) {
-        r = -ENOMEM;
-        goto err;
+        maps_done(&m);
+        return -ENOMEM;
     }
-    /* "start-end perms offset dev inode   path": the path starts at the first '/' after
-     * the five fixed fields, and may contain spaces. */
-    for (char *line = m.text, *next; line && *line; line = next) {
-        char *path, *end;
-
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        path = line;
-        for (int field = 0; field < 5 && path; field++) {
-            path = strchr(path, ' ');
-            while (path && *path == ' ')
-                path++;
-        }
-        if (!path || *path != '/')
-            continue;
-        end = path + strlen(path);
-        if (end - path > 10 && strcmp(end - 10, " (deleted)") == 0) {
-            end[-10] = '\0';
-            m.paths[m.count].deleted = true;
-        }
-        m.paths[m.count++].path = path;
-    }
-    (void)close(fd);
+    for (size_t i = 0; i < m.lines.count; i++)
+        if (m.lines.map[i].path[0] == '/')
+            m.paths[m.count++] = (struct mapped_path){m.lines.map[i].path, m.lines.map[i].deleted};
     qsort(m.paths, m.count, sizeof(*m.paths), cmp_path);
     *ret_maps = m;
     return 0;
-
-err:
-    (void)close(fd);
-    maps_done(&m);
-    return r;
 }
 
 static const struct mapped_path *maps_find(const struct maps *m, const char *path)

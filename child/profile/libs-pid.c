@@ -19,6 +19,9 @@
 
 #include "libs-internal.h"
 #include "libs.h"
+#include "maps.h"
+
+#define MAPS_MAX_BYTES (64u << 20) /* a process with a million mappings is refused */
 
 /* All mappings of one file (or of the vdso) in /proc/PID/maps. */
 struct map_group {
@@ -83,44 +86,25 @@ static struct map_group *group_find_or_add(struct group_vec *g, const char *path
     return grp;
 }
 
-/* Parses one maps line "start-end perms offset major:minor inode   path" into its group. */
-static int parse_maps_line(char *line, struct group_vec *groups)
+/* Adds one line of the maps to its file's group. */
+static int add_map(const struct prof_map *m, struct group_vec *groups)
 {
-    unsigned long long start, end, offset;
-    unsigned long inode;
-    char perms[8];
-    int path_at = 0;
-    char *path;
-    size_t len;
-    bool deleted = false;
+    const char *path = m->path;
     struct map_group *grp;
 
-    if (sscanf(line, "%llx-%llx %7s %llx %*x:%*x %lu %n", &start, &end, perms, &offset, &inode,
-               &path_at) < 5 ||
-        path_at == 0)
-        return 0;
-    path = line + path_at;
-    len = strlen(path);
-    while (len > 0 && (path[len - 1] == '\n' || path[len - 1] == ' '))
-        path[--len] = '\0';
-    if (strcmp(path, VDSO_NAME) == 0) {
+    if (strcmp(path, VDSO_NAME) == 0)
         path = NULL;
-    } else if (path[0] != '/') {
+    else if (path[0] != '/')
         return 0; /* anonymous, [heap], [stack], [vsyscall] (no ELF image), ... */
-    } else if (len > strlen(DELETED_SUFFIX) &&
-               strcmp(path + len - strlen(DELETED_SUFFIX), DELETED_SUFFIX) == 0) {
-        path[len - strlen(DELETED_SUFFIX)] = '\0';
-        deleted = true;
-    }
 
-    grp = group_find_or_add(groups, path, inode, deleted);
+    grp = group_find_or_add(groups, path, (unsigned long)m->inode, m->deleted);
     if (!grp)
         return -ENOMEM;
-    if (offset == 0) {
-        grp->last_zero = start;
+    if (m->offset == 0) {
+        grp->last_zero = m->start;
         grp->has_zero = true;
     }
-    if (strlen(perms) >= 3 && perms[2] == 'x') {
+    if (m->exec) {
         grp->has_exec = true;
         /* The module's ELF header is the offset-0 mapping right below its code. Another
          * offset-0 mapping of the file may exist elsewhere: a reader such as libdw maps
@@ -129,12 +113,12 @@ static int parse_maps_line(char *line, struct group_vec *groups)
             grp->base = grp->last_zero;
             grp->has_base = true;
         }
-        if (start < grp->start) {
-            grp->start = start;
-            grp->offset = offset;
+        if (m->start < grp->start) {
+            grp->start = m->start;
+            grp->offset = m->offset;
         }
-        if (end > grp->end)
-            grp->end = end;
+        if (m->end > grp->end)
+            grp->end = m->end;
     }
     return 0;
 }
@@ -291,26 +275,18 @@ int prof_libs_collect_pid(pid_t pid, struct prof_libs *ret_libs)
 {
     struct group_vec groups = {0};
     struct prof__lib_vec vec = {0};
-    char path[64], *line = NULL;
-    size_t line_cap = 0;
-    int mem_fd, r = 0;
-    FILE *f;
+    struct prof_maps maps;
+    char path[64];
+    int mem_fd, r;
 
     if (pid <= 0 || !ret_libs)
         return -EINVAL;
-    (void)snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-    f = fopen(path, "re");
-    if (!f)
-        return -errno;
-    while (getline(&line, &line_cap, f) > 0) {
-        r = parse_maps_line(line, &groups);
-        if (r < 0)
-            break;
-    }
-    if (r == 0 && ferror(f))
-        r = -EIO;
-    free(line);
-    (void)fclose(f);
+    r = prof_maps_read(pid, MAPS_MAX_BYTES, &maps);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < maps.count && r == 0; i++)
+        r = add_map(&maps.map[i], &groups);
+    prof_maps_done(&maps);
     if (r < 0)
         goto out;
     if (groups.count == 0) {

@@ -12,7 +12,6 @@
 #include <limits.h>
 #include <link.h>
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "libs-internal.h"
+#include "maps.h"
 
 uint64_t prof__page_size(void)
 {
@@ -181,116 +181,25 @@ size_t prof__find_build_id_note(const uint8_t *notes, size_t size, size_t align,
 
 /* --- collect_self ------------------------------------------------------------------ */
 
-/* A file mapping of /proc/self/maps: [start, end) and the path as the kernel prints it. */
-struct self_map {
-    uint64_t start, end;
-    const char *path; /* borrowed from struct self_maps.text */
-};
-
-/* /proc/self/maps, read once per collection: each module's path is looked up there by
- * address. That is the path the daemon compares with (its check reads the same file), and
- * one read costs less than a realpath() per module (a readlink per path component: ~60
- * syscalls per profile of a small program). */
-struct self_maps {
-    char *text;
-    struct self_map *maps;
-    size_t count;
-};
-
-#define SELF_MAPS_MAX_BYTES (4u << 20) /* beyond this, realpath() per module instead */
-
-static void self_maps_free(struct self_maps *m)
-{
-    free(m->text);
-    free(m->maps);
-    *m = (struct self_maps){0};
-}
-
-/* Best effort: on any failure *m stays empty and the callers fall back to realpath(). */
-static void self_maps_read(struct self_maps *m)
-{
-    size_t len = 0, cap = 16384, lines = 0;
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-
-    *m = (struct self_maps){0};
-    if (fd < 0)
-        return;
-    m->text = malloc(cap);
-    while (m->text) {
-        ssize_t n;
-
-        if (cap - len < 4096) {
-            char *grown = cap < SELF_MAPS_MAX_BYTES ? realloc(m->text, cap * 2) : NULL;
-
-            if (!grown)
-                goto fail;
-            m->text = grown;
-            cap *= 2;
-        }
-        n = read(fd, m->text + len, cap - len - 1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            goto fail;
-        if (n == 0)
-            break;
-        len += (size_t)n;
-    }
-    if (!m->text)
-        goto fail;
-    (void)close(fd);
-    fd = -1;
-    m->text[len] = '\0';
-    for (size_t i = 0; i < len; i++)
-        lines += m->text[i] == '\n';
-    m->maps = calloc(lines + 1, sizeof(*m->maps));
-    if (!m->maps)
-        goto fail;
-    /* "start-end perms offset dev inode   path": file mappings have a path starting with
-     * '/' after the five fixed fields; the kernel appends " (deleted)" to deleted files. */
-    for (char *line = m->text, *next; line && *line; line = next) {
-        unsigned long long start, end;
-        char *path = line, *stop;
-
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        if (sscanf(line, "%llx-%llx", &start, &end) != 2)
-            continue;
-        for (int field = 0; field < 5 && path; field++) {
-            path = strchr(path, ' ');
-            while (path && *path == ' ')
-                path++;
-        }
-        if (!path || *path != '/')
-            continue;
-        stop = path + strlen(path);
-        if ((size_t)(stop - path) > strlen(DELETED_SUFFIX) &&
-            strcmp(stop - strlen(DELETED_SUFFIX), DELETED_SUFFIX) == 0)
-            stop[-(ptrdiff_t)strlen(DELETED_SUFFIX)] = '\0';
-        m->maps[m->count++] = (struct self_map){start, end, path};
-    }
-    return;
-fail:
-    if (fd >= 0)
-        (void)close(fd);
-    self_maps_free(m);
-}
+/* Modules take their paths from /proc/self/maps, read once per collection: that is the
+ * path the daemon compares with (its check reads the same file), and one read costs less
+ * than a realpath() per module (a readlink per path component: ~60 syscalls per profile of
+ * a small program). Beyond this size, realpath() per module instead. */
+#define SELF_MAPS_MAX_BYTES (4u << 20)
 
 /* The path of the file mapped at addr, or NULL. */
-static const char *self_maps_path(const struct self_maps *m, uint64_t addr)
+static const char *self_maps_path(const struct prof_maps *maps, uint64_t addr)
 {
-    for (size_t i = 0; i < m->count; i++)
-        if (addr >= m->maps[i].start && addr < m->maps[i].end)
-            return m->maps[i].path;
-    return NULL;
+    const struct prof_map *m = prof_maps_find(maps, addr);
+
+    return m && m->path[0] == '/' ? m->path : NULL;
 }
 
 struct self_ctx {
     struct prof__lib_vec vec;
-    struct self_maps maps;
-    char *exe_path;      /* owned: realpath of /proc/self/exe, when the maps lack it */
-    uintptr_t vdso_ehdr; /* getauxval(AT_SYSINFO_EHDR), 0 = none */
+    struct prof_maps maps; /* empty when unreadable */
+    char *exe_path;        /* owned: realpath of /proc/self/exe, when the maps lack it */
+    uintptr_t vdso_ehdr;   /* getauxval(AT_SYSINFO_EHDR), 0 = none */
     uint64_t page;
     bool seen_main;
     int r;
@@ -419,12 +328,12 @@ int prof_libs_collect_self(struct prof_libs *ret_libs)
 
     if (!ret_libs)
         return -EINVAL;
-    self_maps_read(&ctx.maps);
+    (void)prof_maps_read(0, SELF_MAPS_MAX_BYTES, &ctx.maps);
     ctx.vdso_ehdr = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
 
     (void)dl_iterate_phdr(self_phdr_cb, &ctx);
     free(ctx.exe_path);
-    self_maps_free(&ctx.maps);
+    prof_maps_done(&ctx.maps);
     if (ctx.r < 0) {
         prof__lib_vec_free(&ctx.vec);
         return ctx.r;

@@ -258,7 +258,8 @@ def test_fleet_loads_each_module_once(tmp):
                 procs = [subprocess.Popen([WORKLOAD, "busy", "0.05"], env=env(d))
                          for _ in range(min(parallel, n - start))]
                 for p in procs:
-                    assert p.wait(timeout=60) == 0
+                    rc = p.wait(timeout=60)
+                    assert rc == 0, f"child {p.pid} ended with {rc} (negative: killed by that signal)"
 
         run_batch(100)
         st = d.status()

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "child/profile/libs.h"
+#include "child/profile/maps.h"
 #include "sym-lib.h"
 #include "testlib.h"
 
@@ -286,6 +288,69 @@ static void test_vdso_function(void **state)
     (void)dlclose(h);
 }
 
+/* prof_maps_read() against what this process knows it maps: its own code (the program's
+ * file, executable), its stack, an anonymous mapping, a deleted file (suffix removed,
+ * flagged); a hole finds nothing; a limit below the file's size is refused. */
+static void test_maps_read(void **state)
+{
+    char *exe = realpath("/proc/self/exe", NULL);
+    char tmpl[] = "/tmp/fleetprof-maps-XXXXXX";
+    struct prof_maps maps;
+    const struct prof_map *m;
+    int fd = mkstemp(tmpl);
+    void *anon = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *file;
+
+    (void)state;
+    assert_true(fd >= 0 && anon != MAP_FAILED);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    file = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+    assert_true(file != MAP_FAILED);
+    assert_int_equal(unlink(tmpl), 0);
+    /* The middle page unmapped: a hole between two mappings. */
+    assert_int_equal(munmap((char *)anon + 4096, 4096), 0);
+
+    assert_int_equal(prof_maps_read(0, 64u << 20, &maps), 0);
+    assert_true(maps.count > 10);
+    for (size_t i = 1; i < maps.count; i++)
+        assert_true(maps.map[i - 1].end <= maps.map[i].start);
+
+    m = prof_maps_find(&maps, (uintptr_t)&test_maps_read);
+    assert_non_null(m);
+    assert_string_equal(m->path, exe);
+    assert_true(m->exec);
+    assert_false(m->deleted);
+    assert_true(m->inode != 0);
+
+    /* The frame, not a local: ASan may keep locals on a heap "fake stack". */
+    m = prof_maps_find(&maps, (uintptr_t)__builtin_frame_address(0));
+    assert_non_null(m);
+    assert_string_equal(m->path, "[stack]");
+
+    m = prof_maps_find(&maps, (uintptr_t)anon);
+    assert_non_null(m);
+    assert_string_equal(m->path, "");
+    assert_int_equal(m->inode, 0);
+    assert_null(prof_maps_find(&maps, (uintptr_t)anon + 4096));
+
+    m = prof_maps_find(&maps, (uintptr_t)file);
+    assert_non_null(m);
+    assert_string_equal(m->path, tmpl);
+    assert_true(m->deleted);
+    assert_false(m->exec);
+    prof_maps_done(&maps);
+
+    assert_int_equal(prof_maps_read(0, 100, &maps), -EFBIG);
+    assert_int_equal(maps.count, 0);
+    assert_int_equal(prof_maps_read(999999999, 1u << 20, &maps), -ENOENT);
+
+    (void)munmap(file, 4096);
+    (void)munmap(anon, 4096);
+    (void)munmap((char *)anon + 2 * 4096, 4096);
+    (void)close(fd);
+    free(exe);
+}
+
 static void test_breakpad_id(void **state)
 {
     uint8_t id[20];
@@ -313,6 +378,7 @@ int main(void)
             cmocka_unit_test(test_lookup_matches_linear_search),
             cmocka_unit_test(test_breakpad_id),
             cmocka_unit_test(test_vdso_function),
+            cmocka_unit_test(test_maps_read),
     };
 
     return cmocka_run_group_tests_name("profile-libs", tests, NULL, NULL);
