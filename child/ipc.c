@@ -664,6 +664,11 @@ static void send_hello(void)
 static void *ipc_main(void *arg)
 {
     (void)arg;
+    /* Hello leaves from here, like every frame: this thread blocks every signal, so a
+     * daemon that closed the connection already costs an EPIPE. Written from the program's
+     * thread at start, the same write raised SIGPIPE there and killed the program. */
+    if (atomic_load(&ipc.linked))
+        send_hello();
     (void)uv_run(&ipc.loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(&ipc.loop);
     ipc.loop_ready = false;
@@ -674,7 +679,7 @@ static void *ipc_main(void *arg)
     return NULL;
 }
 
-/* Connects, says Hello and starts the IPC thread. */
+/* Connects and starts the IPC thread, which says Hello first. */
 static int start_now(void)
 {
     int r;
@@ -712,12 +717,10 @@ static int start_now(void)
                                                       .on_close = on_close};
 
         r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, &ipc.conn);
-        if (r < 0) { /* the thread then idles until rt_ipc_stop() */
+        if (r < 0) /* the thread then idles until rt_ipc_stop() */
             rt_debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
-        } else {
-            send_hello();
+        else
             atomic_store(&ipc.linked, 1);
-        }
     }
     r = rt_create_internal_thread(&ipc.thread, ipc_main, NULL);
     if (r < 0) {

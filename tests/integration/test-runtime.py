@@ -7,8 +7,10 @@ Usage: test-runtime.py BUILD_DIR   (meson passes it; output is TAP)
 import glob
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -229,6 +231,38 @@ def test_fork_exec_children_never_die_of_the_profiler(tmp):
     assert r.returncode == 0 and "killed: 0" in r.stdout, r.stdout + r.stderr
 
 
+def test_a_daemon_that_hangs_up_never_kills_the_program(tmp):
+    # A "daemon" that accepts and closes at once (one that refuses, crashes or restarts):
+    # the child's first write then fails with EPIPE. It must not raise SIGPIPE in a thread of
+    # the program: 45 % of such children died of it when Hello left from the main thread.
+    path = os.path.join(tmp, "hangup.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(64)
+
+    def hang_up():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    env = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=path,
+               FLEETPROF_DIR=os.path.join(tmp, "exit"))
+    statuses = []
+    try:
+        for _ in range(10):
+            procs = [subprocess.Popen([WORKLOAD, "busy", "0.01"], env=env,
+                                      stderr=subprocess.DEVNULL) for _ in range(10)]
+            statuses += [p.wait(timeout=60) for p in procs]
+    finally:
+        srv.close()
+    died = [rc for rc in statuses if rc != 0]
+    assert not died, f"{len(died)} of {len(statuses)} children ended with {sorted(set(died))}"
+
+
 def test_underscore_exit_writes_profile_and_keeps_status(tmp):
     r = run(tmp, [WORKLOAD, "exit-underscore", "0.5"])
     assert r.returncode == 3, f"exit status {r.returncode}, expected 3"
@@ -342,6 +376,7 @@ taplib.run([
     test_prefork_workers_profile_themselves,
     test_exec_keeps_profiling,
     test_fork_exec_children_never_die_of_the_profiler,
+    test_a_daemon_that_hangs_up_never_kills_the_program,
     test_underscore_exit_writes_profile_and_keeps_status,
     test_sigterm_writes_profile_and_dies_by_signal,
     test_api_labels_markers_counters,
