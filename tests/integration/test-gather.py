@@ -250,10 +250,14 @@ def test_churn_under_a_small_limit_logs_every_missing_profile(tmp):
         got = set(process_pids(doc))
         missing = set(pids) - got
         assert missing, "a 1 MiB limit cannot hold 60 exit profiles: the test is not testing"
-        log = d.log()
+        log = d.log().splitlines()
         for pid in missing:
-            assert f"exit profile of child {pid} " in log and "evicted" in log, \
-                f"no log entry says why child {pid}'s profile is missing"
+            # Evicted under the limit, or (on a starved machine) never sent in its bounded
+            # wait at exit: either way the log names the child and the reason.
+            lines = [line for line in log if f"child {pid} " in line]
+            assert any(("exit profile of" in line and "evicted" in line)
+                       or "ended without sending an exit profile" in line for line in lines), \
+                f"no log entry says why child {pid}'s profile is missing: {lines}"
         assert len(got) + len(missing) == 60
     finally:
         d.stop()

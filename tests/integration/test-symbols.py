@@ -252,33 +252,38 @@ def test_exit_profile_is_resolved_by_the_service(tmp):
 
 def test_fleet_loads_each_module_once(tmp):
     d = Daemon(tmp)
+    pids = []
     try:
         def run_batch(n, parallel=10):
             for start in range(0, n, parallel):
                 procs = [subprocess.Popen([WORKLOAD, "busy", "0.05"], env=env(d))
                          for _ in range(min(parallel, n - start))]
+                pids.extend(p.pid for p in procs)
                 for p in procs:
                     rc = p.wait(timeout=60)
                     assert rc == 0, f"child {p.pid} ended with {rc} (negative: killed by that signal)"
 
         run_batch(100)
         st = d.status()
-        assert st["symbol_requests"] >= 100, st
         out = os.path.join(tmp, "fleet.json")
         _, error = capture(d.sock, out)
         assert error is None, error
         doc = checked(out)
-        assert len(doc["processes"]) == 100, len(doc["processes"])
+        # Per child first: which one, and what its runtime says, if one went wrong.
+        missing = set(pids) - {p["meta"]["fleetprof"]["pid"] for p in doc["processes"]}
+        assert not missing, [(pid, [line for line in d.log().splitlines() if str(pid) in line])
+                             for pid in sorted(missing)[:3]]
+        for proc in doc["processes"]:
+            log = runtime_log(proc)
+            assert log["symbolModulesLoaded"] == 0, (proc["meta"]["fleetprof"]["pid"], log)
+            assert log["symbolServiceBatches"] >= 1, (proc["meta"]["fleetprof"]["pid"], log)
+        assert st["symbol_requests"] >= 100, st
         # Each module once for the fleet: at most one load per distinct module the children
         # map (the program, libc, the loader, libfleetprof and its libraries), not 100x.
         modules = {(lib["debugName"], lib.get("codeId")) for p in doc["processes"]
                    for lib in p["libs"]}
         loaded = st["symbol_modules_loaded"]
         assert 1 <= loaded <= len(modules), f"{loaded} loads for {len(modules)} modules: {st}"
-        for proc in doc["processes"]:
-            log = runtime_log(proc)
-            assert log["symbolModulesLoaded"] == 0, log
-            assert log["symbolServiceBatches"] >= 1, log
         assert "wl_hot_leaf" in pc.functions(doc) or any(
             "wl_hot_leaf" in f for f in pc.functions(doc)), "no workload frames"
     finally:
