@@ -13,8 +13,10 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,10 +281,39 @@ out:
     return r;
 }
 
+/* A file size limit (RLIMIT_FSIZE) fails our write with EFBIG and raises SIGXFSZ in the
+ * writing thread, a thread of the program, where the default action kills it: held back
+ * while we write, and an instance we raised is consumed, so the program ends as it would
+ * have without us. */
+static void hold_sigxfsz(sigset_t *ret_old, bool *ret_was_pending)
+{
+    sigset_t xfsz, pending;
+
+    (void)sigemptyset(&xfsz);
+    (void)sigaddset(&xfsz, SIGXFSZ);
+    (void)pthread_sigmask(SIG_BLOCK, &xfsz, ret_old);
+    *ret_was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ);
+}
+
+static void release_sigxfsz(const sigset_t *old, bool was_pending)
+{
+    static const struct timespec now = {0, 0};
+    sigset_t xfsz;
+
+    (void)sigemptyset(&xfsz);
+    (void)sigaddset(&xfsz, SIGXFSZ);
+    if (!was_pending)
+        while (sigtimedwait(&xfsz, NULL, &now) == SIGXFSZ)
+            ;
+    (void)pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
 {
     char path[PATH_MAX], tmp[PATH_MAX + 32];
     struct json_writer *w = NULL;
+    sigset_t old_mask;
+    bool xfsz_pending;
     int fd, r;
 
     if (!pattern || !*pattern)
@@ -296,10 +327,12 @@ int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
+    hold_sigxfsz(&old_mask, &xfsz_pending);
     r = json_writer_new_fd(fd, &w);
     if (r == 0)
         r = rt_profile_write(w, shutdown_ns, shutdown_ns != 0, NULL);
     w = json_writer_free(w);
+    release_sigxfsz(&old_mask, xfsz_pending);
     if (close(fd) < 0 && r == 0)
         r = -errno;
     if (r == 0 && rename(tmp, path) < 0)

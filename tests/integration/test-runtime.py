@@ -6,6 +6,7 @@ Usage: test-runtime.py BUILD_DIR   (meson passes it; output is TAP)
 """
 import glob
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -263,6 +264,22 @@ def test_a_daemon_that_hangs_up_never_kills_the_program(tmp):
     assert not died, f"{len(died)} of {len(statuses)} children ended with {sorted(set(died))}"
 
 
+def test_a_file_size_limit_fails_the_profile_not_the_program(tmp):
+    # Under RLIMIT_FSIZE the profile's write fails with EFBIG and raises SIGXFSZ in the
+    # exiting thread, whose default action killed the program (status 153 in a shell).
+    out = os.path.join(tmp, "limited.json")
+    e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_OUTPUT=out)
+    e.pop("FLEETPROF_SOCKET", None)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    r = subprocess.run([WORKLOAD, "busy", "0.2"], env=e, preexec_fn=limit, timeout=60,
+                       capture_output=True)
+    assert r.returncode == 0, f"ended with {r.returncode}: {r.stderr[-300:]!r}"
+    assert not glob.glob(out + "*"), f"left {glob.glob(out + '*')}"
+
+
 def test_underscore_exit_writes_profile_and_keeps_status(tmp):
     r = run(tmp, [WORKLOAD, "exit-underscore", "0.5"])
     assert r.returncode == 3, f"exit status {r.returncode}, expected 3"
@@ -377,6 +394,7 @@ taplib.run([
     test_exec_keeps_profiling,
     test_fork_exec_children_never_die_of_the_profiler,
     test_a_daemon_that_hangs_up_never_kills_the_program,
+    test_a_file_size_limit_fails_the_profile_not_the_program,
     test_underscore_exit_writes_profile_and_keeps_status,
     test_sigterm_writes_profile_and_dies_by_signal,
     test_api_labels_markers_counters,
