@@ -171,8 +171,10 @@ int main(int argc, char **argv)
         opt.socket_path = socket_path;
     }
     opt.log = on_log;
-    /* A child that dies mid-write must cost an EPIPE, not the daemon. */
+    /* A child that dies mid-write must cost an EPIPE, not the daemon; a file size limit on
+     * a capture's output an EFBIG (the capture fails and says so), not the daemon. */
     (void)signal(SIGPIPE, SIG_IGN);
+    (void)signal(SIGXFSZ, SIG_IGN);
     if (!foreground && daemon(0, 1) < 0) {
         fprintf(stderr, "fleetprofd: cannot detach: %s\n", strerror(errno));
         return 1;

@@ -294,6 +294,9 @@ int main(int argc, char **argv)
     /* record runs its own daemon; CMD's arguments (even a --socket) are CMD's. */
     if (!strcmp(argv[i], "record")) {
         (void)signal(SIGPIPE, SIG_IGN); /* a child gone mid-write costs the daemon an EPIPE */
+        /* A file size limit fails the output's write with EFBIG: record says so and still
+         * ends with CMD's status. CMD starts with every disposition reset (libuv). */
+        (void)signal(SIGXFSZ, SIG_IGN);
         return cmd_record(argc - i, argv + i);
     }
     /* Options may also follow the command: `fleetprof status --socket PATH`. */

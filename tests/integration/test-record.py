@@ -10,6 +10,7 @@ Usage: test-record.py BUILD_DIR   (TAP output)
 import atexit
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -230,6 +231,22 @@ def test_record_exit_status_is_cmds(tmp):
     r = record(tmp, "-o", out, "--", "sh", "-c", "kill -KILL $$")
     assert r.returncode == 128 + signal.SIGKILL, f"status {r.returncode}: {r.stderr}"
     assert not private_dirs(tmp), private_dirs(tmp)
+
+
+def test_record_under_a_file_size_limit_fails_clearly_and_keeps_cmds_status(tmp):
+    # The output's write fails with EFBIG (and raises SIGXFSZ, which killed record with
+    # status 153 and left its temp file): an error naming the file, CMD's status, no temp.
+    out = os.path.join(tmp, "limited.json")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, 16 << 10))
+
+    r = subprocess.run([CLI, "record", "--no-summary", "-o", out, "--", WORKLOAD,
+                        "exit-underscore", "0.3"], env=record_env(tmp), cwd=tmp,
+                       capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    assert r.returncode == 3, f"status {r.returncode} (CMD's 3 expected): {r.stderr}"
+    assert "File too large" in r.stderr and out in r.stderr, r.stderr
+    assert not [f for f in os.listdir(tmp) if f.startswith("limited.json")], os.listdir(tmp)
 
 
 def test_record_default_output_name(tmp):
@@ -455,7 +472,8 @@ if __name__ == "__main__":
         test_record_prefork_fleet,
         test_record_demo_fleet_of_eight_workers,
     test_record_exit_status_is_cmds,
-        test_record_default_output_name,
+        test_record_under_a_file_size_limit_fails_clearly_and_keeps_cmds_status,
+    test_record_default_output_name,
         test_record_nonexistent_command,
         test_record_gathers_live_descendants_without_waiting,
         test_record_sigint_once_writes_and_stops_cmd,
