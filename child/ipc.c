@@ -667,6 +667,14 @@ static void *ipc_main(void *arg)
     /* Hello leaves from here, like every frame: this thread blocks every signal, so a
      * daemon that closed the connection already costs an EPIPE. Written from the program's
      * thread at start, the same write raised SIGPIPE there and killed the program. */
+    /* The program may close "every descriptor" (daemons do): not these, which libuv
+     * would abort the process over. */
+    rt_fd_protect(uv_backend_fd(&ipc.loop));
+    rt_fd_protect(ipc.loop.async_io_watcher.fd);
+    if (ipc.loop.async_wfd != ipc.loop.async_io_watcher.fd)
+        rt_fd_protect(ipc.loop.async_wfd);
+    if (ipc.conn)
+        rt_fd_protect(ipc_conn_fileno(ipc.conn));
     if (atomic_load(&ipc.linked))
         send_hello();
     (void)uv_run(&ipc.loop, UV_RUN_DEFAULT);
@@ -807,6 +815,7 @@ void rt_ipc_forget_after_fork(void)
     /* The loop, its epoll instance and the socket are shared with the parent: never run,
      * close or modify them here (uv_loop_close would epoll_ctl the parent's set). Close
      * only our copies of their descriptors, and start over. */
+    rt_fds_forget(); /* our copies are closed below, from this (the program's) thread */
     if (ipc.loop_ready) {
         int fd = ipc.conn ? ipc_conn_fileno(ipc.conn) : -1;
 

@@ -9,7 +9,12 @@
  *   execve, execv,       keep a sampling signal from being left pending across exec: the new
  *   execvp, execvpe,     image starts with SIGPROF at its default action (terminate), so the
  *   fexecve, execl,      sampler stops signalling and SIGPROF is set to ignored (which
- *   execlp, execle       discards a pending one) just before; restored if exec fails.
+ *   execlp, execle       discards a pending one) just before; restored if exec fails;
+ *   close, close_range,  leave the runtime's own descriptors (its daemon connection, its
+ *   closefrom            event loop's epoll and eventfd) open when the program closes
+ *                        "every descriptor", as daemons do: libuv aborts the process when
+ *                        its descriptors vanish. The program never owned them, so its close
+ *                        of one succeeds without effect.
  * The real functions are looked up once with dlsym(RTLD_NEXT), in the constructor,
  * before any signal handler could need them.
  */
@@ -46,6 +51,9 @@ typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(
 typedef void *(*dlopen_fn)(const char *, int);
 typedef int (*dlclose_fn)(void *);
 typedef int (*dl_iterate_phdr_fn)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
+typedef int (*close_fn)(int);
+typedef int (*close_range_fn)(unsigned int, unsigned int, int);
+typedef void (*closefrom_fn)(int);
 typedef void (*exit_fn)(int);
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvp_fn)(const char *, char *const[]);
@@ -63,6 +71,9 @@ static execvp_fn real_execv;
 static execvp_fn real_execvp;
 static execvpe_fn real_execvpe;
 static fexecve_fn real_fexecve;
+static close_fn real_close;
+static close_range_fn real_close_range;
+static closefrom_fn real_closefrom;
 static _Atomic unsigned loader_generation; /* bumped by every dlopen and dlclose */
 
 unsigned rt_loader_generation(void)
@@ -96,9 +107,21 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_execvpe = dlsym(RTLD_NEXT, "execvpe");
     if (!real_fexecve)
         *(void **)&real_fexecve = dlsym(RTLD_NEXT, "fexecve");
+    if (!real_close)
+        *(void **)&real_close = dlsym(RTLD_NEXT, "close");
+    if (!real_close_range)
+        *(void **)&real_close_range = dlsym(RTLD_NEXT, "close_range");
+    if (!real_closefrom)
+        *(void **)&real_closefrom = dlsym(RTLD_NEXT, "closefrom");
 }
 
 static __thread int creating_internal;
+/* Set in the runtime's own threads: their close() calls are the runtime's. */
+static __thread int internal_thread __attribute__((tls_model("initial-exec")));
+
+/* The runtime's descriptors, as fd + 1 (0: a free slot). */
+#define RT_MAX_OWN_FDS 8
+static _Atomic int own_fds[RT_MAX_OWN_FDS];
 
 struct thread_start {
     void *(*start)(void *);
@@ -138,8 +161,18 @@ RT_NO_TSAN FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_
     return r;
 }
 
+static void *internal_start(void *p)
+{
+    struct thread_start ts = *(struct thread_start *)p;
+
+    free(p);
+    internal_thread = 1;
+    return ts.start(ts.arg);
+}
+
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg)
 {
+    struct thread_start *ts;
     sigset_t all, old;
     int r;
 
@@ -147,6 +180,11 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
         resolve_real_functions();
     if (!real_pthread_create)
         return -ENOSYS;
+    ts = malloc(sizeof(*ts));
+    if (!ts)
+        return -ENOMEM;
+    ts->start = start;
+    ts->arg = arg;
     /* The new thread inherits a full mask: the program's signals, ours included, are
      * never delivered to the profiler's threads. */
     (void)sigfillset(&all);
@@ -158,11 +196,127 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
         /* The first definition in the process: a sanitizer's interceptor if the program
          * has one (it must see every thread), else ours, which passes straight through. */
         *(void **)&first = dlsym(RTLD_DEFAULT, "pthread_create");
-        r = (first ? first : real_pthread_create)(thread, NULL, start, arg);
+        r = (first ? first : real_pthread_create)(thread, NULL, internal_start, ts);
     }
     creating_internal = 0;
     (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r != 0)
+        free(ts);
     return -r;
+}
+
+/* --- the runtime's descriptors ------------------------------------------------------ */
+
+void rt_fd_protect(int fd)
+{
+    for (size_t i = 0; fd >= 0 && i < RT_MAX_OWN_FDS; i++) {
+        int empty = 0;
+
+        if (atomic_compare_exchange_strong(&own_fds[i], &empty, fd + 1))
+            return;
+    }
+}
+
+void rt_fds_forget(void)
+{
+    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++)
+        atomic_store(&own_fds[i], 0);
+}
+
+static void fd_forget(int fd)
+{
+    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
+        int expected = fd + 1;
+
+        (void)atomic_compare_exchange_strong(&own_fds[i], &expected, 0);
+    }
+}
+
+/* Our descriptors in [first, last], ascending, into own (RT_MAX_OWN_FDS); their count. */
+static size_t own_fds_in(unsigned int first, unsigned int last, unsigned int *own)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
+        int v = atomic_load(&own_fds[i]);
+
+        if (v > 0 && (unsigned int)(v - 1) >= first && (unsigned int)(v - 1) <= last)
+            own[n++] = (unsigned int)(v - 1);
+    }
+    for (size_t i = 1; i < n; i++) /* insertion sort: a handful at most */
+        for (size_t k = i; k > 0 && own[k - 1] > own[k]; k--) {
+            unsigned int t = own[k];
+
+            own[k] = own[k - 1];
+            own[k - 1] = t;
+        }
+    return n;
+}
+
+FLEETPROF_EXPORT int close(int fd)
+{
+    unsigned int own[RT_MAX_OWN_FDS];
+
+    if (!real_close)
+        resolve_real_functions();
+    if (internal_thread)
+        fd_forget(fd);
+    else if (fd >= 0 && own_fds_in((unsigned int)fd, (unsigned int)fd, own) > 0)
+        return 0;
+    return real_close(fd);
+}
+
+/* Closes [first, last] but our descriptors, in the pieces between them. */
+static int close_range_around_own(unsigned int first, unsigned int last, int flags)
+{
+    unsigned int own[RT_MAX_OWN_FDS], cur = first;
+    size_t n = own_fds_in(first, last, own);
+
+    if (!real_close_range) {
+        errno = ENOSYS;
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (own[i] > cur && real_close_range(cur, own[i] - 1, flags) < 0)
+            return -1;
+        cur = own[i] + 1;
+        if (cur == 0) /* own[i] was UINT_MAX */
+            return 0;
+    }
+    return cur <= last ? real_close_range(cur, last, flags) : 0;
+}
+
+FLEETPROF_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+    if (!real_close_range)
+        resolve_real_functions();
+    /* CLOSE_RANGE_CLOEXEC only marks them, and ours are close-on-exec already. */
+    if (internal_thread || (flags & CLOSE_RANGE_CLOEXEC))
+        return real_close_range ? real_close_range(first, last, flags) : (errno = ENOSYS, -1);
+    return close_range_around_own(first, last, flags);
+}
+
+FLEETPROF_EXPORT void closefrom(int lowfd)
+{
+    unsigned int own[RT_MAX_OWN_FDS];
+    long max;
+
+    if (!real_closefrom)
+        resolve_real_functions();
+    if (lowfd < 0)
+        lowfd = 0;
+    if (internal_thread || own_fds_in((unsigned int)lowfd, ~0u, own) == 0) {
+        if (real_closefrom)
+            real_closefrom(lowfd);
+        return;
+    }
+    if (close_range_around_own((unsigned int)lowfd, ~0u, 0) == 0)
+        return;
+    /* A kernel without close_range (before 5.9): one by one, like glibc's fallback. */
+    max = sysconf(_SC_OPEN_MAX);
+    for (long fd = lowfd; fd < (max > 0 ? max : 1024); fd++)
+        if (own_fds_in((unsigned int)fd, (unsigned int)fd, own) == 0)
+            (void)real_close((int)fd);
 }
 
 RT_NO_TSAN FLEETPROF_EXPORT void *dlopen(const char *file, int mode)

@@ -266,6 +266,12 @@ void rt_symbolizer_done(struct rt_symbolizer *s);
 unsigned rt_loader_generation(void);
 /* preload.c: threads of our own, never registered for sampling, all signals blocked. */
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
+/* preload.c: descriptors of the runtime that the program's close(), close_range() and
+ * closefrom() leave open (a daemon's "close everything" must not take them); up to 8. A
+ * close from the runtime's own threads closes and forgets. rt_fds_forget() drops them all
+ * (a forked child, before it closes its copies). */
+void rt_fd_protect(int fd);
+void rt_fds_forget(void);
 void rt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif /* FLEETPROF_CHILD_RUNTIME_INTERNAL_H */

@@ -270,6 +270,7 @@ static void *sampler_main(void *arg)
     (void)arg;
     (void)prctl(PR_SET_NAME, "fleetprof-sampl", 0, 0, 0);
     statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    rt_fd_protect(statm_fd);
     last_memory_ns = 0;
     while (!atomic_load(&rt.stop_sampler)) {
         struct prof_overhead o;

@@ -263,6 +263,30 @@ def test_churn_under_a_small_limit_logs_every_missing_profile(tmp):
         d.stop()
 
 
+def test_programs_that_close_every_descriptor_keep_their_profile(tmp):
+    # Daemons close "every descriptor" from 3 up: the runtime's connection and event loop
+    # must survive it (libuv aborted the process when its eventfd vanished), and the exit
+    # profile must still arrive, whichever way the program closes them.
+    d = Daemon(tmp)
+    try:
+        e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock)
+        pids = []
+        for how in ("loop", "range", "from"):
+            p = subprocess.Popen([WORKLOAD, "close-fds", how, "0.4"], env=e)
+            rc = p.wait(timeout=60)
+            assert rc == 0, f"{how}: ended with {rc} (negative: killed by that signal)"
+            pids.append(p.pid)
+        out = os.path.join(tmp, "closed.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        got = process_pids(doc)
+        assert all(pid in got for pid in pids), (pids, got)
+        assert d.alive(), d.log()
+    finally:
+        d.stop()
+
+
 def test_without_daemon_exit_profiles_go_to_fleetprof_dir(tmp):
     out_dir = os.path.join(tmp, "exit")
     e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1",
@@ -518,6 +542,7 @@ taplib.run([
     test_child_dying_mid_stream_is_dropped_and_logged,
     test_churn_keeps_every_exit_profile,
     test_churn_under_a_small_limit_logs_every_missing_profile,
+    test_programs_that_close_every_descriptor_keep_their_profile,
     test_without_daemon_exit_profiles_go_to_fleetprof_dir,
     test_second_capture_is_busy,
     test_failed_capture_leaves_the_old_file,

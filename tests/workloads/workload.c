@@ -10,6 +10,10 @@
  *   workload idle SECONDS              sleeps (samples without CPU)
  *   workload clock SECONDS             wl_clock_loop: reads the clock in a loop, so most
  *                                      samples land in the vdso's clock_gettime
+ *   workload close-fds HOW SECONDS     busy, then closes every descriptor from 3 up the way
+ *                                      daemons do (HOW: loop = close() each up to the
+ *                                      limit, range = close_range, from = closefrom), then
+ *                                      busy again; exits 4 if a file it opens then fails
  *   workload fork-exec N               forks N children one after another, each execs
  *                                      /bin/true; prints how many died by a signal
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
@@ -21,6 +25,7 @@
  * Functions are noinline and never tail-called, so every frame is on the stack.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -257,6 +262,25 @@ int main(int argc, char **argv)
                          : "+r"(n)
                          :
                          : "memory", "cc");
+    } else if (!strcmp(mode, "close-fds") && argc > 3) {
+        const char *how = argv[2];
+        double s = atof(argv[3]);
+        char buf[8];
+        int fd;
+
+        wl_recurse(3, now_s() + s / 2);
+        if (!strcmp(how, "range"))
+            (void)close_range(3, ~0u, 0);
+        else if (!strcmp(how, "from"))
+            closefrom(3);
+        else
+            for (long i = 3, max = sysconf(_SC_OPEN_MAX); i < (max > 0 ? max : 1024); i++)
+                (void)close((int)i);
+        /* The program's own descriptors work as before. */
+        fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || read(fd, buf, sizeof(buf)) <= 0 || close(fd) != 0)
+            return 4;
+        wl_recurse(3, now_s() + s / 2);
     } else if (!strcmp(mode, "clock")) {
         wl_clock_loop(now_s() + seconds);
     } else if (!strcmp(mode, "idle")) {
