@@ -190,6 +190,7 @@ uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max);
 /* sampler.c */
 int rt_sampler_start(void);
 void rt_sampler_stop(void);
+void rt_sampler_wake(void);
 int rt_sampler_install_handler(void);
 
 /* runtime.c */

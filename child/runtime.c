@@ -417,8 +417,10 @@ static void on_exit_signal(int sig)
     /* First signal: the sampler writes the profile and re-raises. A second one, or one
      * arriving when no sampler runs, takes the default action now. */
     if (atomic_load(&rt.running) && rt.sampler_started &&
-        atomic_exchange(&rt.exit_signal, sig) == 0)
+        atomic_exchange(&rt.exit_signal, sig) == 0) {
+        rt_sampler_wake();
         return;
+    }
     (void)signal(sig, SIG_DFL);
     (void)raise(sig);
 }

@@ -1,7 +1,8 @@
 /* child/sampler.c - the sampler thread and the sampling signal handler.
  *
- * Each tick (absolute clock_nanosleep: a true 1 kHz, not a tick-bound itimer; a late tick
- * restarts the schedule instead of catching up), the sampler:
+ * Each tick (an absolute futex timeout: a true 1 kHz, not a tick-bound itimer; a late tick
+ * restarts the schedule instead of catching up; stopping or an exit signal wakes it at
+ * once), the sampler:
  *   1. harvests the captures signal handlers finished since the last tick (no handshake:
  *      the handler never waits), unwinds copies in copy mode, writes SAMPLE entries;
  *   2. reads each live thread's CPU clock: a thread that did not run gets a cheap
@@ -17,6 +18,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +33,9 @@ static struct sigaction previous_action; /* the program's handler, chained for i
 static bool handler_installed;
 static int statm_fd = -1;
 static uint64_t last_memory_ns;
+/* Futex word: 1 when the sampler must stop sleeping (stop, or an exit signal to handle).
+ * A plain sleep made every exit wait for the current tick: up to a whole interval. */
+static _Atomic uint32_t wake_word;
 
 uint64_t rt_now_ns(void)
 {
@@ -262,6 +267,30 @@ static void sample_counters(uint64_t now)
     }
 }
 
+/* Sleeps until the absolute CLOCK_MONOTONIC time ts (FUTEX_WAIT_BITSET takes an absolute
+ * monotonic timeout, with the same timer slack as clock_nanosleep) or rt_sampler_wake(). */
+static void sleep_until(const struct timespec *ts)
+{
+    while (atomic_load(&wake_word) == 0) {
+        long r = syscall(SYS_futex, &wake_word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 0, ts, NULL,
+                         FUTEX_BITSET_MATCH_ANY);
+
+        if (r < 0 && errno == ETIMEDOUT)
+            break;
+    }
+    atomic_store(&wake_word, 0);
+}
+
+/* Async-signal-safe: called from the exit signals' handler. */
+void rt_sampler_wake(void)
+{
+    int saved_errno = errno;
+
+    atomic_store(&wake_word, 1);
+    (void)syscall(SYS_futex, &wake_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
+    errno = saved_errno;
+}
+
 static void *sampler_main(void *arg)
 {
     uint64_t next = rt_now_ns();
@@ -293,8 +322,9 @@ static void *sampler_main(void *arg)
             next += rt.cfg.interval_ns;
         ts.tv_sec = (time_t)(next / 1000000000u);
         ts.tv_nsec = (long)(next % 1000000000u);
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-            ;
+        sleep_until(&ts);
+        if (atomic_load(&rt.stop_sampler))
+            break;
         sig = atomic_exchange(&rt.exit_signal, 0);
         if (sig) {
             rt_handle_exit_signal(sig); /* does not return */
@@ -328,6 +358,7 @@ int rt_sampler_start(void)
     int r;
 
     atomic_store(&rt.stop_sampler, 0);
+    atomic_store(&wake_word, 0);
     r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
     if (r < 0)
         return r;
@@ -340,6 +371,7 @@ void rt_sampler_stop(void)
     if (!rt.sampler_started)
         return;
     atomic_store(&rt.stop_sampler, 1);
+    rt_sampler_wake();
     if (!pthread_equal(pthread_self(), rt.sampler))
         (void)pthread_join(rt.sampler, NULL);
     rt.sampler_started = false;
