@@ -191,6 +191,8 @@ uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max);
 int rt_sampler_start(void);
 void rt_sampler_stop(void);
 void rt_sampler_wake(void);
+/* In a forked child, after rt_fds_forget(): closes the copy of the parent's statm. */
+void rt_sampler_forget_after_fork(void);
 int rt_sampler_install_handler(void);
 
 /* runtime.c */
@@ -274,5 +276,7 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
 void rt_fd_protect(int fd);
 void rt_fds_forget(void);
 void rt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Always printed (one line on stderr): a profile the user asked for was lost. */
+void rt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif /* FLEETPROF_CHILD_RUNTIME_INTERNAL_H */

@@ -57,6 +57,25 @@ void rt_debug(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+void rt_warn(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    int n = snprintf(line, sizeof(line), "fleetprof[%d]: ", (int)getpid()), m;
+
+    /* One write(2), not stdio: the program may hold stderr's lock, or have its own
+     * buffering on it, when this runs at exit. */
+    va_start(ap, fmt);
+    m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    n += m > 0 ? m : 0;
+    if (n > (int)sizeof(line) - 2)
+        n = (int)sizeof(line) - 2;
+    line[n++] = '\n';
+    if (write(STDERR_FILENO, line, (size_t)n) < 0)
+        return; /* nowhere to say it */
+}
+
 /* The command line, arguments joined by spaces, and the program's base name. */
 static void read_command_line(void)
 {
@@ -375,11 +394,19 @@ static void write_exit_profile(void)
                 rt_debug("cannot make the exit profile: %s", strerror(-r));
         } else if (rt.cfg.dir[0] && snprintf(dir_path, sizeof(dir_path), "%s/%%p.json",
                                              rt.cfg.dir) < (int)sizeof(dir_path)) {
+            int r;
+
             (void)mkdir(rt.cfg.dir, 0700);
-            (void)rt_write_profile_to(dir_path, now);
+            r = rt_write_profile_to(dir_path, now);
+            if (r < 0) /* the daemon is gone too: this profile is lost, say so */
+                rt_warn("cannot write the exit profile to %s: %s", rt.cfg.dir, strerror(-r));
         }
-        if (rt.cfg.output[0])
-            (void)rt_write_profile_to(rt.cfg.output, now);
+        if (rt.cfg.output[0]) {
+            int r = rt_write_profile_to(rt.cfg.output, now);
+
+            if (r < 0) /* the user asked for this file: never fail silently */
+                rt_warn("cannot write the profile to %s: %s", rt.cfg.output, strerror(-r));
+        }
     }
     (void)pthread_mutex_unlock(&rt.write_lock);
 }
@@ -456,6 +483,7 @@ static void on_fork_child(void)
     (void)pthread_mutex_init(&init_lock, NULL);
     rt_threads_forget_all();
     rt_ipc_forget_after_fork();
+    rt_sampler_forget_after_fork();
     for (uint32_t i = 0; i < atomic_load(&rt.counter_count); i++) {
         atomic_store(&rt.counters[i].value, 0);
         rt.counters[i].last_sampled = 0;

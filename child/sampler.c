@@ -353,6 +353,14 @@ static void *sampler_main(void *arg)
     return NULL;
 }
 
+void rt_sampler_forget_after_fork(void)
+{
+    /* The parent's statm stays open in a forked child, and reads the parent's memory. */
+    if (statm_fd >= 0)
+        (void)close(statm_fd);
+    statm_fd = -1;
+}
+
 int rt_sampler_start(void)
 {
     int r;

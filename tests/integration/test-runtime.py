@@ -216,6 +216,35 @@ def test_prefork_workers_profile_themselves(tmp):
     assert tasks == {f"wl_worker_task_{i}" for i in range(4)}
 
 
+def test_a_forked_worker_keeps_no_copy_of_the_parents_statm(tmp):
+    # A forked worker starts its runtime over; the copy of the parent's /proc/PID/statm
+    # descriptor (the RSS counter's, which reads the parent's memory) leaked in each one.
+    e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1")
+    e.pop("FLEETPROF_OUTPUT", None)
+    p = subprocess.Popen([WORKLOAD, "prefork", "2", "1.5", "0.2"], env=e)
+    try:
+        workers = []
+        deadline = time.monotonic() + 10
+        while len(workers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+                workers = [int(w) for w in f.read().split()]
+        assert len(workers) == 2, f"workers: {workers}"
+        time.sleep(0.3)  # each worker's sampler has opened its own statm by now
+        for w in workers:
+            links = []
+            for fd in os.listdir(f"/proc/{w}/fd"):
+                try:
+                    links.append(os.readlink(f"/proc/{w}/fd/{fd}"))
+                except FileNotFoundError:
+                    pass
+            statm = [link for link in links if link.endswith("/statm")]
+            assert statm == [f"/proc/{w}/statm"], f"worker {w} has statm open as {statm}"
+    finally:
+        rc = p.wait(timeout=20)
+    assert rc == 0, f"workload ended with {rc}"
+
+
 def test_exec_keeps_profiling(tmp):
     r = run(tmp, [WORKLOAD, "exec", "1"])
     assert r.returncode == 0, r.stderr
@@ -278,6 +307,26 @@ def test_a_file_size_limit_fails_the_profile_not_the_program(tmp):
                        capture_output=True)
     assert r.returncode == 0, f"ended with {r.returncode}: {r.stderr[-300:]!r}"
     assert not glob.glob(out + "*"), f"left {glob.glob(out + '*')}"
+    want = f"cannot write the profile to {out}: File too large".encode()
+    assert want in r.stderr, f"the lost profile is not named: {r.stderr[-300:]!r}"
+
+
+def test_a_profile_that_cannot_be_written_is_named_on_stderr(tmp):
+    # The user asked for a file, or for FLEETPROF_DIR as the daemon's fallback: a failed
+    # write is one line on stderr, once, and the program's status is its own.
+    out = os.path.join(tmp, "no-such-dir", "p.json")
+    r = run(tmp, [WORKLOAD, "exit-underscore", "0.1"], FLEETPROF_OUTPUT=out)
+    assert r.returncode == 3, f"exit status {r.returncode}: {r.stderr}"
+    want = f"cannot write the profile to {out}: No such file or directory"
+    assert r.stderr.count(want) == 1, f"stderr: {r.stderr!r}"
+    blocker = os.path.join(tmp, "a-file")
+    open(blocker, "w").close()
+    r = run(tmp, [WORKLOAD, "busy", "0.1"], FLEETPROF_OUTPUT="",
+            FLEETPROF_SOCKET=os.path.join(tmp, "no-daemon.sock"),
+            FLEETPROF_DIR=os.path.join(blocker, "dir"))
+    assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr}"
+    want = f"cannot write the exit profile to {blocker}/dir: Not a directory"
+    assert r.stderr.count(want) == 1, f"stderr: {r.stderr!r}"
 
 
 def test_underscore_exit_writes_profile_and_keeps_status(tmp):
@@ -421,10 +470,12 @@ taplib.run([
     test_threads_have_names_and_functions,
     test_idle_thread_gets_same_samples_without_cpu,
     test_prefork_workers_profile_themselves,
+    test_a_forked_worker_keeps_no_copy_of_the_parents_statm,
     test_exec_keeps_profiling,
     test_fork_exec_children_never_die_of_the_profiler,
     test_a_daemon_that_hangs_up_never_kills_the_program,
     test_a_file_size_limit_fails_the_profile_not_the_program,
+    test_a_profile_that_cannot_be_written_is_named_on_stderr,
     test_underscore_exit_writes_profile_and_keeps_status,
     test_sigterm_writes_profile_and_dies_by_signal,
     test_exit_and_sigterm_do_not_wait_for_the_next_tick,

@@ -2,7 +2,8 @@
  *
  *   workload busy SECONDS [DEPTH]      main thread: wl_recurse x DEPTH -> wl_hot_leaf
  *   workload threads N SECONDS         N threads "wl-worker-I", each in its own hot function
- *   workload prefork N SECONDS         master forks N workers (wl_worker_main), they _exit
+ *   workload prefork N SECONDS [WAIT]  master forks N workers (wl_worker_main), they _exit;
+ *                                      WAIT seconds of work in the master before the forks
  *   workload dlopen SECONDS PLUGIN     loops dlopen/dlclose of PLUGIN while spinning
  *   workload exec SECONDS              execs itself as "busy"
  *   workload exit-underscore SECONDS   busy, then _exit(3)
@@ -187,6 +188,8 @@ int main(int argc, char **argv)
         int n = atoi(argv[2]);
         double s = argc > 3 ? atof(argv[3]) : 1.0;
 
+        if (argc > 4) /* the master's runtime is fully up (threads, descriptors) first */
+            wl_hot_leaf(now_s() + atof(argv[4]));
         for (int i = 0; i < n; i++) {
             pid_t pid = fork();
 
