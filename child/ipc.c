@@ -667,14 +667,6 @@ static void *ipc_main(void *arg)
     /* Hello leaves from here, like every frame: this thread blocks every signal, so a
      * daemon that closed the connection already costs an EPIPE. Written from the program's
      * thread at start, the same write raised SIGPIPE there and killed the program. */
-    /* The program may close "every descriptor" (daemons do): not these, which libuv
-     * would abort the process over. */
-    rt_fd_protect(uv_backend_fd(&ipc.loop));
-    rt_fd_protect(ipc.loop.async_io_watcher.fd);
-    if (ipc.loop.async_wfd != ipc.loop.async_io_watcher.fd)
-        rt_fd_protect(ipc.loop.async_wfd);
-    if (ipc.conn)
-        rt_fd_protect(ipc_conn_fileno(ipc.conn));
     if (atomic_load(&ipc.linked))
         send_hello();
     (void)uv_run(&ipc.loop, UV_RUN_DEFAULT);
@@ -709,7 +701,9 @@ static int start_now(void)
     ipc.done = false;
     ipc.poll_id = 0;
     atomic_store(&ipc.exiting, 0);
+    rt_fds_capture(RT_FDS_CAPTURE); /* libuv's signal pipes (see pipe2 in preload.c) */
     r = uv_loop_init(&ipc.loop);
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
     if (r < 0)
         return r;
     r = uv_async_init(&ipc.loop, &ipc.wake, on_wake);
@@ -730,6 +724,17 @@ static int start_now(void)
         else
             atomic_store(&ipc.linked, 1);
     }
+    /* The program may close "every descriptor" (daemons do, first thing in main): not
+     * these, which libuv would abort the process over. Protected here, before the IPC
+     * thread runs: a program that starts closing at once otherwise wins the race. */
+    rt_fd_protect(uv_backend_fd(&ipc.loop));
+    rt_fd_protect(ipc.loop.async_io_watcher.fd);
+    rt_fd_protect(ipc.loop.async_wfd);
+    rt_fd_protect(ipc.loop.signal_pipefd[0]);
+    rt_fd_protect(ipc.loop.signal_pipefd[1]);
+    rt_fd_protect(ipc.loop.emfile_fd); /* libuv's spare /dev/null, for EMFILE */
+    if (ipc.conn)
+        rt_fd_protect(ipc_conn_fileno(ipc.conn));
     r = rt_create_internal_thread(&ipc.thread, ipc_main, NULL);
     if (r < 0) {
         buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
@@ -815,17 +820,20 @@ void rt_ipc_forget_after_fork(void)
     /* The loop, its epoll instance and the socket are shared with the parent: never run,
      * close or modify them here (uv_loop_close would epoll_ctl the parent's set). Close
      * only our copies of their descriptors, and start over. */
-    rt_fds_forget(); /* our copies are closed below, from this (the program's) thread */
+    /* rt_fds_forget() ran first (on_fork_child_first): these closes are real. */
     if (ipc.loop_ready) {
         int fd = ipc.conn ? ipc_conn_fileno(ipc.conn) : -1;
+        int fds[] = {fd,
+                     uv_backend_fd(&ipc.loop),
+                     ipc.loop.async_io_watcher.fd,
+                     ipc.loop.async_wfd != ipc.loop.async_io_watcher.fd ? ipc.loop.async_wfd : -1,
+                     ipc.loop.signal_pipefd[0],
+                     ipc.loop.signal_pipefd[1],
+                     ipc.loop.emfile_fd};
 
-        if (fd >= 0)
-            (void)close(fd);
-        (void)close(uv_backend_fd(&ipc.loop));
-        if (ipc.loop.async_io_watcher.fd >= 0)
-            (void)close(ipc.loop.async_io_watcher.fd);
-        if (ipc.loop.async_wfd >= 0 && ipc.loop.async_wfd != ipc.loop.async_io_watcher.fd)
-            (void)close(ipc.loop.async_wfd);
+        for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+            if (fds[i] >= 0)
+                (void)close(fds[i]);
     }
     memset(&ipc, 0, sizeof(ipc));
     ipc.defer_start = true; /* this child may exec at once: connect at the first tick */

@@ -59,6 +59,8 @@ typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvp_fn)(const char *, char *const[]);
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+typedef int (*pipe_fn)(int[2]);
+typedef int (*pipe2_fn)(int[2], int);
 
 static pthread_create_fn real_pthread_create;
 static dlopen_fn real_dlopen;
@@ -72,6 +74,8 @@ static execvp_fn real_execvp;
 static execvpe_fn real_execvpe;
 static fexecve_fn real_fexecve;
 static close_fn real_close;
+static pipe_fn real_pipe;
+static pipe2_fn real_pipe2;
 static close_range_fn real_close_range;
 static closefrom_fn real_closefrom;
 static _Atomic unsigned loader_generation; /* bumped by every dlopen and dlclose */
@@ -113,15 +117,25 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_close_range = dlsym(RTLD_NEXT, "close_range");
     if (!real_closefrom)
         *(void **)&real_closefrom = dlsym(RTLD_NEXT, "closefrom");
+    if (!real_pipe)
+        *(void **)&real_pipe = dlsym(RTLD_NEXT, "pipe");
+    if (!real_pipe2)
+        *(void **)&real_pipe2 = dlsym(RTLD_NEXT, "pipe2");
 }
 
 static __thread int creating_internal;
 /* Set in the runtime's own threads: their close() calls are the runtime's. */
 static __thread int internal_thread __attribute__((tls_model("initial-exec")));
 
-/* The runtime's descriptors, as fd + 1 (0: a free slot). */
-#define RT_MAX_OWN_FDS 8
+/* The runtime's descriptors, as fd + 1 (0: a free slot); kept_fds survive a fork. */
+#define RT_MAX_OWN_FDS  32
+#define RT_MAX_KEPT_FDS 8
 static _Atomic int own_fds[RT_MAX_OWN_FDS];
+static int kept_fds[RT_MAX_KEPT_FDS];
+static size_t kept_count;
+/* While the runtime initialises libunwind or libuv on this thread: the pipes they make
+ * then are the runtime's (rt_fds_capture). */
+static __thread enum rt_fds_capture capturing __attribute__((tls_model("initial-exec")));
 
 struct thread_start {
     void *(*start)(void *);
@@ -209,7 +223,12 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
 
 void rt_fd_protect(int fd)
 {
-    for (size_t i = 0; fd >= 0 && i < RT_MAX_OWN_FDS; i++) {
+    if (fd < 0)
+        return;
+    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++)
+        if (atomic_load(&own_fds[i]) == fd + 1)
+            return;
+    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
         int empty = 0;
 
         if (atomic_compare_exchange_strong(&own_fds[i], &empty, fd + 1))
@@ -221,6 +240,59 @@ void rt_fds_forget(void)
 {
     for (size_t i = 0; i < RT_MAX_OWN_FDS; i++)
         atomic_store(&own_fds[i], 0);
+    for (size_t i = 0; i < kept_count; i++)
+        rt_fd_protect(kept_fds[i]);
+}
+
+void rt_fds_capture(enum rt_fds_capture how)
+{
+    capturing = how;
+}
+
+static void captured(const int fds[2])
+{
+    for (int i = 0; i < 2; i++) {
+        rt_fd_protect(fds[i]);
+        if (capturing == RT_FDS_CAPTURE_KEEP && kept_count < RT_MAX_KEPT_FDS)
+            kept_fds[kept_count++] = fds[i];
+    }
+}
+
+/* libunwind keeps a pipe to probe memory while unwinding (it reads one byte from it, then
+ * writes the probed byte into it), and libuv keeps pipes of its own; none of them is in
+ * reach of our code. A program that closed them and opened its own files under the same
+ * numbers had its own pipe read by the sampling signal's handler: blocked for ever. So the
+ * pipes made while the runtime sets those libraries up are recorded as the runtime's. */
+FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
+{
+    int r;
+
+    if (!real_pipe2)
+        resolve_real_functions();
+    if (!real_pipe2) {
+        errno = ENOSYS;
+        return -1;
+    }
+    r = real_pipe2(fds, flags);
+    if (r == 0 && capturing)
+        captured(fds);
+    return r;
+}
+
+FLEETPROF_EXPORT int pipe(int fds[2])
+{
+    int r;
+
+    if (!real_pipe)
+        resolve_real_functions();
+    if (!real_pipe) {
+        errno = ENOSYS;
+        return -1;
+    }
+    r = real_pipe(fds);
+    if (r == 0 && capturing)
+        captured(fds);
+    return r;
 }
 
 static void fd_forget(int fd)

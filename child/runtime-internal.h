@@ -270,11 +270,17 @@ unsigned rt_loader_generation(void);
 /* preload.c: threads of our own, never registered for sampling, all signals blocked. */
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
 /* preload.c: descriptors of the runtime that the program's close(), close_range() and
- * closefrom() leave open (a daemon's "close everything" must not take them); up to 8. A
+ * closefrom() leave open (a daemon's "close everything" must not take them); up to 32. A
  * close from the runtime's own threads closes and forgets. rt_fds_forget() drops them all
- * (a forked child, before it closes its copies). */
+ * but the ones captured with RT_FDS_CAPTURE_KEEP (a forked child, before it closes its
+ * copies and before libuv's fork handler replaces its pipe). */
 void rt_fd_protect(int fd);
 void rt_fds_forget(void);
+/* preload.c: while set on a thread, the pipes pipe()/pipe2() make there are the runtime's
+ * (libuv's and libunwind's own, out of our code's reach); KEEP: still ours in a forked
+ * child (libunwind's, which the child goes on using). */
+enum rt_fds_capture { RT_FDS_CAPTURE_OFF, RT_FDS_CAPTURE, RT_FDS_CAPTURE_KEEP };
+void rt_fds_capture(enum rt_fds_capture how);
 void rt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Always printed (one line on stderr): a profile the user asked for was lost. */
 void rt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -38,6 +38,7 @@ struct rt rt = {
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool hooks_installed;
+static bool first_fork_hook_installed;
 static char product[4096];
 static char program_name[256];
 static bool command_line_known; /* product and program_name are current: a forked child
@@ -129,7 +130,11 @@ static int start_locked(void)
             return r;
         }
     }
+    /* libunwind's memory-probe pipe is made here, once per process: the runtime's, and a
+     * forked child's too. */
+    rt_fds_capture(RT_FDS_CAPTURE_KEEP);
     r = rt_stackwalk_init(rt.cfg.stackwalk);
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
     if (r < 0)
         return r;
     if (atomic_load(&rt.counter_count) == 0) {
@@ -467,8 +472,20 @@ static void install_exit_signal_handlers(void)
     }
 }
 
+/* Registered before the runtime first sets libuv up, so it runs before libuv's own fork
+ * handler, which closes and replaces its signal-lock pipe in the child: those closes must
+ * be real, and the new pipe is the runtime's. on_fork_child() ends the capture. */
+static void on_fork_child_first(void)
+{
+    if (!atomic_load(&rt.running))
+        return;
+    rt_fds_forget();
+    rt_fds_capture(RT_FDS_CAPTURE);
+}
+
 static void on_fork_child(void)
 {
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
     if (!atomic_load(&rt.running))
         return;
     /* The parent's buffer, sampler and locks are not ours: other threads held them at the
@@ -502,6 +519,10 @@ FLEETPROF_EXPORT int fleetprof_init(void)
     if (!atomic_load(&rt.running)) {
         rt_config_from_env(&rt.cfg);
         command_line_known = false;
+        if (!first_fork_hook_installed) {
+            first_fork_hook_installed = true;
+            (void)pthread_atfork(NULL, NULL, on_fork_child_first);
+        }
         r = start_locked();
         if (r == 0 && !hooks_installed) {
             hooks_installed = true;

@@ -298,8 +298,6 @@ static void *sampler_main(void *arg)
 
     (void)arg;
     (void)prctl(PR_SET_NAME, "fleetprof-sampl", 0, 0, 0);
-    statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    rt_fd_protect(statm_fd);
     last_memory_ns = 0;
     while (!atomic_load(&rt.stop_sampler)) {
         struct prof_overhead o;
@@ -367,6 +365,9 @@ int rt_sampler_start(void)
 
     atomic_store(&rt.stop_sampler, 0);
     atomic_store(&wake_word, 0);
+    /* Opened and protected before the thread runs, like the IPC descriptors. */
+    statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    rt_fd_protect(statm_fd);
     r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
     if (r < 0)
         return r;

@@ -64,10 +64,12 @@ uint32_t rt_fp_walk(uint64_t *frames, uint32_t max, uint64_t ip, uint64_t sp, ui
 int rt_stackwalk_init(enum rt_stackwalk mode)
 {
     walk_mode = mode;
+    /* Per-thread caches: no lock shared between a signal handler and other threads. Also
+     * in fp mode (labels and marker stacks use libunwind): its set-up happens here, where
+     * the runtime records the pipe it makes (rt_fds_capture), not later on some thread. */
+    (void)unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     if (mode == RT_STACKWALK_FP)
         return 0;
-    /* Per-thread caches: no lock shared between a signal handler and other threads. */
-    (void)unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     if (mode == RT_STACKWALK_COPY)
         return rt_stackwalk_copy_init();
     return 0;

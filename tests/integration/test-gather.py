@@ -287,6 +287,45 @@ def test_programs_that_close_every_descriptor_keep_their_profile(tmp):
         d.stop()
 
 
+def test_a_prefork_server_keeps_its_own_descriptors(tmp):
+    # The way prefork servers start (workload daemonize): close every descriptor from 3 up
+    # at once, open pipes of their own (the numbers just closed), fork a worker. libunwind's
+    # memory-probe pipe and libuv's pipes used to be closed then, and their numbers reused:
+    # the sampling handler blocked for ever reading the program's pipe, libuv aborted the
+    # master, and its fork handler closed the worker's pipes. Each stack walk, with and
+    # without a daemon; both processes must keep their pipes and profiles.
+    d = Daemon(tmp)
+    try:
+        pids = []
+        for walk in ("dwarf", "fp", "copy"):
+            for socket_path in (d.sock, os.path.join(tmp, "nobody.sock")):
+                e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1",
+                         FLEETPROF_STACKWALK=walk, FLEETPROF_SOCKET=socket_path)
+                p = subprocess.Popen([WORKLOAD, "daemonize", "0.3"], env=e,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+                try:
+                    _, err = p.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)  # the worker too
+                    p.communicate()
+                    raise AssertionError(f"{walk}: hung (a handler reading the program's pipe?)")
+                where = "with" if socket_path == d.sock else "without"
+                assert p.returncode == 0, \
+                    f"{walk} {where} a daemon: ended with {p.returncode}: {err.strip()}"
+                if socket_path == d.sock:
+                    pids.append(p.pid)
+        out = os.path.join(tmp, "servers.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        masters = [p for p in doc["processes"] if p["meta"]["fleetprof"]["pid"] in pids]
+        workers = [p for p in doc["processes"] if p["meta"]["fleetprof"]["ppid"] in pids]
+        assert len(masters) == 3 and len(workers) == 3, (pids, process_pids(doc))
+        assert d.alive(), d.log()
+    finally:
+        d.stop()
+
+
 def test_without_daemon_exit_profiles_go_to_fleetprof_dir(tmp):
     out_dir = os.path.join(tmp, "exit")
     e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1",
@@ -543,6 +582,7 @@ taplib.run([
     test_churn_keeps_every_exit_profile,
     test_churn_under_a_small_limit_logs_every_missing_profile,
     test_programs_that_close_every_descriptor_keep_their_profile,
+    test_a_prefork_server_keeps_its_own_descriptors,
     test_without_daemon_exit_profiles_go_to_fleetprof_dir,
     test_second_capture_is_busy,
     test_failed_capture_leaves_the_old_file,

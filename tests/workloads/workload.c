@@ -15,6 +15,12 @@
  *                                      daemons do (HOW: loop = close() each up to the
  *                                      limit, range = close_range, from = closefrom), then
  *                                      busy again; exits 4 if a file it opens then fails
+ *   workload daemonize SECONDS         starts the way prefork servers do: closes every
+ *                                      descriptor from 3 up, opens 8 pipes of its own (their
+ *                                      numbers are the ones just closed), forks a worker;
+ *                                      worker and master work, then check that each pipe is
+ *                                      still theirs (same inode, a byte written comes back);
+ *                                      exit 5 if one was closed or replaced under them
  *   workload fork-exec N               forks N children one after another, each execs
  *                                      /bin/true; prints how many died by a signal
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
@@ -32,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -284,6 +291,47 @@ int main(int argc, char **argv)
         if (fd < 0 || read(fd, buf, sizeof(buf)) <= 0 || close(fd) != 0)
             return 4;
         wl_recurse(3, now_s() + s / 2);
+    } else if (!strcmp(mode, "daemonize")) {
+        int fds[16];
+        ino_t inodes[16];
+        pid_t worker;
+        int status = 0;
+
+        (void)close_range(3, ~0u, 0);
+        for (int i = 0; i < 16; i += 2) {
+            if (pipe(fds + i) != 0)
+                return 4;
+        }
+        for (int i = 0; i < 16; i++) {
+            struct stat st;
+
+            if (fstat(fds[i], &st) != 0)
+                return 4;
+            inodes[i] = st.st_ino;
+        }
+        worker = fork();
+        if (worker < 0)
+            return 4;
+        wl_recurse(3, now_s() + seconds);
+        for (int i = 0; i < 16; i += 2) {
+            struct stat st;
+            char c = 'x';
+
+            if (fstat(fds[i], &st) != 0 || st.st_ino != inodes[i] || fstat(fds[i + 1], &st) != 0 ||
+                st.st_ino != inodes[i + 1] || write(fds[i + 1], &c, 1) != 1 ||
+                read(fds[i], &c, 1) != 1 || c != 'x') {
+                fprintf(stderr, "workload: %s: pipe %d/%d is no longer ours\n",
+                        worker == 0 ? "worker" : "master", fds[i], fds[i + 1]);
+                if (worker == 0)
+                    _exit(5);
+                status = 5;
+            }
+        }
+        if (worker == 0)
+            _exit(0);
+        if (waitpid(worker, &status, 0) == worker && WIFEXITED(status) && WEXITSTATUS(status))
+            return WEXITSTATUS(status);
+        return status;
     } else if (!strcmp(mode, "clock")) {
         wl_clock_loop(now_s() + seconds);
     } else if (!strcmp(mode, "idle")) {
