@@ -701,13 +701,17 @@ static int start_now(void)
     ipc.done = false;
     ipc.poll_id = 0;
     atomic_store(&ipc.exiting, 0);
-    rt_fds_capture(RT_FDS_CAPTURE); /* libuv's signal pipes (see pipe2 in preload.c) */
+    /* libuv's signal pipes are recorded (pipe2 in preload.c), and none of the loop's
+     * descriptors takes 0, 1 or 2. */
+    rt_fds_capture(RT_FDS_CAPTURE);
     r = uv_loop_init(&ipc.loop);
-    rt_fds_capture(RT_FDS_CAPTURE_OFF);
-    if (r < 0)
+    if (r < 0) {
+        rt_fds_capture(RT_FDS_CAPTURE_OFF);
         return r;
+    }
     r = uv_async_init(&ipc.loop, &ipc.wake, on_wake);
     if (r < 0) {
+        rt_fds_capture(RT_FDS_CAPTURE_OFF);
         (void)uv_loop_close(&ipc.loop);
         return r;
     }
@@ -719,6 +723,7 @@ static int start_now(void)
                                                       .on_close = on_close};
 
         r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, &ipc.conn);
+        rt_fds_capture(RT_FDS_CAPTURE_OFF);
         if (r < 0) /* the thread then idles until rt_ipc_stop() */
             rt_debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
         else

@@ -20,11 +20,14 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "child/include/fleetprof.h"
@@ -244,8 +247,54 @@ void rt_fds_forget(void)
         rt_fd_protect(kept_fds[i]);
 }
 
+/* While capturing: /dev/null on 0, 1 and 2 if the program left them closed, so that no
+ * descriptor of ours takes a standard number, which a program started with them closed
+ * later gives to /dev/null (daemon(3) dup2()s onto them), replacing ours unseen. */
+static __thread struct {
+    int fd;
+    ino_t ino;
+} placeholders[3];
+static __thread size_t placeholder_count;
+
+static void hold_standard_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        struct stat st;
+        int p;
+
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        /* A memfd: an inode of its own, so it is recognised at release time. */
+        p = memfd_create("fleetprof-placeholder", MFD_CLOEXEC);
+        if (p < 0 || fstat(p, &st) != 0)
+            return;
+        placeholders[placeholder_count].fd = p;
+        placeholders[placeholder_count++].ino = st.st_ino;
+        if (p >= 3) /* another thread took the free number first: nothing to hold */
+            break;
+    }
+}
+
+static void release_standard_fds(void)
+{
+    if (!real_close)
+        resolve_real_functions();
+    for (size_t i = 0; i < placeholder_count; i++) {
+        struct stat st;
+
+        /* Still ours: a program thread may have dup2()ed onto it meanwhile. */
+        if (fstat(placeholders[i].fd, &st) == 0 && st.st_ino == placeholders[i].ino && real_close)
+            (void)real_close(placeholders[i].fd);
+    }
+    placeholder_count = 0;
+}
+
 void rt_fds_capture(enum rt_fds_capture how)
 {
+    if (how != RT_FDS_CAPTURE_OFF && capturing == RT_FDS_CAPTURE_OFF)
+        hold_standard_fds();
+    else if (how == RT_FDS_CAPTURE_OFF && capturing != RT_FDS_CAPTURE_OFF)
+        release_standard_fds();
     capturing = how;
 }
 

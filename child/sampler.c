@@ -366,7 +366,9 @@ int rt_sampler_start(void)
     atomic_store(&rt.stop_sampler, 0);
     atomic_store(&wake_word, 0);
     /* Opened and protected before the thread runs, like the IPC descriptors. */
+    rt_fds_capture(RT_FDS_CAPTURE); /* not on 0, 1 or 2 */
     statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
     rt_fd_protect(statm_fd);
     r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
     if (r < 0)

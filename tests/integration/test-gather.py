@@ -293,34 +293,43 @@ def test_a_prefork_server_keeps_its_own_descriptors(tmp):
     # memory-probe pipe and libuv's pipes used to be closed then, and their numbers reused:
     # the sampling handler blocked for ever reading the program's pipe, libuv aborted the
     # master, and its fork handler closed the worker's pipes. Each stack walk, with and
-    # without a daemon; both processes must keep their pipes and profiles.
+    # without a daemon, and once started with stdin and stdout closed (the runtime must
+    # not take those numbers: the program gives them to /dev/null); both processes must
+    # keep their pipes, /dev/null on 0 and 1, and their profiles.
+    def close_stdio():
+        os.close(0)
+        os.close(1)
+
     d = Daemon(tmp)
     try:
         pids = []
-        for walk in ("dwarf", "fp", "copy"):
-            for socket_path in (d.sock, os.path.join(tmp, "nobody.sock")):
-                e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1",
-                         FLEETPROF_STACKWALK=walk, FLEETPROF_SOCKET=socket_path)
-                p = subprocess.Popen([WORKLOAD, "daemonize", "0.3"], env=e,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
-                try:
-                    _, err = p.communicate(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)  # the worker too
-                    p.communicate()
-                    raise AssertionError(f"{walk}: hung (a handler reading the program's pipe?)")
-                where = "with" if socket_path == d.sock else "without"
-                assert p.returncode == 0, \
-                    f"{walk} {where} a daemon: ended with {p.returncode}: {err.strip()}"
-                if socket_path == d.sock:
-                    pids.append(p.pid)
+        runs = [(walk, sock, None) for walk in ("dwarf", "fp", "copy")
+                for sock in (d.sock, os.path.join(tmp, "nobody.sock"))]
+        runs.append(("dwarf", d.sock, close_stdio))
+        for walk, socket_path, preexec in runs:
+            e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1",
+                     FLEETPROF_STACKWALK=walk, FLEETPROF_SOCKET=socket_path)
+            p = subprocess.Popen([WORKLOAD, "daemonize", "0.3"], env=e,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                 preexec_fn=preexec)
+            try:
+                _, err = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)  # the worker too
+                p.communicate()
+                raise AssertionError(f"{walk}: hung (a handler reading the program's pipe?)")
+            where = "with" if socket_path == d.sock else "without"
+            assert p.returncode == 0, \
+                f"{walk} {where} a daemon: ended with {p.returncode}: {err.strip()}"
+            if socket_path == d.sock:
+                pids.append(p.pid)
         out = os.path.join(tmp, "servers.json")
         _, error = capture(d.sock, out)
         assert error is None, error
         doc = checked(out)
         masters = [p for p in doc["processes"] if p["meta"]["fleetprof"]["pid"] in pids]
         workers = [p for p in doc["processes"] if p["meta"]["fleetprof"]["ppid"] in pids]
-        assert len(masters) == 3 and len(workers) == 3, (pids, process_pids(doc))
+        assert len(masters) == 4 and len(workers) == 4, (pids, process_pids(doc))
         assert d.alive(), d.log()
     finally:
         d.stop()

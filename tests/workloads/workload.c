@@ -15,8 +15,9 @@
  *                                      daemons do (HOW: loop = close() each up to the
  *                                      limit, range = close_range, from = closefrom), then
  *                                      busy again; exits 4 if a file it opens then fails
- *   workload daemonize SECONDS         starts the way prefork servers do: closes every
- *                                      descriptor from 3 up, opens 8 pipes of its own (their
+ *   workload daemonize SECONDS         starts the way prefork servers do: stdin and stdout
+ *                                      to /dev/null (dup2), closes every descriptor from 3
+ *                                      up, opens 8 pipes of its own (their
  *                                      numbers are the ones just closed), forks a worker;
  *                                      worker and master work, then check that each pipe is
  *                                      still theirs (same inode, a byte written comes back);
@@ -297,6 +298,14 @@ int main(int argc, char **argv)
         pid_t worker;
         int status = 0;
 
+        struct stat null_st;
+        int null_fd = open("/dev/null", O_RDWR);
+
+        /* daemon(3): stdin and stdout to /dev/null (numbers the runtime may have been
+         * given if the program started with them closed) */
+        if (null_fd < 0 || fstat(null_fd, &null_st) != 0 || dup2(null_fd, 0) != 0 ||
+            dup2(null_fd, 1) != 1)
+            return 4;
         (void)close_range(3, ~0u, 0);
         for (int i = 0; i < 16; i += 2) {
             if (pipe(fds + i) != 0)
@@ -322,6 +331,17 @@ int main(int argc, char **argv)
                 read(fds[i], &c, 1) != 1 || c != 'x') {
                 fprintf(stderr, "workload: %s: pipe %d/%d is no longer ours\n",
                         worker == 0 ? "worker" : "master", fds[i], fds[i + 1]);
+                if (worker == 0)
+                    _exit(5);
+                status = 5;
+            }
+        }
+        for (int fd = 0; fd < 2; fd++) {
+            struct stat st;
+
+            if (fstat(fd, &st) != 0 || st.st_ino != null_st.st_ino || st.st_dev != null_st.st_dev) {
+                fprintf(stderr, "workload: %s: descriptor %d is no longer /dev/null\n",
+                        worker == 0 ? "worker" : "master", fd);
                 if (worker == 0)
                     _exit(5);
                 status = 5;
