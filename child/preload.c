@@ -62,6 +62,9 @@ typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvp_fn)(const char *, char *const[]);
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef void (*signal_handler_fn)(int);
+typedef signal_handler_fn (*signal_fn)(int, signal_handler_fn);
 typedef int (*pipe_fn)(int[2]);
 typedef int (*pipe2_fn)(int[2], int);
 
@@ -77,6 +80,8 @@ static execvp_fn real_execvp;
 static execvpe_fn real_execvpe;
 static fexecve_fn real_fexecve;
 static close_fn real_close;
+static sigaction_fn real_sigaction;
+static signal_fn real_signal;
 static pipe_fn real_pipe;
 static pipe2_fn real_pipe2;
 static close_range_fn real_close_range;
@@ -120,6 +125,10 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_close_range = dlsym(RTLD_NEXT, "close_range");
     if (!real_closefrom)
         *(void **)&real_closefrom = dlsym(RTLD_NEXT, "closefrom");
+    if (!real_sigaction)
+        *(void **)&real_sigaction = dlsym(RTLD_NEXT, "sigaction");
+    if (!real_signal)
+        *(void **)&real_signal = dlsym(RTLD_NEXT, "signal");
     if (!real_pipe)
         *(void **)&real_pipe = dlsym(RTLD_NEXT, "pipe");
     if (!real_pipe2)
@@ -312,7 +321,7 @@ static void captured(const int fds[2])
  * reach of our code. A program that closed them and opened its own files under the same
  * numbers had its own pipe read by the sampling signal's handler: blocked for ever. So the
  * pipes made while the runtime sets those libraries up are recorded as the runtime's. */
-FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
+RT_NO_TSAN FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
 {
     int r;
 
@@ -328,7 +337,7 @@ FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
     return r;
 }
 
-FLEETPROF_EXPORT int pipe(int fds[2])
+RT_NO_TSAN FLEETPROF_EXPORT int pipe(int fds[2])
 {
     int r;
 
@@ -497,6 +506,70 @@ FLEETPROF_EXPORT void _Exit(int status)
     __builtin_unreachable();
 }
 
+/* --- the sampling signal: the program's own action, never in place of ours ---------- */
+
+RT_NO_TSAN static int libc_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (!real_sigaction)
+        resolve_real_functions();
+    if (!real_sigaction) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real_sigaction(sig, act, old);
+}
+
+RT_NO_TSAN int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (RT_TSAN) {
+        /* TSan must see our handler installed (its interceptor, the first definition,
+         * wraps it); then our interposer below passes straight through. */
+        sigaction_fn first;
+
+        *(void **)&first = dlsym(RTLD_DEFAULT, "sigaction");
+        if (first)
+            return first(sig, act, old);
+    }
+    return libc_sigaction(sig, act, old);
+}
+
+/* A program that resets every handler to SIG_DFL (daemons do), or installs its own
+ * SIGPROF handler (a profiler of its own), replaced ours: the next sample killed it, or
+ * its handler got our 1 kHz. Its action is kept aside instead (and chained for its own
+ * signals, see chain() in sampler.c), and it reads back what it set. (TSan builds pass
+ * through: TSan's interceptor keeps its own table of the program's handlers.) */
+RT_NO_TSAN FLEETPROF_EXPORT int sigaction(int sig, const struct sigaction *act,
+                                          struct sigaction *old)
+{
+    if (RT_TSAN || sig != RT_SAMPLE_SIGNAL || !rt_sampler_owns_signal())
+        return libc_sigaction(sig, act, old);
+    rt_sampler_program_action(act, old);
+    return 0;
+}
+
+RT_NO_TSAN FLEETPROF_EXPORT signal_handler_fn signal(int sig, signal_handler_fn handler)
+{
+    struct sigaction sa, old;
+
+    if (RT_TSAN || sig != RT_SAMPLE_SIGNAL || !rt_sampler_owns_signal()) {
+        if (!real_signal)
+            resolve_real_functions();
+        if (!real_signal) {
+            errno = ENOSYS;
+            return SIG_ERR;
+        }
+        return real_signal(sig, handler);
+    }
+    /* glibc's signal(): BSD semantics, restarting calls, the signal blocked meanwhile. */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESTART;
+    (void)sigemptyset(&sa.sa_mask);
+    (void)sigaddset(&sa.sa_mask, sig);
+    rt_sampler_program_action(&sa, &old);
+    return old.sa_handler;
+}
+
 /* Exec: no sampling signal may be pending when the new image starts. Only async-signal-safe
  * calls here: exec often follows fork in a multithreaded program. */
 static bool before_exec(struct sigaction *saved)
@@ -510,7 +583,7 @@ static bool before_exec(struct sigaction *saved)
     ignore.sa_handler = SIG_IGN;
     (void)sigemptyset(&ignore.sa_mask);
     /* Ignoring a signal discards its pending instances (POSIX). */
-    return sigaction(RT_SAMPLE_SIGNAL, &ignore, saved) == 0;
+    return rt_real_sigaction(RT_SAMPLE_SIGNAL, &ignore, saved) == 0;
 }
 
 static void after_failed_exec(bool prepared, const struct sigaction *saved)
@@ -518,7 +591,7 @@ static void after_failed_exec(bool prepared, const struct sigaction *saved)
     int saved_errno = errno;
 
     if (prepared) {
-        (void)sigaction(RT_SAMPLE_SIGNAL, saved, NULL);
+        (void)rt_real_sigaction(RT_SAMPLE_SIGNAL, saved, NULL);
         atomic_store(&rt.exec_pending, 0);
     }
     errno = saved_errno;

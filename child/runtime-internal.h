@@ -11,6 +11,7 @@
 #define FLEETPROF_CHILD_RUNTIME_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -194,6 +195,12 @@ void rt_sampler_wake(void);
 /* In a forked child, after rt_fds_forget(): closes the copy of the parent's statm. */
 void rt_sampler_forget_after_fork(void);
 int rt_sampler_install_handler(void);
+/* Our handler owns the sampling signal: the program's sigaction()/signal() calls for it
+ * (interposed, preload.c) read and set its own action here instead of replacing ours. */
+bool rt_sampler_owns_signal(void);
+void rt_sampler_program_action(const struct sigaction *act, struct sigaction *old);
+/* preload.c: the C library's sigaction, past our interposer. */
+int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
 /* runtime.c */
 struct json_writer;

@@ -29,8 +29,15 @@
 #include "buffer/chunked-buffer.h"
 #include "child/runtime-internal.h"
 
-static struct sigaction previous_action; /* the program's handler, chained for its signals */
-static bool handler_installed;
+/* The program's own action for the sampling signal: the one in place when ours was
+ * installed, then whatever it sets since (its sigaction() and signal() calls for this
+ * signal land in rt_sampler_program_action(), through preload.c), so that a program that
+ * resets every handler to SIG_DFL, as daemons do, is not killed by our next signal. It is
+ * chained for the signals that are not ours. Two slots and an index: the handler never
+ * reads one half-written. */
+static struct sigaction program_actions[2];
+static _Atomic unsigned program_action_index;
+static _Atomic bool handler_installed;
 static int statm_fd = -1;
 static uint64_t last_memory_ns;
 /* Futex word: 1 when the sampler must stop sleeping (stop, or an exit signal to handle).
@@ -45,13 +52,55 @@ uint64_t rt_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+bool rt_sampler_owns_signal(void)
+{
+    return atomic_load(&handler_installed);
+}
+
+void rt_sampler_program_action(const struct sigaction *act, struct sigaction *old)
+{
+    unsigned cur = atomic_load(&program_action_index);
+
+    if (old)
+        *old = program_actions[cur];
+    if (act) {
+        program_actions[cur ^ 1u] = *act;
+        atomic_store(&program_action_index, cur ^ 1u);
+    }
+}
+
+/* A signal for the program's own action (not one of our samples). */
+static void chain(int sig, siginfo_t *info, void *ucontext)
+{
+    unsigned cur = atomic_load(&program_action_index);
+    struct sigaction pa = program_actions[cur];
+
+    if (pa.sa_handler == SIG_DFL || pa.sa_handler == SIG_IGN)
+        return; /* SIG_DFL would end the program: a profiler's signal never does */
+    if (pa.sa_flags & SA_RESETHAND) { /* one-shot, as the kernel would have done */
+        struct sigaction dfl;
+
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        rt_sampler_program_action(&dfl, NULL);
+    }
+    if (pa.sa_flags & SA_SIGINFO)
+        pa.sa_sigaction(sig, info, ucontext);
+    else
+        pa.sa_handler(sig);
+}
+
 static void on_sample_signal(int sig, siginfo_t *info, void *ucontext)
 {
     int saved_errno = errno;
     struct rt_thread *t = rt_self;
 
-    if (t &&
-        atomic_load_explicit(&t->capture.state, memory_order_acquire) == RT_CAPTURE_REQUESTED) {
+    /* Ours come from the sampler's tgkill; anything else (the program's ITIMER_PROF, a
+     * kill) is the program's. */
+    if (info->si_code != SI_TKILL || info->si_pid != rt.pid) {
+        chain(sig, info, ucontext);
+    } else if (t && atomic_load_explicit(&t->capture.state, memory_order_acquire) ==
+                            RT_CAPTURE_REQUESTED) {
         struct rt_capture *c = &t->capture;
         uint32_t depth = atomic_load_explicit(&t->label_depth, memory_order_relaxed);
 
@@ -63,10 +112,6 @@ static void on_sample_signal(int sig, siginfo_t *info, void *ucontext)
         c->label_count = depth;
         rt_stackwalk_capture(c, t, ucontext);
         atomic_store_explicit(&c->state, RT_CAPTURE_FULL, memory_order_release);
-    } else if ((previous_action.sa_flags & SA_SIGINFO) && previous_action.sa_sigaction) {
-        previous_action.sa_sigaction(sig, info, ucontext);
-    } else if (previous_action.sa_handler != SIG_DFL && previous_action.sa_handler != SIG_IGN) {
-        previous_action.sa_handler(sig);
     }
     errno = saved_errno;
 }
@@ -75,16 +120,17 @@ int rt_sampler_install_handler(void)
 {
     struct sigaction sa;
 
-    if (handler_installed)
+    if (atomic_load(&handler_installed))
         return 0;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = on_sample_signal;
     /* SA_RESTART: the program's blocking calls resume instead of failing with EINTR. */
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     (void)sigemptyset(&sa.sa_mask);
-    if (sigaction(RT_SAMPLE_SIGNAL, &sa, &previous_action) < 0)
+    if (rt_real_sigaction(RT_SAMPLE_SIGNAL, &sa, &program_actions[0]) < 0)
         return -errno;
-    handler_installed = true;
+    atomic_store(&program_action_index, 0);
+    atomic_store(&handler_installed, true);
     return 0;
 }
 

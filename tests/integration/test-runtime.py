@@ -382,6 +382,21 @@ def test_exit_and_sigterm_do_not_wait_for_the_next_tick(tmp):
     assert len(glob.glob(os.path.join(tmp, "s-*.json"))) == 2
 
 
+def test_a_program_that_resets_or_takes_sigprof_is_not_killed_and_keeps_its_own(tmp):
+    # Daemons reset every signal handler to SIG_DFL at start, and some programs run a
+    # profiler of their own on SIGPROF (setitimer). Either replaced the runtime's handler:
+    # the next sample killed the program ("Profiling timer expired"), or its handler got
+    # our 1 kHz. Now its action is kept aside and chained for its own signals only.
+    r = run(tmp, [WORKLOAD, "own-sigprof", "0.5"])
+    assert r.returncode == 0, f"ended with {r.returncode} (-27: killed by SIGPROF): {r.stderr}"
+    calls = int(r.stdout.split("own_sigprof=")[1].split()[0])
+    # 0.5 s of CPU on a 10 ms ITIMER_PROF: ~50; ours alone would add ~500.
+    assert 20 <= calls <= 80, f"the program's own handler ran {calls} times, expected ~50"
+    doc = only_profile(tmp)
+    samples = len(pc.sample_stacks(main_thread(doc)))
+    assert samples >= 250, f"{samples} samples for 0.5 s of CPU at 1 kHz"
+
+
 def test_api_labels_markers_counters(tmp):
     r = run(tmp, [WL_API, "0.4"], preload=False)
     assert r.returncode == 0, r.stderr
@@ -456,7 +471,8 @@ def test_exports_only_api_and_interposed_functions(tmp):
     names = {n.split("@")[0] for n in names}
     interposed = {"pthread_create", "dlopen", "dlclose", "dl_iterate_phdr", "_exit", "_Exit",
                   "execve", "execv", "execvp", "execvpe", "fexecve", "execl", "execlp", "execle",
-                  "close", "close_range", "closefrom", "pipe", "pipe2"}
+                  "close", "close_range", "closefrom", "pipe", "pipe2", "sigaction",
+                  "signal"}
     stray = {n for n in names if not n.startswith("fleetprof_")} - interposed
     assert not stray, f"libfleetprof.so exports more than its API: {sorted(stray)}"
     assert {"fleetprof_init", "fleetprof_marker", "fleetprof_counter_add"} <= names
@@ -479,6 +495,7 @@ taplib.run([
     test_underscore_exit_writes_profile_and_keeps_status,
     test_sigterm_writes_profile_and_dies_by_signal,
     test_exit_and_sigterm_do_not_wait_for_the_next_tick,
+    test_a_program_that_resets_or_takes_sigprof_is_not_killed_and_keeps_its_own,
     test_api_labels_markers_counters,
     test_dlopen_loop_at_10khz_never_deadlocks,
     test_bad_setting_is_named_once_and_defaults_apply,

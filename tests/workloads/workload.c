@@ -22,6 +22,12 @@
  *                                      worker and master work, then check that each pipe is
  *                                      still theirs (same inode, a byte written comes back);
  *                                      exit 5 if one was closed or replaced under them
+ *   workload own-sigprof CPU_SECONDS   resets every signal handler to SIG_DFL (daemons do),
+ *                                      installs its own SIGPROF handler and a 10 ms
+ *                                      ITIMER_PROF (a profiler of its own), spins for
+ *                                      CPU_SECONDS of CPU; prints "own_sigprof=N", its
+ *                                      handler's calls; exits 6 if sigaction() does not
+ *                                      give its own handler back
  *   workload fork-exec N               forks N children one after another, each execs
  *                                      /bin/true; prints how many died by a signal
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
@@ -35,11 +41,13 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +70,24 @@ NOINLINE void wl_hot_leaf(double until)
     while (now_s() < until)
         for (int i = 0; i < 10000; i++)
             sink += (uint64_t)i * 2654435761u;
+}
+
+static volatile sig_atomic_t own_sigprof_calls;
+
+static void on_own_sigprof(int sig, siginfo_t *info, void *ucontext)
+{
+    (void)sig;
+    (void)info;
+    (void)ucontext;
+    own_sigprof_calls++;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 NOINLINE void wl_clock_loop(double until);
@@ -352,6 +378,28 @@ int main(int argc, char **argv)
         if (waitpid(worker, &status, 0) == worker && WIFEXITED(status) && WEXITSTATUS(status))
             return WEXITSTATUS(status);
         return status;
+    } else if (!strcmp(mode, "own-sigprof")) {
+        struct sigaction sa, back;
+        struct itimerval it = {{0, 10000}, {0, 10000}}, off = {{0, 0}, {0, 0}};
+        double until;
+
+        for (int sig = 1; sig < NSIG; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                (void)signal(sig, SIG_DFL);
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = on_own_sigprof;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGPROF, &sa, NULL) != 0 || sigaction(SIGPROF, NULL, &back) != 0 ||
+            back.sa_sigaction != on_own_sigprof)
+            return 6;
+        setitimer(ITIMER_PROF, &it, NULL);
+        until = cpu_s() + seconds;
+        while (cpu_s() < until)
+            for (int i = 0; i < 10000; i++)
+                sink += (uint64_t)i * 2654435761u;
+        setitimer(ITIMER_PROF, &off, NULL);
+        printf("own_sigprof=%d\n", (int)own_sigprof_calls);
     } else if (!strcmp(mode, "clock")) {
         wl_clock_loop(now_s() + seconds);
     } else if (!strcmp(mode, "idle")) {
