@@ -159,8 +159,7 @@ def test_summary_of_a_runtime_profile(tmp):
     top = proc["top"][0]
     assert top["function"] == "wl_hot_leaf" and top["lib"] == "workload", proc["top"]
     assert top["samples"] == expected["wl_hot_leaf"], (top, expected)
-    # ~95 % when quiet; 78 % seen on a starved machine (more in the clock reads)
-    assert top["percent"] >= 50, f"wl_hot_leaf has only {top['percent']}% of the samples"
+    assert top["percent"] >= 80, f"wl_hot_leaf has only {top['percent']}% of the samples"
     for f in proc["top"]:
         name = f["function"] if f["function"] != "(no stack)" else None
         assert f["samples"] == expected[name], (f, expected)
