@@ -65,7 +65,6 @@ typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef void (*signal_handler_fn)(int);
 typedef signal_handler_fn (*signal_fn)(int, signal_handler_fn);
-typedef int (*pipe_fn)(int[2]);
 typedef int (*pipe2_fn)(int[2], int);
 
 static pthread_create_fn real_pthread_create;
@@ -82,7 +81,6 @@ static fexecve_fn real_fexecve;
 static close_fn real_close;
 static sigaction_fn real_sigaction;
 static signal_fn real_signal;
-static pipe_fn real_pipe;
 static pipe2_fn real_pipe2;
 static close_range_fn real_close_range;
 static closefrom_fn real_closefrom;
@@ -129,8 +127,6 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_sigaction = dlsym(RTLD_NEXT, "sigaction");
     if (!real_signal)
         *(void **)&real_signal = dlsym(RTLD_NEXT, "signal");
-    if (!real_pipe)
-        *(void **)&real_pipe = dlsym(RTLD_NEXT, "pipe");
     if (!real_pipe2)
         *(void **)&real_pipe2 = dlsym(RTLD_NEXT, "pipe2");
 }
@@ -337,20 +333,10 @@ RT_NO_TSAN FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
     return r;
 }
 
+/* pipe(fds) is pipe2(fds, 0). */
 RT_NO_TSAN FLEETPROF_EXPORT int pipe(int fds[2])
 {
-    int r;
-
-    if (!real_pipe)
-        resolve_real_functions();
-    if (!real_pipe) {
-        errno = ENOSYS;
-        return -1;
-    }
-    r = real_pipe(fds);
-    if (r == 0 && capturing)
-        captured(fds);
-    return r;
+    return pipe2(fds, 0);
 }
 
 static void fd_forget(int fd)
