@@ -56,12 +56,17 @@
 
 static volatile uint64_t sink;
 
-static double now_s(void)
+static double clock_s(clockid_t clock)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double now_s(void)
+{
+    return clock_s(CLOCK_MONOTONIC);
 }
 
 NOINLINE void wl_hot_leaf(double until);
@@ -80,14 +85,6 @@ static void on_own_sigprof(int sig, siginfo_t *info, void *ucontext)
     (void)info;
     (void)ucontext;
     own_sigprof_calls++;
-}
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 NOINLINE void wl_clock_loop(double until);
@@ -394,8 +391,8 @@ int main(int argc, char **argv)
             back.sa_sigaction != on_own_sigprof)
             return 6;
         setitimer(ITIMER_PROF, &it, NULL);
-        until = cpu_s() + seconds;
-        while (cpu_s() < until)
+        until = clock_s(CLOCK_PROCESS_CPUTIME_ID) + seconds;
+        while (clock_s(CLOCK_PROCESS_CPUTIME_ID) < until)
             for (int i = 0; i < 10000; i++)
                 sink += (uint64_t)i * 2654435761u;
         setitimer(ITIMER_PROF, &off, NULL);
