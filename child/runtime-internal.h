@@ -100,7 +100,16 @@ struct rt_thread {
     uintptr_t stack_lo, stack_hi; /* the thread's stack, for frame-pointer walks */
     char name[RT_THREAD_NAME];
     uint64_t register_ns, unregister_ns;
-    uint64_t last_cpu_ns; /* sampler-owned */
+    /* Sampler-owned. */
+    uint64_t last_cpu_ns;
+    bool sampled;          /* a sample of this thread has been written */
+    uint64_t probe_cpu_ns; /* CPU time when last found blocked (UINT64_MAX: never) */
+    /* The tick that requested the capture in flight, and the ticks since then: the thread
+     * has not run meanwhile (the signal is pending), so they all get the stack the capture
+     * brings, written when it lands. */
+    uint64_t request_ns;
+    uint32_t deferred_ticks;
+    uint64_t deferred_first_ns, deferred_last_ns;
     _Atomic uint32_t label_depth;
     struct rt_label labels[RT_MAX_LABELS];
     struct rt_capture capture;

@@ -153,6 +153,48 @@ static uint32_t label_native_depth(const struct rt_capture *c, uint64_t code_add
     return 0;
 }
 
+/* A tick at which thread t did not run: the stack of its last sample (a same-sample), or,
+ * before it has any, a sample that says why there is none. */
+static void put_idle_tick(const struct rt_thread *t, uint64_t time_ns, uint32_t why)
+{
+    struct prof_sample s = {0};
+
+    if (t->sampled) {
+        (void)prof_entry_put_same_sample(rt.buffer, t->tid, time_ns);
+        return;
+    }
+    s.tid = t->tid;
+    s.time_ns = time_ns;
+    s.flags = why;
+    (void)prof_entry_put_sample(rt.buffer, &s);
+}
+
+/* The ticks that came while the capture was in flight, spread evenly over the span they
+ * covered (they sit on the interval grid, give or take a late wake). */
+static void put_deferred_ticks(struct rt_thread *t, uint32_t why)
+{
+    uint32_t n = t->deferred_ticks;
+    uint64_t span = t->deferred_last_ns - t->deferred_first_ns;
+
+    for (uint32_t k = 0; k < n; k++)
+        put_idle_tick(t, t->deferred_first_ns + (n > 1 ? span * k / (n - 1) : 0), why);
+    t->deferred_ticks = 0;
+}
+
+/* A capture that will never land (its thread ended with the signal pending): the tick that
+ * asked for it and those after it get the thread's last stack, or say why they have none. */
+static void drop_capture(struct rt_thread *t)
+{
+    put_idle_tick(t, t->request_ns, PROF_SAMPLE_ENDED_UNSAMPLED);
+    put_deferred_ticks(t, PROF_SAMPLE_ENDED_UNSAMPLED);
+    atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+}
+
+/* Writes a landed capture at the tick that asked for it: until the handler ran, the thread
+ * stood still where the capture found it (a pending signal is handled before the thread
+ * runs another instruction), so that stack is also the one of every tick that came in the
+ * meantime. On a busy machine a runnable thread can wait many ticks for a CPU; giving those
+ * ticks its previous stack, or none before its first, misplaced them. */
 static void write_sample(struct rt_thread *t)
 {
     struct rt_capture *c = &t->capture;
@@ -170,7 +212,7 @@ static void write_sample(struct rt_thread *t)
         labels[i].native_depth = label_native_depth(c, c->labels[i].code_address);
     }
     s.tid = t->tid;
-    s.time_ns = c->time_ns;
+    s.time_ns = t->request_ns;
     s.cpu_delta_ns = c->cpu_delta_ns;
     s.flags = c->flags;
     s.frames = c->frames;
@@ -178,6 +220,9 @@ static void write_sample(struct rt_thread *t)
     s.labels = labels;
     s.label_count = c->label_count;
     (void)prof_entry_put_sample(rt.buffer, &s);
+    t->sampled = true;
+    put_deferred_ticks(t, 0);
+    atomic_store_explicit(&c->state, RT_CAPTURE_EMPTY, memory_order_release);
 }
 
 static uint64_t thread_cpu_ns(clockid_t clock)
@@ -189,12 +234,50 @@ static uint64_t thread_cpu_ns(clockid_t clock)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Same-samples for the grid ticks the sampler slept through (all its threads were idle at
- * the tick before), oldest first, so that the thread keeps one sample per interval. */
+/* Whether the thread is runnable (state R in /proc: running, or waiting for a CPU) rather
+ * than blocked. Asked only of a thread with no sample yet that used no CPU since its last
+ * tick: a runnable one is signalled (it runs no user code before the handler, so the
+ * capture is the stack it waits at), a blocked one is not (a signal would interrupt its
+ * call: sleeps and waits return EINTR even with SA_RESTART). */
+static bool thread_runnable(int32_t tid)
+{
+    char path[64], buf[512];
+    const char *state;
+    ssize_t n;
+    int fd;
+
+    (void)snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void)close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    state = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    return state && state[1] == ' ' && state[2] == 'R';
+}
+
+/* Same-samples (or, before the first sample, samples saying the thread is blocked) for the
+ * grid ticks the sampler slept through (all its threads were idle at the tick before),
+ * oldest first, so that the thread keeps one sample per interval. */
 static void put_skipped_ticks(const struct rt_thread *t, uint64_t now, unsigned skipped)
 {
     for (unsigned k = skipped; k > 0; k--)
-        (void)prof_entry_put_same_sample(rt.buffer, t->tid, now - k * rt.cfg.interval_ns);
+        put_idle_tick(t, now - k * rt.cfg.interval_ns, PROF_SAMPLE_BLOCKED_SINCE_START);
+}
+
+/* Whether thread t, which used (almost) no CPU since its last sample, is to be signalled
+ * anyway: only before its first sample, when it waits for a CPU rather than in a call. */
+static bool sample_idle_thread(struct rt_thread *t, uint64_t cpu)
+{
+    if (t->sampled || t->probe_cpu_ns == cpu)
+        return false;
+    if (thread_runnable(t->tid))
+        return true;
+    t->probe_cpu_ns = cpu; /* blocked: not asked again until it runs */
+    return false;
 }
 
 /* Steps 1 and 2 of a tick, which comes after `skipped` ticks slept through. Returns true if
@@ -217,39 +300,70 @@ static bool sample_threads(uint64_t now, unsigned skipped)
         state = atomic_load_explicit(&t->capture.state, memory_order_acquire);
         if (state == RT_CAPTURE_FULL) {
             write_sample(t);
-            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
             state = RT_CAPTURE_EMPTY;
+        }
+        if (!t->live && state == RT_CAPTURE_REQUESTED) {
+            /* Its handler can no longer run (rt_self is cleared before the thread is marked
+             * dead), and a slot in flight is never reused. */
+            drop_capture(t);
+            continue;
         }
         if (!t->live || paused || atomic_load_explicit(&rt.exec_pending, memory_order_relaxed))
             continue;
         put_skipped_ticks(t, now, skipped);
         if (state == RT_CAPTURE_REQUESTED) {
             /* The signal is still pending a whole tick later: the thread was not scheduled
-             * (a busy machine), so it did not run. Its capture, when the handler finally
-             * runs, comes later in time, keeping the thread's samples ordered. */
-            (void)prof_entry_put_same_sample(rt.buffer, t->tid, now);
+             * (a busy machine), so it did not run. This tick gets the capture's stack when
+             * it lands. */
+            if (t->deferred_ticks++ == 0)
+                t->deferred_first_ns = now;
+            t->deferred_last_ns = now;
             busy = true;
             continue;
         }
         cpu = thread_cpu_ns(t->cpu_clock);
-        if (cpu - t->last_cpu_ns < idle_cpu_ns) {
-            /* It (almost) did not run: its stack is the one of its last sample, or unknown
-             * if it has been idle since registration. No signal, so an idle thread is not
-             * woken and its blocking calls are not interrupted. The threshold matters: the
-             * signal itself bills the thread some CPU (handler, syscall restart), and an
-             * exact comparison would make every signalled sleeper look busy forever. Its
-             * CPU is not reset, so a thread doing a little work is sampled now and then. */
-            (void)prof_entry_put_same_sample(rt.buffer, t->tid, now);
+        if (cpu - t->last_cpu_ns < idle_cpu_ns && !sample_idle_thread(t, cpu)) {
+            /* It (almost) did not run: its stack is the one of its last sample. No signal,
+             * so an idle thread is not woken and its blocking calls are not interrupted.
+             * The threshold matters: the signal itself bills the thread some CPU (handler,
+             * syscall restart), and an exact comparison would make every signalled sleeper
+             * look busy forever. Its CPU is not reset, so a thread doing a little work is
+             * sampled now and then. */
+            put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
             continue;
         }
         t->capture.cpu_delta_ns = cpu - t->last_cpu_ns;
         t->last_cpu_ns = cpu;
+        t->request_ns = now;
+        t->deferred_ticks = 0;
         atomic_store_explicit(&t->capture.state, RT_CAPTURE_REQUESTED, memory_order_release);
-        if (syscall(SYS_tgkill, rt.pid, t->tid, RT_SAMPLE_SIGNAL) < 0)
+        if (syscall(SYS_tgkill, rt.pid, t->tid, RT_SAMPLE_SIGNAL) < 0) {
             atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+            put_idle_tick(t, now, PROF_SAMPLE_ENDED_UNSAMPLED); /* it is gone */
+        }
         busy = true;
     }
     return busy;
+}
+
+/* After the sampler's last tick: captures that landed are written, and those still in
+ * flight end with the ticks they hold (the sampler is gone: nobody would harvest them). */
+static void harvest_last_captures(void)
+{
+    (void)pthread_mutex_lock(&rt.registry_lock);
+    for (size_t i = 0; i < rt.thread_count; i++) {
+        struct rt_thread *t = rt.threads[i];
+        int state;
+
+        if (!t)
+            continue;
+        state = atomic_load_explicit(&t->capture.state, memory_order_acquire);
+        if (state == RT_CAPTURE_FULL)
+            write_sample(t);
+        else if (state == RT_CAPTURE_REQUESTED)
+            drop_capture(t);
+    }
+    (void)pthread_mutex_unlock(&rt.registry_lock);
 }
 
 /* Ticks to sleep through after `idle_wakes` wakes in a row that found every thread idle:
@@ -432,4 +546,5 @@ void rt_sampler_stop(void)
     if (!pthread_equal(pthread_self(), rt.sampler))
         (void)pthread_join(rt.sampler, NULL);
     rt.sampler_started = false;
+    harvest_last_captures();
 }

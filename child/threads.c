@@ -162,9 +162,12 @@ int rt_threads_register(const char *name, bool is_main)
     else
         read_comm(t->tid, t->name, sizeof(t->name));
     t->register_ns = rt_now_ns();
-    t->last_cpu_ns = thread_cpu_ns(t->cpu_clock);
+    t->probe_cpu_ns = UINT64_MAX;
     atomic_init(&t->capture.state, RT_CAPTURE_EMPTY);
     rt_stackwalk_warm_thread();
+    /* After the warm-up: its CPU is ours, and counted as the thread's it made the first
+     * tick signal every new thread, even one that blocked at once. */
+    t->last_cpu_ns = thread_cpu_ns(t->cpu_clock);
 
     (void)pthread_mutex_lock(&rt.registry_lock);
     r = take_slot(&index);

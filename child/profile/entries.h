@@ -39,9 +39,15 @@
 #define PROF_MAX_MARKER_TEXT 4096
 
 /* Sample flags. */
-#define PROF_SAMPLE_TRUNCATED   (1u << 0) /* the walk stopped at PROF_MAX_FRAMES */
-#define PROF_SAMPLE_NO_NATIVE   (1u << 1) /* unwinding was unsafe (loader lock held) */
-#define PROF_SAMPLE_UNWIND_FAIL (1u << 2) /* the unwinder gave up before the root */
+#define PROF_SAMPLE_TRUNCATED           (1u << 0) /* the walk stopped at PROF_MAX_FRAMES */
+#define PROF_SAMPLE_NO_NATIVE           (1u << 1) /* unwinding was unsafe (loader lock held) */
+#define PROF_SAMPLE_UNWIND_FAIL         (1u << 2) /* the unwinder gave up before the root */
+/* No frames, and why: the thread has been blocked since it was registered, so no stack of
+ * it was ever captured (a signal would interrupt its blocking call). */
+#define PROF_SAMPLE_BLOCKED_SINCE_START (1u << 3)
+/* No frames: the thread ended before the sampling signal sent to it ran, and no stack of it
+ * was captured before. */
+#define PROF_SAMPLE_ENDED_UNSAMPLED     (1u << 4)
 
 enum prof_marker_phase {
     PROF_PHASE_INSTANT = 0,

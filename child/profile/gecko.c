@@ -479,6 +479,26 @@ static char *put_stack_or_null(char *p, uint32_t stack)
     return p + 4;
 }
 
+/* Why a sample has no stack, as a pseudo-frame of its own, so a user sees the cause in
+ * the call tree rather than an unexplained gap; NULL when it has one. */
+static const char *no_stack_reason(const struct prof_sample *s, uint32_t *ret_category)
+{
+    *ret_category = PROF_CATEGORY_PROFILER;
+    if (s->frame_count > 0 || s->label_count > 0)
+        return NULL;
+    if (s->flags & PROF_SAMPLE_BLOCKED_SINCE_START) {
+        *ret_category = PROF_CATEGORY_IDLE;
+        return "(no stack: blocked since the thread started)";
+    }
+    if (s->flags & PROF_SAMPLE_ENDED_UNSAMPLED)
+        return "(no stack: the thread ended before its first sample)";
+    if (s->flags & PROF_SAMPLE_NO_NATIVE)
+        return "(no stack: interrupted in the dynamic loader)";
+    if (s->flags & PROF_SAMPLE_UNWIND_FAIL)
+        return "(no stack: unwinding failed)";
+    return "(no stack)";
+}
+
 static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
 {
     struct gthread *t = thread_for(g, s->tid);
@@ -493,7 +513,19 @@ static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
         stack = t->last_stack;
         g->same_samples++;
     } else {
-        r = build_stack(g, t, s->frames, s->frame_count, s->labels, s->label_count, &stack);
+        uint32_t category;
+        const char *reason = no_stack_reason(s, &category);
+
+        if (reason) {
+            struct prof_label l = {{reason, strlen(reason)}, category, 0, 0, 0};
+            uint32_t frame;
+
+            r = intern_label(t, &l, &frame);
+            if (r == 0)
+                r = intern_stack(t, NO_INDEX, frame, &stack);
+        } else {
+            r = build_stack(g, t, s->frames, s->frame_count, s->labels, s->label_count, &stack);
+        }
         if (r < 0)
             return r;
         t->last_stack = stack;
