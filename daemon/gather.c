@@ -906,8 +906,7 @@ static void finish(struct gather *g)
     if (!g->write_error && g->processes == 0)
         (void)fail(g, -ENODATA,
                    "nothing to write: no profiled process answered and no exit "
-                   "profile was stored (did the processes run with FLEETPROF_SOCKET "
-                   "set?)");
+                   "profile was stored");
     if (g->write_error) {
         complete(g);
         return;

@@ -464,6 +464,27 @@ static void on_capture_progress(void *userdata, const struct daemon_capture_prog
                         p->children_total + p->exit_profiles, p->bytes);
 }
 
+/* Every process got the environment and none left a profile: say which of the two ways
+ * that happens it was, from what the daemon saw. */
+static void explain_no_profile(const struct record *rec)
+{
+    struct daemon_stats st;
+
+    daemon_get_stats(rec->daemon, &st);
+    if (st.children_total == 0)
+        fprintf(stderr,
+                "fleetprof record: no process of %s connected to the profiler; is it "
+                "statically linked, or does it clear LD_PRELOAD?\n",
+                rec->cmd_name);
+    else
+        fprintf(stderr,
+                "fleetprof record: %" PRIu64 " process%s of %s connected, then ended the "
+                "connection without sending a profile (%" PRIu64 " dropped for misbehaving); "
+                "did it close or replace the profiler's descriptors?\n",
+                st.children_total, st.children_total == 1 ? "" : "es", rec->cmd_name,
+                st.dropped_children);
+}
+
 static void on_capture_done(void *userdata, const struct daemon_capture_result *res)
 {
     struct record *rec = userdata;
@@ -482,13 +503,8 @@ static void on_capture_done(void *userdata, const struct daemon_capture_result *
     } else if (res->error < 0) {
         fprintf(stderr, "fleetprof record: no profile written: %s\n",
                 res->message ? res->message : strerror(-res->error));
-        /* Every process got the environment and none left a profile: most likely the
-         * preload never took. */
         if (res->error == -ENODATA)
-            fprintf(stderr,
-                    "fleetprof record: no process of %s left a profile; is it statically "
-                    "linked, or does it clear LD_PRELOAD?\n",
-                    rec->cmd_name);
+            explain_no_profile(rec);
     } else {
         gather_format_bytes(b, sizeof(b), res->bytes);
         fprintf(stderr, "fleetprof record: wrote %s (%s): %" PRIu32 " process%s",

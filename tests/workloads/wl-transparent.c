@@ -5,12 +5,23 @@
  *                                         starts; the main thread spins CPU_MS of CPU in
  *                                         wl_spin, then writes the byte that ends the
  *                                         read; exit 3 if the read failed (EINTR)
+ *   wl-transparent dup2-range CPU_MS      spins, dup2()s /dev/null over descriptors 3..63
+ *                                         (a daemon's clean-up), spins again; exit 4 if
+ *                                         one of them is not its /dev/null afterwards
+ *   wl-transparent raw-close-range CPU_MS spins, closes every descriptor from 3 up with the
+ *                                         close_range system call (not libc's), opens 8
+ *                                         pipes of its own (the numbers just closed), spins
+ *                                         again; exit 5 if a byte written to one of them
+ *                                         does not come back
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,12 +81,68 @@ static int blocked_thread(double cpu_ms)
     return 0;
 }
 
+static int dup2_range(double cpu_ms)
+{
+    struct stat null_st, st;
+    int null_fd;
+
+    wl_spin(cpu_ms);
+    null_fd = open("/dev/null", O_RDWR);
+    if (null_fd < 0 || fstat(null_fd, &null_st) < 0) {
+        perror("wl-transparent: /dev/null");
+        return 1;
+    }
+    for (int fd = 3; fd < 64; fd++)
+        if (fd != null_fd && dup2(null_fd, fd) != fd) {
+            fprintf(stderr, "wl-transparent: dup2(%d, %d): %s\n", null_fd, fd, strerror(errno));
+            return 1;
+        }
+    wl_spin(cpu_ms);
+    for (int fd = 3; fd < 64; fd++)
+        if (fstat(fd, &st) < 0 || st.st_ino != null_st.st_ino || st.st_dev != null_st.st_dev) {
+            fprintf(stderr, "wl-transparent: descriptor %d is no longer /dev/null\n", fd);
+            return 4;
+        }
+    return 0;
+}
+
+static int raw_close_range(double cpu_ms)
+{
+    int pipes[8][2];
+
+    wl_spin(cpu_ms);
+    if (syscall(SYS_close_range, 3u, ~0u, 0u) < 0) {
+        perror("wl-transparent: close_range");
+        return 1;
+    }
+    for (int i = 0; i < 8; i++)
+        if (pipe(pipes[i]) < 0) {
+            perror("wl-transparent: pipe");
+            return 1;
+        }
+    wl_spin(cpu_ms);
+    for (int i = 0; i < 8; i++) {
+        char c = (char)('a' + i), back = 0;
+
+        if (write(pipes[i][1], &c, 1) != 1 || read(pipes[i][0], &back, 1) != 1 || back != c) {
+            fprintf(stderr, "wl-transparent: pipe %d (fds %d, %d) is no longer its own\n", i,
+                    pipes[i][0], pipes[i][1]);
+            return 5;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
 
     if (!strcmp(mode, "blocked-thread") && argc > 2)
         return blocked_thread(atof(argv[2]));
+    if (!strcmp(mode, "dup2-range") && argc > 2)
+        return dup2_range(atof(argv[2]));
+    if (!strcmp(mode, "raw-close-range") && argc > 2)
+        return raw_close_range(atof(argv[2]));
     fprintf(stderr, "wl-transparent: unknown mode '%s' (see the file's header)\n", mode);
     return 2;
 }
