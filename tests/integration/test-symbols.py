@@ -12,6 +12,7 @@ Usage: test-symbols.py BUILD_DIR   (TAP output)
 import ctypes
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -558,23 +559,58 @@ def test_hostile_requests(tmp):
         d.stop()
 
 
-def leaf_counts(proc):
-    """{leaf frame location: samples} over every thread of proc."""
-    counts = {}
+VDSO_UNNAMED = re.compile(r"^\[vdso\]\+0x([0-9a-f]+)(?: \(called from ([^()]+)\))? \(in \[vdso\]\)$")
+
+
+def sample_chains(proc):
+    """The location chain, innermost first, of every sample with a stack."""
+    chains = []
     for t in proc["threads"]:
         st, frames, stacks = t["stringTable"], t["frameTable"]["data"], t["stackTable"]["data"]
         for row in t["samples"]["data"]:
-            if row[0] is not None:
-                loc = st[frames[stacks[row[0]][1]][0]]
-                counts[loc] = counts.get(loc, 0) + 1
-    return counts
+            chain, i = [], row[0]
+            while i is not None:
+                chain.append(st[frames[stacks[i][1]][0]])
+                i = stacks[i][0]
+            if chain:
+                chains.append(chain)
+    return chains
+
+
+def check_vdso_frames(name, proc):
+    """Every frame in the vdso is named: by its symbol, or "[vdso]+0x<offset>" inside the
+    vdso's image, and "(called from X)" only where the unwinder showed X as its caller.
+    Returns how many sampled frames were in the vdso."""
+    (vdso,) = [m for m in proc["libs"] if m["name"] == "[vdso]"]
+    seen = 0
+    for chain in sample_chains(proc):
+        for depth, loc in enumerate(chain):
+            if loc.startswith("0x"):
+                a = int(loc, 16)
+                assert not vdso["start"] <= a < vdso["end"], f"{name}: bare vdso address {loc}"
+            if not loc.endswith(" (in [vdso])"):
+                continue
+            seen += 1
+            m = VDSO_UNNAMED.match(loc)
+            if not m:  # a symbol: a plain name, not an address in disguise
+                fn = loc[:-len(" (in [vdso])")]
+                assert fn and not fn.startswith("0x") and "+0x" not in fn, f"{name}: {loc}"
+                continue
+            assert int(m.group(1), 16) < vdso["end"] - vdso["start"], f"{name}: {loc}"
+            caller = chain[depth + 1] if depth + 1 < len(chain) else None
+            if m.group(2) and caller and caller.endswith(" (in [vdso])"):
+                assert caller == f"{m.group(2)} (in [vdso])", f"{name}: {loc} under {caller}"
+    return seen
 
 
 def test_vdso_frames_are_named(tmp):
-    # The vdso has no file for the daemon or libdw to open: a clock-reading loop, mostly in
-    # the vdso's clock_gettime, gets that name from the process's own memory, with the
-    # service and without it.
-    vdso_leaf = "__vdso_clock_gettime (in [vdso])"
+    # The vdso has no file for the daemon or libdw to open: a clock-reading loop's frames in
+    # the vdso get names from the process's own memory, with the service and without it.
+    # Whether samples land there depends on the kernel: with some clock sources
+    # clock_gettime is a syscall, with others (6.18, paravirtual clock) its hot code is a
+    # local function that no dynamic symbol covers. So this checks the names of whatever
+    # vdso frames were sampled and requires none; libsym-unnamed.so (tests/unit/profile/
+    # test-gecko.c) and test_module_without_symbols cover unnamed code on every kernel.
     local_out = os.path.join(tmp, "local.json")
     subprocess.run([WORKLOAD, "clock", "0.4"], env=env(FLEETPROF_OUTPUT=local_out), check=True,
                    timeout=30)
@@ -589,12 +625,13 @@ def test_vdso_frames_are_named(tmp):
     finally:
         d.stop()
     for name, proc in (("local", checked(local_out)), ("service", service)):
-        leaves = leaf_counts(proc)
-        total = sum(leaves.values())
-        assert leaves.get(vdso_leaf, 0) >= total // 4, \
-            f"{name}: {vdso_leaf} is not the top: {leaves}"
-        hex_leaves = {loc: n for loc, n in leaves.items() if loc.startswith("0x")}
-        assert not hex_leaves, f"{name}: unresolved leaves {hex_leaves}"
+        chains = sample_chains(proc)
+        loop = sum(1 for c in chains if "wl_clock_loop (in workload)" in c)
+        assert loop >= len(chains) // 2 and loop >= 20, \
+            f"{name}: {loop} of {len(chains)} samples in the clock loop"
+        seen = check_vdso_frames(name, proc)
+        assert_no_bare_address_in_a_module(proc)
+        print(f"# {name}: {seen} sampled frames in the vdso", flush=True)
 
 
 def test_falls_back_to_local_without_a_daemon(tmp):
