@@ -6,7 +6,7 @@
  * never on the IPC thread, which it waits for: the unique (module, vaddr) pairs go in
  * Symbolize batches small enough for one frame each, one batch at a time, each answered
  * within SYMBOLIZE_TIMEOUT_NS or resolved locally. A module the daemon cannot read stays
- * unresolved ("0x..." frames with a `libs` entry): the child could not read it either.
+ * unresolved ("<module>+0x<offset>" frames, gecko.h): the child could not read it either.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -102,8 +102,9 @@ static const struct rt_symbols_plugin *get_plugin(struct rt_symbolizer *s)
     return p;
 }
 
-/* Resolves with the plugin's libdw cache. Without the plugin every frame stays "0x..."
- * with its libs entry, as for a module that cannot be read; the profile is still written. */
+/* Resolves with the plugin's libdw cache. Without the plugin every frame stays unresolved
+ * ("<module>+0x<offset>"), as for a module that cannot be read; the profile is still
+ * written. */
 static int resolve_local(struct rt_symbolizer *s, const struct prof_frame_request *requests,
                          size_t count, struct prof_frame_result *results)
 {

@@ -242,7 +242,9 @@ static void func_table_done(struct func_table *t)
 
 /* Splits a frame location the way the front-end does for native frames: "func (in lib)",
  * "func (in lib) + 123" and "func (in lib) (file:line)" are func in lib; anything else is a
- * function named by the whole string (labels, "0x..." addresses). */
+ * function named by the whole string (labels, "0x..." addresses outside every module). The
+ * last " (in " counts: code no symbol covers is "lib+0x1a2c (in lib)", and in the vdso
+ * "[vdso]+0x8f0 (called from __vdso_clock_gettime) (in [vdso])" (child/profile/gecko.h). */
 static void split_location(const char *s, size_t len, size_t *ret_name_len, const char **ret_lib,
                            size_t *ret_lib_len)
 {
@@ -893,9 +895,14 @@ static void count_updates(const struct json_doc *d, const struct json_value *ent
 
 /* Text output. */
 
+/* "lib!func"; just "lib+0x1a2c" for code no symbol covers, which names its library. */
 static void print_function(const struct func *f)
 {
-    if (f->lib) {
+    bool names_lib = f->lib && f->name_len > f->lib_len + 3 &&
+                     memcmp(f->name, f->lib, f->lib_len) == 0 &&
+                     memcmp(f->name + f->lib_len, "+0x", 3) == 0;
+
+    if (f->lib && !names_lib) {
         print_clean(f->lib, f->lib_len);
         (void)putchar('!');
     }

@@ -202,6 +202,8 @@ struct gecko {
     struct prof_frame_request *requests;
     size_t request_count, request_cap;
     struct prof_frame_result *results;
+    const char **callers; /* per request: the vdso function unnamed vdso code was called
+                           * from, or NULL (see find_vdso_callers); NULL when none */
     struct gcounter *counters;
     struct json_writer *overhead; /* open array of rows */
     uint64_t *pauses;             /* pairs (start, end); end 0 = open */
@@ -1029,12 +1031,94 @@ static void write_libs(struct json_writer *w, const struct prof_libs *libs)
     json_writer_array_end(w);
 }
 
+int prof_frame_format_location(const struct prof_frame_name *name, char *buf, size_t buf_size)
+{
+    int n;
+
+    if (!name || !buf || buf_size == 0)
+        return -EINVAL;
+    if (name->function && name->module)
+        n = snprintf(buf, buf_size, "%s (in %s)", name->function, name->module);
+    else if (name->function)
+        n = snprintf(buf, buf_size, "%s", name->function);
+    else if (name->module && name->caller)
+        n = snprintf(buf, buf_size, "%s+0x%" PRIx64 " (called from %s) (in %s)", name->module,
+                     name->offset, name->caller, name->module);
+    else if (name->module)
+        n = snprintf(buf, buf_size, "%s+0x%" PRIx64 " (in %s)", name->module, name->offset,
+                     name->module);
+    else
+        n = snprintf(buf, buf_size, "0x%" PRIx64, name->address);
+    if (n < 0)
+        return -EINVAL;
+    return (size_t)n < buf_size ? n : -ENOSPC;
+}
+
+/* Whether request i is code of the vdso (the only module without a file) that no symbol
+ * names. */
+static bool unnamed_vdso(const struct gecko *g, uint32_t i)
+{
+    return !g->requests[i].lib->path && !(g->results && g->results[i].function);
+}
+
+/* Names the function each piece of unnamed vdso code was called from. On some kernels
+ * (reported on 6.18 with a paravirtual clock) clock_gettime's hot code is a local function of
+ * the vdso that no dynamic symbol covers, and its frames would read "[vdso]+0x8f0" alone.
+ * When the unwinder's caller frame of such code is a named vdso function (an exported
+ * entry point such as __vdso_clock_gettime), that name is added: "called from", because the
+ * code is not inside that function. Callers outside the vdso say nothing (a frame-pointer
+ * walk may skip the vdso's own frame); two different named vdso callers of one address
+ * give no name at all. Decided per address for the whole process, so that every thread
+ * shows one name. Returns 0 or -ENOMEM. */
+static int find_vdso_callers(struct gecko *g)
+{
+    static const char conflict[] = "(conflict)";
+    bool any = false;
+
+    if (!g->results)
+        return 0;
+    for (uint32_t i = 0; i < g->request_count && !any; i++)
+        any = unnamed_vdso(g, i);
+    if (!any)
+        return 0;
+    g->callers = calloc(g->request_count, sizeof(*g->callers));
+    if (!g->callers)
+        return -ENOMEM;
+    for (size_t k = 0; k < g->thread_count; k++) {
+        const struct gthread *t = &g->threads[k];
+
+        for (size_t i = 0; i < t->stack_count; i++) {
+            const struct gstack *s = &t->stacks[i];
+            const struct gframe *f = &t->frames[s->frame], *c;
+            const char *name;
+
+            if (s->prefix == NO_INDEX || f->is_label || f->request == NO_INDEX ||
+                !unnamed_vdso(g, f->request))
+                continue;
+            c = &t->frames[t->stacks[s->prefix].frame];
+            if (c->is_label || c->request == NO_INDEX ||
+                g->requests[c->request].lib != g->requests[f->request].lib ||
+                !g->results[c->request].function)
+                continue;
+            name = g->results[c->request].function;
+            if (!g->callers[f->request])
+                g->callers[f->request] = name;
+            else if (strcmp(g->callers[f->request], name) != 0)
+                g->callers[f->request] = conflict;
+        }
+    }
+    for (size_t i = 0; i < g->request_count; i++)
+        if (g->callers[i] == conflict)
+            g->callers[i] = NULL;
+    return 0;
+}
+
 static int write_frame_table(struct gecko *g, struct gthread *t, struct json_writer *w)
 {
     static const char *const schema[] = {"location",       "relevantForJS", "innerWindowID",
                                          "implementation", "line",          "column",
                                          "category",       "subcategory"};
-    char location[PROF_MAX_STRING + 160];
+    char location[2 * PROF_MAX_STRING + 160];
 
     write_schema_table(w, "frameTable", schema, sizeof(schema) / sizeof(schema[0]));
     json_writer_array_begin(w, "data");
@@ -1047,11 +1131,18 @@ static int write_frame_table(struct gecko *g, struct gthread *t, struct json_wri
         if (f->is_label) {
             loc = f->label_name;
         } else {
-            if (res && res->function)
-                (void)snprintf(location, sizeof(location), "%s (in %s)", res->function,
-                               g->requests[f->request].lib->name);
-            else
-                (void)snprintf(location, sizeof(location), "0x%" PRIx64, f->address);
+            struct prof_frame_name name = {.address = f->address};
+
+            /* In a known module, never a bare address: the module and the offset in its
+             * file can be looked up (addr2line, objdump) and read the same in every
+             * process, wherever the module was loaded. */
+            if (f->request != NO_INDEX) {
+                name.module = g->requests[f->request].lib->name;
+                name.offset = g->requests[f->request].vaddr;
+                name.function = res ? res->function : NULL;
+                name.caller = g->callers ? g->callers[f->request] : NULL;
+            }
+            (void)prof_frame_format_location(&name, location, sizeof(location));
             if (!res || !res->function)
                 g->unresolved_frames++;
             if (intern_string(t, location, strlen(location), &loc) < 0)
@@ -1234,6 +1325,7 @@ static void gecko_done(struct gecko *g)
     u64map_done(&g->request_map);
     free(g->requests);
     free(g->results);
+    free(g->callers);
     free(g->pauses);
     json_writer_free(g->overhead);
 }
@@ -1287,6 +1379,9 @@ int prof_gecko_write_process(struct json_writer *w, const char *key,
         if (g->symbolizer_error < 0)
             memset(g->results, 0, g->request_count * sizeof(*g->results));
     }
+    r = find_vdso_callers(g);
+    if (r < 0)
+        goto out;
 
     if (progress)
         progress_logger_set_local(progress, proportion_from_double(0.75), "writing threads");

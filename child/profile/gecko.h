@@ -96,7 +96,7 @@ struct prof_frame_request {
 };
 
 struct prof_frame_result {
-    const char *function; /* NULL: unresolved (written as "0x..." with a libs entry) */
+    const char *function; /* NULL: no symbol covers it (written "<module>+0x<offset>") */
     const char *file;     /* may be NULL */
     uint32_t line;        /* 0 = unknown */
 };
@@ -108,6 +108,39 @@ struct prof_symbolizer {
                    struct prof_frame_result *results);
     void *userdata;
 };
+
+/* How a native frame is named: the location string of its frameTable row
+ * (shared/gecko-format.md section 6; docs/user-guide.md section 1):
+ *
+ *   "<function> (in <module>)"                a symbol covers the address
+ *   "<module>+0x<offset> (in <module>)"       inside a known module, no symbol covers it
+ *                                             (stripped code, local functions of the vdso)
+ *   "<module>+0x<offset> (called from <caller>) (in <module>)"
+ *                                             the same, with the function it was called
+ *                                             from (the writer gives one only for the vdso)
+ *   "0x<address>"                             in no known module (JIT code, a broken walk):
+ *                                             the front-end's unsymbolicated form
+ *
+ * offset is the address in the module's ELF address space (runtime address - load bias;
+ * for a caller frame the return address - 1, inside the call), in lowercase hex: what
+ * `addr2line -e MODULE`, `objdump -d` and `nm` take. For shared objects and PIE programs
+ * it is the distance from where the module was loaded. The " (in <module>)" suffix keeps
+ * the frame in its library for the front-end and `fleetprof summary`. */
+struct prof_frame_name {
+    const char *function; /* the covering symbol, or NULL */
+    const char *module;   /* basename of the module containing the address ("[vdso]"), or
+                           * NULL when no known module contains it */
+    uint64_t offset;      /* ELF address in module; used without function */
+    const char *caller;   /* the named function this code was called from, or NULL; used
+                           * without function */
+    uint64_t address;     /* runtime address; used without module */
+};
+
+/* Formats name as above (just "<function>" when a function has no module) into buf, at
+ * most buf_size bytes including the NUL. Returns the string's length, -ENOSPC when it did
+ * not fit (buf then holds a truncated, NUL-terminated prefix), or -EINVAL (name or buf
+ * NULL, buf_size 0). */
+int prof_frame_format_location(const struct prof_frame_name *name, char *buf, size_t buf_size);
 
 /* Writes the meta keys every process of a fleet profile must share: "sampleUnits" and
  * "categories" (the front-end reads per-thread data with the top level's list). */

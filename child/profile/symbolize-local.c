@@ -14,9 +14,9 @@ static int resolve_local(void *userdata, const struct prof_frame_request *reques
         struct prof_symbol sym;
 
         results[i] = (struct prof_frame_result){0};
-        /* A module that cannot be read stays "0x..." with a libs entry, which is what the
-         * front-end expects of unresolved frames. The vdso has no file: its names come from
-         * memory. */
+        /* A module that cannot be read leaves its frames without a function: the profile
+         * writer names them "<module>+0x<offset>" (gecko.h). The vdso has no file: its
+         * names come from memory. */
         if (!lib)
             continue;
         if (!lib->path) {

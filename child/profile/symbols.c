@@ -1440,21 +1440,3 @@ const char *prof_symbols_get_last_error(const struct prof_symbols *s)
 {
     return s ? s->last_error : "";
 }
-
-int prof_symbol_format_location(const struct prof_symbol *symbol, const char *module_name,
-                                uint64_t runtime_addr, char *buf, size_t buf_size)
-{
-    int n;
-
-    if (!buf || buf_size == 0)
-        return -EINVAL;
-    if (symbol && symbol->function && module_name)
-        n = snprintf(buf, buf_size, "%s (in %s)", symbol->function, module_name);
-    else if (symbol && symbol->function)
-        n = snprintf(buf, buf_size, "%s", symbol->function);
-    else
-        n = snprintf(buf, buf_size, "0x%" PRIx64, runtime_addr);
-    if (n < 0)
-        return -EINVAL;
-    return (size_t)n < buf_size ? n : -ENOSPC;
-}

@@ -143,7 +143,7 @@ int prof_symbols_resolve(struct prof_symbols *s, const char *path, const uint8_t
  * address, so its line is the call's), and calls prof_symbols_resolve(). Returns its
  * result, or -ENXIO when no module contains the address. On success stores the module in
  * *ret_lib (borrowed from libs; ret_lib may be NULL). On failure both outputs are
- * untouched: use prof_libs_lookup() to list the module of a "0x..." frame. */
+ * untouched: use prof_libs_lookup() to find the module of an unnamed frame. */
 int prof_symbols_resolve_address(struct prof_symbols *s, const struct prof_libs *libs,
                                  uint64_t runtime_addr, bool is_return_address,
                                  struct prof_symbol *ret_symbol, const struct prof_lib **ret_lib);
@@ -154,16 +154,5 @@ void prof_symbols_get_stats(const struct prof_symbols *s, struct prof_symbols_st
 /* A description of the last failure of a resolve call, e.g. "/x/libfoo.so: No such file or
  * directory", or "" when nothing failed yet. Borrowed: valid until the next call on s. */
 const char *prof_symbols_get_last_error(const struct prof_symbols *s);
-
-/* Formats the location string of a Gecko frameTable row (shared/gecko-format.md §6):
- * "<function> (in <module_name>)" when symbol has a function (just "<function>" when
- * module_name is NULL), else "0x<runtime_addr in lowercase hex>", an unsymbolicated
- * address that the front-end looks up in the process's `libs` (so the caller must list
- * the module there). The line goes in the frame's `line` column, not in this string.
- * Writes at most buf_size bytes including the NUL. Returns the string's length, -ENOSPC
- * when it did not fit (buf then holds a truncated, NUL-terminated prefix), or -EINVAL
- * (buf NULL or buf_size 0). */
-int prof_symbol_format_location(const struct prof_symbol *symbol, const char *module_name,
-                                uint64_t runtime_addr, char *buf, size_t buf_size);
 
 #endif /* FLEETPROF_CHILD_PROFILE_SYMBOLS_H */

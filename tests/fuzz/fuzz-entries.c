@@ -8,8 +8,10 @@
  *     the byte, and a decode must never read outside the block (ASan).
  *  2. The blocks are put into a chunked buffer with small chunks, then
  *     prof_gecko_write_process() turns them into a process profile with a dummy process
- *     description (3 threads, 3 counters, 2 marker schemas, 2 fake modules and a fake
- *     symbolizer) into a memory JSON writer: it must succeed, and its output must be one
+ *     description (3 threads, 3 counters, 2 marker schemas, 3 fake modules, one a vdso,
+ *     and a fake symbolizer that leaves some addresses unnamed, so that frames are named by
+ *     module and offset and by their vdso caller, gecko.h) into a memory JSON writer: it must
+ *     succeed, and its output must be one
  *     valid JSON value (strict RFC 8259 + UTF-8 validator).
  * Anything else abort()s. Seeds: tests/fuzz/gen-entries-corpus writes real encoded entries
  * (build/tests/fuzz/gen-entries-corpus tests/fuzz/corpus/entries).
@@ -167,6 +169,7 @@ static const struct prof_marker_schema schemas[] = {
 };
 static char lib_path[] = "/fuzz/libfuzz.so", lib_name[] = "libfuzz.so";
 static char exe_path[] = "/fuzz/program", exe_name[] = "program";
+static char vdso_name[] = "[vdso]"; /* no path: the vdso */
 static struct prof_lib libs_array[] = {
         {.start = 0x400000, .end = 0x500000, .bias = 0x400000, .path = exe_path, .name = exe_name},
         {.start = 0x7f0000000000,
@@ -174,8 +177,9 @@ static struct prof_lib libs_array[] = {
          .bias = 0x7f0000000000,
          .path = lib_path,
          .name = lib_name},
+        {.start = 0x7fff00000000, .end = 0x7fff00002000, .bias = 0x7fff00000000, .name = vdso_name},
 };
-static const struct prof_libs libs = {libs_array, 2};
+static const struct prof_libs libs = {libs_array, 3};
 
 /* Names for some addresses, none for others; results borrow static strings. */
 static int fake_resolve(void *userdata, const struct prof_frame_request *requests, size_t count,
@@ -188,7 +192,7 @@ static int fake_resolve(void *userdata, const struct prof_frame_request *request
     for (size_t i = 0; i < count; i++) {
         uint64_t v = requests[i].vaddr;
 
-        CHECK(requests[i].lib == &libs_array[0] || requests[i].lib == &libs_array[1]);
+        CHECK(requests[i].lib >= &libs_array[0] && requests[i].lib <= &libs_array[2]);
         results[i].function = v % 3 == 0 ? NULL : names[v % 5];
         results[i].file = v % 2 ? "fuzz.c" : NULL;
         results[i].line = (uint32_t)(v % 100);

@@ -110,6 +110,12 @@ static int buf_save(struct buf *b, const char *dir, const char *name)
 /* Return addresses in the fuzzer's fake modules (program at 0x400000, a library high up). */
 static const uint64_t stack_a[] = {0x401234, 0x402345, 0x7f0000001111, 0x403456, 0x404567};
 static const uint64_t stack_b[] = {0x405000, 0x402345, 0x7f0000002222, 0x403456, 0x404567};
+/* Through the fake vdso (0x7fff00000000), where the fuzzer's symbolizer names no vaddr that is
+ * a multiple of 3: 0x30 is called from a named function (0x104), 0x60 from two different
+ * ones (0x104, 0x202), so only 0x30 gets a caller in its name. */
+static const uint64_t stack_vdso_a[] = {0x7fff00000030, 0x7fff00000105, 0x401234};
+static const uint64_t stack_vdso_b[] = {0x7fff00000060, 0x7fff00000105, 0x401234};
+static const uint64_t stack_vdso_c[] = {0x7fff00000060, 0x7fff00000203, 0x401234};
 
 static struct prof_sample sample(int32_t tid, uint64_t t, const uint64_t *frames, uint32_t n,
                                  const struct prof_label *labels, uint32_t nlabels)
@@ -147,6 +153,15 @@ static void put_each_kind(const char *dir)
     b = buf_open();
     CHECKED(prof_entry_put_sample(b.buffer, &s));
     CHECKED(buf_save(&b, dir, "sample"));
+
+    b = buf_open();
+    s = sample(1, 1000, stack_vdso_a, 3, NULL, 0);
+    CHECKED(prof_entry_put_sample(b.buffer, &s));
+    s = sample(1, 1100, stack_vdso_b, 3, NULL, 0);
+    CHECKED(prof_entry_put_sample(b.buffer, &s));
+    s = sample(2, 1200, stack_vdso_c, 3, NULL, 0);
+    CHECKED(prof_entry_put_sample(b.buffer, &s));
+    CHECKED(buf_save(&b, dir, "samples-vdso"));
 
     b = buf_open();
     CHECKED(prof_entry_put_same_sample(b.buffer, 2, START_NS + 2000));

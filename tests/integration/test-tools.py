@@ -189,6 +189,27 @@ def test_summary_top_option_and_json_document(tmp):
     assert s["gatheringLogs"] == [] and s["profilingLog"][0]["problems"] == {}
 
 
+def test_summary_names_unnamed_code_by_module_and_offset(tmp):
+    # Code no symbol covers is "<module>+0x<offset> (in <module>)" in the file, with the vdso
+    # caller when known (child/profile/gecko.h): the summary keeps the library, and prints
+    # the name once, not as "libfoo.so!libfoo.so+0x1a2c".
+    doc = make_process(42, "app", 1e12, ["a"] * 3 + ["b"] * 2 + ["c"])
+    doc["threads"][0]["stringTable"] = [
+        "main (in app)", "libfoo.so+0x1a2c (in libfoo.so)",
+        "[vdso]+0x8f0 (called from __vdso_clock_gettime) (in [vdso])", "hot (in app)"]
+    path = write_json(os.path.join(tmp, "p.json"), doc)
+    (proc,) = summary_json(path)["processes"]
+    top = [(f["function"], f["lib"], f["samples"]) for f in proc["top"]]
+    assert top == [("libfoo.so+0x1a2c", "libfoo.so", 3),
+                   ("[vdso]+0x8f0 (called from __vdso_clock_gettime)", "[vdso]", 2),
+                   ("hot", "app", 1)], top
+    r = fleetprof("summary", path)
+    assert r.returncode == 0, r.stderr
+    lines = [line.split("%  ", 1)[1] for line in r.stdout.splitlines() if "%  " in line]
+    assert lines[:3] == ["libfoo.so+0x1a2c", "[vdso]+0x8f0 (called from __vdso_clock_gettime)",
+                         "app!hot"], r.stdout
+
+
 def gathering_fleet():
     top = make_process(100, "master", 1000.0, ["serve"] * 4)
     workers = [make_process(101, "worker", 1001.0, ["crunch"] * 8, exit_profile=False),
@@ -517,6 +538,7 @@ if __name__ == "__main__":
     taplib.run([
         test_summary_of_a_runtime_profile,
         test_summary_top_option_and_json_document,
+        test_summary_names_unnamed_code_by_module_and_offset,
         test_summary_prints_gathering_log_and_digest,
         test_summary_errors,
         test_summary_survives_malformed_tables,

@@ -552,34 +552,6 @@ static void test_matches_libdwfl_addrinfo(void **state)
     prof_symbols_free(s);
 }
 
-static void test_format_location(void **state)
-{
-    struct prof_symbol sym = {.function = "sym_lib_global_fn", .file = "x.c", .line = 3};
-    char buf[64];
-
-    (void)state;
-    assert_int_equal(prof_symbol_format_location(&sym, "libsym-lib.so", 0x1234, buf, sizeof(buf)),
-                     (int)strlen("sym_lib_global_fn (in libsym-lib.so)"));
-    assert_string_equal(buf, "sym_lib_global_fn (in libsym-lib.so)");
-    assert_int_equal(prof_symbol_format_location(&sym, NULL, 0x1234, buf, sizeof(buf)), 17);
-    assert_string_equal(buf, "sym_lib_global_fn");
-    /* Unresolved: the runtime address, for the front-end to look up in libs. */
-    assert_int_equal(prof_symbol_format_location(NULL, "libc.so.6", 0x7f3a12c4, buf, sizeof(buf)),
-                     10);
-    assert_string_equal(buf, "0x7f3a12c4");
-    sym.function = NULL;
-    assert_int_equal(
-            prof_symbol_format_location(&sym, "libc.so.6", 0xabcdef0123456789u, buf, sizeof(buf)),
-            18);
-    assert_string_equal(buf, "0xabcdef0123456789");
-    /* Too small: a truncated prefix, -ENOSPC. */
-    sym.function = "sym_lib_global_fn";
-    assert_int_equal(prof_symbol_format_location(&sym, "libsym-lib.so", 0, buf, 10), -ENOSPC);
-    assert_string_equal(buf, "sym_lib_g");
-    assert_int_equal(prof_symbol_format_location(&sym, "libsym-lib.so", 0, NULL, 10), -EINVAL);
-    assert_int_equal(prof_symbol_format_location(&sym, "libsym-lib.so", 0, buf, 0), -EINVAL);
-}
-
 /* --- the cache ------------------------------------------------------------------------ */
 
 static void test_cache_hits_and_single_load(void **state)
@@ -1195,7 +1167,6 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_vdso),
             cmocka_unit_test(test_names_only),
             cmocka_unit_test(test_matches_libdwfl_addrinfo),
-            cmocka_unit_test(test_format_location),
             cmocka_unit_test(test_cache_hits_and_single_load),
             cmocka_unit_test(test_eviction),
             cmocka_unit_test(test_path_key),
