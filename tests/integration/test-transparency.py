@@ -55,7 +55,14 @@ def test_a_program_that_closes_every_descriptor_by_raw_close_range(tmp):
     program_unharmed_and_profile_or_cause(tmp, "raw-close-range")
 
 
+def test_a_program_that_dup2s_onto_the_profilers_descriptors(tmp):
+    # It replaces every descriptor it did not open (ours: the daemon connection, libuv's
+    # and libunwind's) with its own pipe: nothing of ours may write into that pipe.
+    program_unharmed_and_profile_or_cause(tmp, "dup2-ours")
+
+
 taplib.run([
     test_a_program_that_dup2s_over_descriptors_3_to_63,
     test_a_program_that_closes_every_descriptor_by_raw_close_range,
+    test_a_program_that_dup2s_onto_the_profilers_descriptors,
 ])

@@ -13,7 +13,13 @@
  *                                         pipes of its own (the numbers just closed), spins
  *                                         again; exit 5 if a byte written to one of them
  *                                         does not come back
+ *   wl-transparent dup2-ours CPU_MS       spins, then dup2()s a pipe of its own onto every
+ *                                         descriptor from 3 up that it did not open (the
+ *                                         profiler's), spins again, and checks each copy
+ *                                         still carries its bytes and nothing else; exit 6
+ *                                         if one does not
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -133,6 +139,61 @@ static int raw_close_range(double cpu_ms)
     return 0;
 }
 
+static int dup2_ours(double cpu_ms)
+{
+    int targets[64], count = 0, p[2];
+    DIR *dir;
+    struct dirent *e;
+
+    wl_spin(cpu_ms);
+    dir = opendir("/proc/self/fd");
+    if (!dir) {
+        perror("wl-transparent: /proc/self/fd");
+        return 1;
+    }
+    while ((e = readdir(dir)) != NULL && count < 64) {
+        int fd = atoi(e->d_name);
+
+        if (fd >= 3 && fd != dirfd(dir))
+            targets[count++] = fd;
+    }
+    closedir(dir);
+    if (pipe(p) < 0) {
+        perror("wl-transparent: pipe");
+        return 1;
+    }
+    for (int i = 0; i < count; i++)
+        if (targets[i] != p[0] && targets[i] != p[1] && dup2(p[1], targets[i]) != targets[i]) {
+            fprintf(stderr, "wl-transparent: dup2(%d, %d): %s\n", p[1], targets[i],
+                    strerror(errno));
+            return 1;
+        }
+    wl_spin(cpu_ms);
+    /* Each copy of the write end carries one byte of its own; nothing else may be in the
+     * pipe (a profiler writing through a number it lost would add bytes). */
+    for (int i = 0; i < count; i++) {
+        char c = (char)('A' + i % 26), back = 0;
+
+        if (targets[i] == p[0] || targets[i] == p[1])
+            continue;
+        if (write(targets[i], &c, 1) != 1 || read(p[0], &back, 1) != 1 || back != c) {
+            fprintf(stderr, "wl-transparent: descriptor %d carried '%c', not '%c'\n", targets[i],
+                    back, c);
+            return 6;
+        }
+    }
+    if (fcntl(p[0], F_SETFL, O_NONBLOCK) == 0) {
+        char extra;
+
+        if (read(p[0], &extra, 1) == 1) {
+            fprintf(stderr, "wl-transparent: a byte nobody wrote is in the pipe\n");
+            return 6;
+        }
+    }
+    printf("replaced %d descriptors\n", count);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -141,6 +202,8 @@ int main(int argc, char **argv)
         return blocked_thread(atof(argv[2]));
     if (!strcmp(mode, "dup2-range") && argc > 2)
         return dup2_range(atof(argv[2]));
+    if (!strcmp(mode, "dup2-ours") && argc > 2)
+        return dup2_ours(atof(argv[2]));
     if (!strcmp(mode, "raw-close-range") && argc > 2)
         return raw_close_range(atof(argv[2]));
     fprintf(stderr, "wl-transparent: unknown mode '%s' (see the file's header)\n", mode);
