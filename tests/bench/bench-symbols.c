@@ -163,8 +163,11 @@ int main(void)
         uint64_t step = libc ? (libc->end - libc->start) / MISSES : 0;
         double t0;
 
-        if (!libc || prof_symbols_new_with_options(&opts, &ms) < 0)
+        if (!libc || prof_symbols_new_with_options(&opts, &ms) < 0) {
+            fprintf(stderr, "bench-symbols: %s\n",
+                    libc ? "out of memory" : "libc not found among the loaded modules");
             return 1;
+        }
         (void)prof_symbols_resolve_address(ms, &libs, (uintptr_t)&qsort, false, &sym, NULL);
         t0 = now_s();
         for (uint64_t k = 0; k < MISSES; k++)
