@@ -12,7 +12,10 @@
  * signals are timed. So what is timed is exactly what a profiled thread pays in user space
  * per sample: the slot check, the label copy, the timestamp and the stack capture (fp walk,
  * libunwind's unw_backtrace, or the stack copy). Not included: the kernel's signal delivery
- * and sigreturn (~10 us on this VM, design.md "Cost model").
+ * and sigreturn (~10 us on this VM, design.md "Cost model"). One bias: in dwarf mode
+ * unw_backtrace starts in the handler and walks out through the signal frame, so the wrapper
+ * is one more frame for it to unwind than without the benchmark (fp and copy start from the
+ * interrupted context and do not see it).
  *
  * The sampled thread spins at the bottom of a 30-deep recursion with 3 labels pushed. This
  * file is built with frame pointers, so the fp walk sees every frame as dwarf does.
