@@ -111,6 +111,12 @@ int main(void)
         t0 = now_s();
         (void)buf_chunked_buffer_read_each(b, count_bytes, &total);
         t1 = now_s();
+        if (total == 0 || t1 <= t0) {
+            /* No rate from nothing read, or from no time measured (never a nan or inf). */
+            fprintf(stderr, "bench-buffer: read_each read %llu bytes in %.9f s: no rate\n",
+                    (unsigned long long)total, t1 - t0);
+            return 1;
+        }
         read_mbps[run] = (double)total / 1e6 / (t1 - t0);
         close_buffer(&m, &b);
 

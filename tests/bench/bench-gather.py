@@ -11,10 +11,14 @@
 2. gather.exit_profile_ms: the child-side cost of an exit profile of a 1-second-old process.
    `bench-fleet spin 1` (the shape of `workload busy 1`: 10 frames of recursion, 1 s by the
    clock) prints a CLOCK_MONOTONIC stamp just before exit(); the benchmark stamps the reap.
-   exit->reap of a preloaded child connected to a daemon minus that of a preloaded child with
-   no daemon and no FLEETPROF_OUTPUT (which writes no exit profile at all) is the figure;
-   spawn->reap wall and whole-process CPU (rusage) differences are reported too, and an
-   unprofiled run shows the rest of the runtime's cost. EXIT_REPS interleaved runs each.
+   exit->reap of a preloaded child connected to a daemon (gather.exit_profile_with_ms) against
+   that of a preloaded child with no daemon and no FLEETPROF_OUTPUT, which writes no exit
+   profile at all (gather.exit_profile_without_ms), with the noise band of their difference
+   (gather.exit_profile_noise_ms: half the interquartile range of the per-round differences);
+   spawn->reap wall (gather.exit_profile_wall_*) and whole-process CPU (rusage,
+   gather.exit_profile_cpu_*) likewise. The cost is near the noise, so it is never printed as
+   a difference that could come out negative. An unprofiled run shows the rest of the
+   runtime's cost. EXIT_REPS interleaved runs each.
 3. record.overhead_cpu_ratio_fleet: `bench-fleet fleet 4 ROUNDS` (a master and 4 CPU-bound
    workers doing a FIXED amount of work: demo-fleet only runs for a time, which makes a CPU
    ratio meaningless) under `fleetprof record --no-summary` vs alone; and preloaded without a
@@ -33,8 +37,9 @@ parent, so rusage from wait4 (Linux: the child plus its reaped descendants) cove
 it is checked against the RUSAGE_CHILDREN delta of this process. Configurations of parts 2-4
 are interleaved (order rotated every repetition); ratios are medians of per-repetition
 ratios (profiled run / the same repetition's unprofiled run). Runs that fail (non-zero exit,
-missing profile) make that configuration's figure `nan`, with one line saying why. Measures,
-never asserts on time. Every process started here is killed by pid on the way out.
+missing profile) leave that configuration's figures unmeasured: a FAILED line says why, a
+NOT MEASURED line replaces each BENCH line, and the benchmark exits 1. Measures, never asserts
+on time. Every process started here is killed by pid on the way out.
 
 Usage: bench-gather.py BUILD_DIR [REPS]   (REPS for parts 3-4, default 5;
                                            FLEETPROF_BENCH_REPS too)
@@ -45,7 +50,6 @@ import os
 import resource
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +57,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import cell, div, finite, med, paired_noise, print_figures  # noqa: E402
 from wire import capture  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
@@ -221,10 +227,6 @@ def status_json(sock):
     if r.returncode != 0:
         raise RuntimeError(f"fleetprof status failed: {r.stderr.decode(errors='replace')}")
     return json.loads(r.stdout)
-
-
-def med(values):
-    return statistics.median(values) if values else math.nan
 
 
 # ---- 1. gathering 64 full buffers ------------------------------------------------------------
@@ -421,13 +423,15 @@ def record_runs(tmp, name, commands, reps):
 
 
 def ratios(runs, config, base):
-    """Per-rep CPU and wall ratios of config against base; nan if any run of config failed."""
+    """Per-rep CPU and wall ratios of config against base, and whether any run of either
+    failed or had nothing to divide by (a zero CPU or wall time): then it measured nothing."""
     cpu_x, wall_x = [], []
     for r, b in zip(runs[config], runs[base]):
         if r and b:
-            cpu_x.append(r["cpu"] / b["cpu"])
-            wall_x.append(r["wall"] / b["wall"])
-    failed = any(r is None for r in runs[config]) or any(b is None for b in runs[base])
+            cpu_x.append(div(r["cpu"], b["cpu"]))
+            wall_x.append(div(r["wall"], b["wall"]))
+    failed = any(r is None for r in runs[config]) or any(b is None for b in runs[base]) or \
+        not all(finite(x) for x in cpu_x + wall_x)
     return cpu_x, wall_x, failed
 
 
@@ -500,12 +504,12 @@ def report(bench, total_s):
                 print(f"   FAILED {c['error']}")
                 continue
             mb = c["bytes"] / 1e6
-            print(f"   {n:<8} {c['s']:7.2f} {c['processes']:>6} {mb:8.1f} {mb / c['s']:7.1f} "
-                  f"{c['children_cpu']:10.2f} {c['daemon_cpu']:12.2f} "
-                  f"{mb / max(c['children_cpu'], 1e-9):13.1f}")
-        print(f"   daemon peak RSS {g['daemon_peak_rss_mib']:.0f} MiB; goal <= 2 s. (The load "
-              f"average during a capture, {med([c['load'] for c in caps]):.0f}, counts our own "
-              f"{GATHER_CHILDREN} children.)")
+            print(f"   {n:<8} {c['s']:7.2f} {c['processes']:>6} {mb:8.1f} "
+                  f"{cell(div(mb, c['s']), '7.1f')} {c['children_cpu']:10.2f} "
+                  f"{c['daemon_cpu']:12.2f} {cell(div(mb, c['children_cpu']), '13.1f')}")
+        print(f"   daemon peak RSS {cell(g['daemon_peak_rss_mib'], '.0f')} MiB; goal <= 2 s. (The "
+              f"load average during a capture, {cell(med([c['load'] for c in caps]), '.0f')}, "
+              f"counts our own {GATHER_CHILDREN} children.)")
     figures["gather.64x8MiB_s"] = (math.nan if failed else med([c["s"] for c in caps]), "s")
     figures["gather.64x8MiB_MB"] = (
         math.nan if failed else med([c["bytes"] for c in caps]) / 1e6, "MB")
@@ -513,8 +517,9 @@ def report(bench, total_s):
         math.nan if failed else med([c["children_cpu"] for c in caps]), "s")
     figures["gather.64x8MiB_daemon_cpu_s"] = (
         math.nan if failed else med([c["daemon_cpu"] for c in caps]), "s")
-    figures["gather.child_json_MB_per_cpu_s"] = (math.nan if failed else med(
-        [c["bytes"] / 1e6 / max(c["children_cpu"], 1e-9) for c in caps]), "MB/s")
+    per_cpu_s = [div(c["bytes"] / 1e6, c["children_cpu"]) for c in caps]
+    figures["gather.child_json_MB_per_cpu_s"] = (
+        math.nan if failed or not all(finite(v) for v in per_cpu_s) else med(per_cpu_s), "MB/s")
     figures["gather.64x8MiB_daemon_peak_rss_MiB"] = (
         math.nan if failed else g["daemon_peak_rss_mib"], "MiB")
 
@@ -529,32 +534,55 @@ def report(bench, total_s):
               "daemon": "preloaded, connected (exit profile)"}
     for c in ("plain", "preload", "daemon"):
         good = [r for r in runs[c] if r]
-        print(f"   {labels[c]:<34} {med([r['wall'] for r in good]):7.3f} "
-              f"{med([r['cpu'] for r in good]):7.3f} {med([r['exit_ms'] for r in good]):13.2f} "
-              f"{med([r['exit_cpu_ms'] for r in good]):17.2f} {len(good):>2}/{len(runs[c])}")
+        print(f"   {labels[c]:<34} {cell(med([r['wall'] for r in good]), '7.3f')} "
+              f"{cell(med([r['cpu'] for r in good]), '7.3f')} "
+              f"{cell(med([r['exit_ms'] for r in good]), '13.2f')} "
+              f"{cell(med([r['exit_cpu_ms'] for r in good]), '17.2f')} "
+              f"{len(good):>2}/{len(runs[c])}")
 
     def diff(key, a, b, scale=1.0):
         d = [(x[key] - y[key]) * scale for x, y in zip(runs[a], runs[b]) if x and y]
         failed = any(r is None for r in runs[a] + runs[b])
         return (math.nan if failed else med(d)), d
 
+    def sides(key, a, b, scale=1.0):
+        """Medians of each side and the noise band of their per-round differences, all nan if
+        a run of either side failed. Never the difference itself: it may fall below zero."""
+        failed = any(r is None for r in runs[a] + runs[b])
+        va = [r[key] * scale if r else None for r in runs[a]]
+        vb = [r[key] * scale if r else None for r in runs[b]]
+        if failed:
+            return math.nan, math.nan, math.nan
+        return med(va), med(vb), paired_noise(va, vb)
+
     exit_ms, exit_d = diff("exit_ms", "daemon", "preload")
     wall_ms, wall_d = diff("wall", "daemon", "preload", 1e3)
     cpu_ms, cpu_d = diff("cpu", "daemon", "preload", 1e3)
     rt_cpu_ms, _ = diff("cpu", "preload", "plain", 1e3)
     print(f"   exit profile (connected - preloaded alone, median of per-rep differences): "
-          f"exit->reap {exit_ms:+.1f} ms, spawn->reap {wall_ms:+.1f} ms, CPU {cpu_ms:+.1f} ms")
+          f"exit->reap {cell(exit_ms, '+.1f')} ms, spawn->reap {cell(wall_ms, '+.1f')} ms, "
+          f"CPU {cell(cpu_ms, '+.1f')} ms")
     if exit_d:
         print(f"   per-rep exit->reap differences {min(exit_d):+.1f}..{max(exit_d):+.1f} ms, "
-              f"spawn->reap {min(wall_d):+.1f}..{max(wall_d):+.1f} ms")
+              f"spawn->reap {min(wall_d):+.1f}..{max(wall_d):+.1f} ms, "
+              f"CPU {min(cpu_d):+.1f}..{max(cpu_d):+.1f} ms")
     if runs["daemon"] and runs["daemon"][0]:
         print(f"   the first connected run (a fresh daemon: cold caches) took "
               f"{runs['daemon'][0]['exit_ms']:.1f} ms from exit() to its end")
-    print(f"   the runtime alone (preloaded - not profiled): CPU {rt_cpu_ms:+.1f} ms; the daemon "
-          f"still listed {e.get('daemon_children_left', '?')} children at the end")
-    figures["gather.exit_profile_ms"] = (exit_ms, "ms")
-    figures["gather.exit_profile_wall_ms"] = (wall_ms, "ms")
-    figures["gather.exit_profile_cpu_ms"] = (cpu_ms, "ms")
+    print(f"   the runtime alone (preloaded - not profiled): CPU {cell(rt_cpu_ms, '+.1f')} ms; the "
+          f"daemon still listed {e.get('daemon_children_left', '?')} children at the end")
+    with_ms, without_ms, noise_ms = sides("exit_ms", "daemon", "preload")
+    figures["gather.exit_profile_with_ms"] = (with_ms, "ms")
+    figures["gather.exit_profile_without_ms"] = (without_ms, "ms")
+    figures["gather.exit_profile_noise_ms"] = (noise_ms, "ms")
+    with_ms, without_ms, noise_ms = sides("wall", "daemon", "preload", 1e3)
+    figures["gather.exit_profile_wall_with_ms"] = (with_ms, "ms")
+    figures["gather.exit_profile_wall_without_ms"] = (without_ms, "ms")
+    figures["gather.exit_profile_wall_noise_ms"] = (noise_ms, "ms")
+    with_ms, without_ms, noise_ms = sides("cpu", "daemon", "preload", 1e3)
+    figures["gather.exit_profile_cpu_with_ms"] = (with_ms, "ms")
+    figures["gather.exit_profile_cpu_without_ms"] = (without_ms, "ms")
+    figures["gather.exit_profile_cpu_noise_ms"] = (noise_ms, "ms")
     for err in e["errors"]:
         print(f"   FAILED {err}")
 
@@ -566,12 +594,12 @@ def report(bench, total_s):
         out = {}
         for config, base in pairs:
             good = [r for r in runs[config] if r]
-            line = (f"   {config:<14} {med([r['cpu'] for r in good]):7.3f} "
-                    f"{med([r['wall'] for r in good]):7.3f}")
+            line = (f"   {config:<14} {cell(med([r['cpu'] for r in good]), '7.3f')} "
+                    f"{cell(med([r['wall'] for r in good]), '7.3f')}")
             if base:
                 cpu_x, wall_x, failed = ratios(runs, config, base)
-                rng = f"{min(cpu_x):.3f}..{max(cpu_x):.3f}" if cpu_x else "-"
-                line += f" {med(cpu_x):7.3f} {med(wall_x):7.3f} {rng:>13}"
+                rng = f"{min(cpu_x):.3f}..{max(cpu_x):.3f}" if cpu_x and not failed else "-"
+                line += f" {cell(med(cpu_x), '7.3f')} {cell(med(wall_x), '7.3f')} {rng:>13}"
                 out[config] = (math.nan if failed else med(cpu_x),
                                math.nan if failed else med(wall_x))
                 if good and "processes" in good[0]:
@@ -636,9 +664,7 @@ def report(bench, total_s):
         print(f"\nNOTE: {sigprof} children died of SIGPROF (see tests/workloads/bench-fleet.c)")
 
     print()
-    for name, (value, unit) in figures.items():
-        print(f"BENCH {name} {value:.3f} {unit}")
-    return 0
+    return print_figures(figures)
 
 
 if __name__ == "__main__":

@@ -196,6 +196,8 @@ static void parent_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *
 
             if (b->stream_received != STREAM_BYTES)
                 die("stream size", -EBADMSG);
+            if (secs <= 0)
+                die("stream time (no rate from zero time)", -ERANGE);
             b->stream_mbps[b->stream_run] = (double)STREAM_BYTES / 1e6 / secs;
             if (++b->stream_run < STREAM_RUNS) {
                 send_gather(b);

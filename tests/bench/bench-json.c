@@ -241,6 +241,10 @@ int main(void)
             return 1;
         }
         bytes = json_writer_length(w);
+        if (t1 <= t0) {
+            fprintf(stderr, "bench-json: no time measured for a write: no rate\n");
+            return 1;
+        }
         mbps[i] = (double)bytes / (t1 - t0) / 1e6;
         json_writer_free(w);
 
@@ -256,6 +260,10 @@ int main(void)
         if (r < 0)
             return 1;
         samples_bytes = json_writer_length(w);
+        if (t1 <= t0) {
+            fprintf(stderr, "bench-json: no time measured for the samples table: no rate\n");
+            return 1;
+        }
         samples_mbps[i] = (double)samples_bytes / (t1 - t0) / 1e6;
         json_writer_free(w);
         printf("%-8d %12zu %10.4f %12.1f %14.1f\n", i + 1, bytes, (double)bytes / mbps[i] / 1e6,

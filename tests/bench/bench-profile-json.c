@@ -159,11 +159,15 @@ int main(void)
             (void)unlink(path);
             return 1;
         }
+        (void)unlink(path);
+        if (t1 <= t0) {
+            fprintf(stderr, "bench-profile-json: no time measured for a write: no rate\n");
+            return 1;
+        }
         mb = (double)st.st_size / 1e6;
         ms[run] = (t1 - t0) * 1e3;
         cpu_ms[run] = (c1 - c0) * 1e3;
         mbps[run] = mb / (t1 - t0);
-        (void)unlink(path);
     }
     fleetprof_shutdown();
 

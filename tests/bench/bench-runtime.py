@@ -16,8 +16,9 @@ thread and the share of worker samples that show the full recursion (>= DEPTH-1 
 frames): low overhead with no samples would mean nothing.
 
 Output: a table, then `BENCH child.overhead_{cpu,wall}_ratio_{dwarf,fp,copy} <r> ratio`. A
-profiled configuration whose run fails (crash, non-zero exit, no profile) is reported as
-`nan` with one line saying why; the others still run. Measures, never asserts on time.
+profiled configuration whose run fails (crash, non-zero exit, no profile) gets a FAILED line
+saying why and a `NOT MEASURED` line instead of its figures, and the benchmark exits 1; the
+others still run. Measures, never asserts on time.
 
 Usage: bench-runtime.py BUILD_DIR [REPS]     (REPS defaults to 5; FLEETPROF_BENCH_REPS too)
 """
@@ -26,11 +27,13 @@ import math
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import cell, div, finite, med, print_figures  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "5"))
@@ -110,7 +113,7 @@ def profile_stats(path, work_wall):
         strings, frames, stacks = t["stringTable"], t["frameTable"]["data"], t["stackTable"]["data"]
         names = [strings[row[fs["location"]]] for row in frames]
         rows = t["samples"]["data"]
-        rates.append(len(rows) / work_wall if work_wall > 0 else 0.0)
+        rates.append(div(len(rows), work_wall))
         memo = {}
 
         def recursion_depth(s):
@@ -125,12 +128,7 @@ def profile_stats(path, work_wall):
             total += 1
             if recursion_depth(row[ts["stack"]]) >= DEPTH - 1:
                 deep += 1
-    return {"rate": statistics.median(rates) if rates else 0.0,
-            "deep": deep / total if total else 0.0, "size": os.path.getsize(path)}
-
-
-def med(values):
-    return statistics.median(values) if values else math.nan
+    return {"rate": med(rates), "deep": div(deep, total), "size": os.path.getsize(path)}
 
 
 def main():
@@ -167,38 +165,41 @@ def main():
         cpu_x, wall_x, work_x = [], [], []
         for r, b in zip(runs, base):
             if r and b:
-                cpu_x.append(r["cpu"] / b["cpu"])
-                wall_x.append(r["wall"] / b["wall"])
-                work_x.append(r["work_cpu"] / b["work_cpu"])
-        if config != "none" and cpu_x:
+                cpu_x.append(div(r["cpu"], b["cpu"]))
+                wall_x.append(div(r["wall"], b["wall"]))
+                work_x.append(div(r["work_cpu"], b["work_cpu"]))
+        # A failed run, or one with nothing to divide by (a zero CPU or wall time), leaves
+        # the configuration's figures unmeasured rather than measured on fewer runs.
+        failed = len(good) < len(runs) or not all(finite(x) for x in cpu_x + wall_x)
+        if config != "none" and cpu_x and not failed:
             spreads.append(f"{config} cpu x {min(cpu_x):.3f}..{max(cpu_x):.3f}, "
                            f"wall x {min(wall_x):.3f}..{max(wall_x):.3f}")
-        failed = len(good) < len(runs)
         ratios[config] = (math.nan if failed else med(cpu_x), math.nan if failed else med(wall_x))
         rate = med([r["rate"] for r in good]) if config != "none" else math.nan
         deep = med([r["deep"] for r in good]) * 100 if config != "none" else math.nan
-        print(f"{'none' if config == 'none' else config:<10} {med([r['cpu'] for r in good]):7.3f} "
-              f"{med([r['wall'] for r in good]):7.3f} {med(cpu_x):7.3f} {med(wall_x):7.3f} "
-              f"{med(work_x):10.3f} {med([r['cpu'] - r['work_cpu'] for r in good]):7.3f} "
-              f"{rate:7.0f} {deep:7.1f} {len(good):>2}/{len(runs)}")
+        print(f"{config:<10} {cell(med([r['cpu'] for r in good]), '7.3f')} "
+              f"{cell(med([r['wall'] for r in good]), '7.3f')} {cell(med(cpu_x), '7.3f')} "
+              f"{cell(med(wall_x), '7.3f')} {cell(med(work_x), '10.3f')} "
+              f"{cell(med([r['cpu'] - r['work_cpu'] for r in good]), '7.3f')} "
+              f"{cell(rate, '7.0f')} {cell(deep, '7.1f')} {len(good):>2}/{len(runs)}")
     print("cpu x / wall x: whole process vs unprofiled; work cpu x: CPU until the work ended "
           "(before the exit profile); exit s: CPU after it (exit profile, teardown); Hz/thr: "
           "samples per worker thread per second of work; deep %: worker samples showing "
           f">= {DEPTH - 1} bc_recurse frames")
     print("per-rep ratio ranges (noise on this machine): " + "; ".join(spreads))
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
-    print(f"load average at the end: {load:.2f} on {os.cpu_count()} CPUs")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     for config in CONFIGS:
         for e in errors[config]:
-            print(f"FAILED {config}: profiled run failed, reported as nan: {e}")
+            print(f"FAILED {config}: {e}")
     if errors["none"]:
         print("bench-runtime: the unprofiled workload itself failed", file=sys.stderr)
         return 1
+    figures = {}
     for mode in MODES:
-        print(f"BENCH child.overhead_cpu_ratio_{mode} {ratios[mode][0]:.3f} ratio")
+        figures[f"child.overhead_cpu_ratio_{mode}"] = (ratios[mode][0], "ratio")
     for mode in MODES:
-        print(f"BENCH child.overhead_wall_ratio_{mode} {ratios[mode][1]:.3f} ratio")
-    return 0
+        figures[f"child.overhead_wall_ratio_{mode}"] = (ratios[mode][1], "ratio")
+    return print_figures(figures)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
 """The daemon's symbol service (issue 7) against local symbolization in each child.
 
-1. symbols.child_exit_profile_ms: spawn -> reap of `workload busy 0.05` (a 50 ms-old child,
+1. symbols.child_exit_profile_*: spawn -> reap of `workload busy 0.05` (a 50 ms-old child,
    preloaded, connected to a warm fleetprofd), whose exit path writes the exit profile.
-   Reported for the service (default) and for local symbolization (FLEETPROF_SYMBOLIZE=local,
-   same daemon, same exit profile), and the difference against a run with no exit profile at
-   all (preloaded, no daemon); plus the child's own symbolization time from
-   profilingLog[pid].runtime.symbolizeUs. Interleaved, medians of REPS runs.
-2. symbols.cache_hit_us: round trip of a Symbolize of 64 libc addresses the daemon has already
-   resolved (a scripted child over the wire), median of 200; and per address.
-3. record.churn_cpu_ratio: `fleetprof record` of `bench-fleet churn 64 4 20 fork` (64
-   short-lived children) vs the same alone, with the service (after) and with
-   FLEETPROF_SYMBOLIZE=local (before), reusing tests/bench/bench-gather.py's runner.
+   Reported for the service (default: ..._service_with_ms) and for local symbolization
+   (FLEETPROF_SYMBOLIZE=local, same daemon, same exit profile: ..._local_with_ms), against a
+   run with no exit profile at all (preloaded, no daemon: ..._without_ms). The cost is of the
+   order of the noise, so no difference is printed (it came out negative once): each side
+   gets its median, and each with/without pair its noise band (..._noise_ms: half the
+   interquartile range of the per-round differences; a with - without below it says nothing).
+   Plus the child's own symbolization time from profilingLog[pid].runtime.symbolizeUs.
+   Interleaved rounds, medians of EXIT_REPS runs.
+2. symbols.service_cache_hit_roundtrip_us: round trip of a Symbolize of 64 libc addresses the
+   daemon has already resolved (a scripted child over the wire), median of 200; and per
+   address. (symbols.in_process_cache_hit_us, bench-symbols.c, is a hit in a process's own
+   resolver: no socket.)
+3. record.churn_cpu_ratio_symbols_{service,local}: `fleetprof record` of `bench-fleet churn
+   64 4 20 fork` (64 short-lived children) vs the same alone, with the service (after) and
+   with FLEETPROF_SYMBOLIZE=local (before), reusing tests/bench/bench-gather.py's runner
+   (whose record.churn_cpu_ratio is the same churn with default settings, in its own run).
 
+A figure that could not be measured gets a NOT MEASURED line and the benchmark exits 1.
 Measures, never asserts on time. Usage: bench-symbols-service.py BUILD_DIR [REPS]
 """
 import ctypes
@@ -30,6 +38,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, HERE)
+from figures import cell, med, paired_noise, print_figures  # noqa: E402
 from wire import capture, field, frame, read_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
@@ -100,8 +110,7 @@ def bench_exit(tmp):
                 rt = log["runtime"]
                 key = "service" if rt["symbolServiceBatches"] else "local"
                 sym_us[key].append(rt["symbolizeUs"])
-        return {c: statistics.median(v) for c, v in walls.items()}, \
-            {c: statistics.median(v) if v else float("nan") for c, v in sym_us.items()}
+        return walls, {c: med(v) for c, v in sym_us.items()}
     finally:
         stop(d)
 
@@ -164,8 +173,8 @@ def bench_churn(tmp):
                                                                "record": (churn, "record")},
                                         REPS)
             cpu_x, wall_x, failed = bg.ratios(runs, "record", "alone")
-            results[mode] = (float("nan") if failed or not cpu_x else statistics.median(cpu_x),
-                             float("nan") if failed or not wall_x else statistics.median(wall_x))
+            results[mode] = (float("nan") if failed else med(cpu_x),
+                             float("nan") if failed else med(wall_x))
             errors += errs
     finally:
         bg.clean_env = clean_env
@@ -179,33 +188,51 @@ def main():
             return 1
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="fleetprof-bench-symbols-")
+    figures = {}
     try:
         walls, sym_us = bench_exit(tmp)
-        print(f"# exit of a 50 ms-old child, spawn->reap medians of {EXIT_REPS}: service "
-              f"{walls['service']:.1f} ms, local {walls['local']:.1f} ms, no exit profile "
-              f"{walls['none']:.1f} ms; child symbolization: service {sym_us['service']} us, "
-              f"local {sym_us['local']} us")
-        print(f"BENCH symbols.child_exit_profile_ms {walls['service'] - walls['none']:.3f} ms")
-        print(f"BENCH symbols.child_exit_profile_ms_local {walls['local'] - walls['none']:.3f} ms")
-        print(f"BENCH symbols.child_symbolize_us {sym_us['service']:.0f} us")
-        print(f"BENCH symbols.child_symbolize_us_local {sym_us['local']:.0f} us")
+        exit_ms = {c: med(v) for c, v in walls.items()}
+        noise_ms = {c: paired_noise(walls[c], walls["none"]) for c in ("service", "local")}
+        print(f"exit of a 50 ms-old child (`workload busy 0.05`), {EXIT_REPS} interleaved rounds")
+        print(f"   {'config':<40} {'spawn->reap ms':>14} {'noise ms':>9} {'symbolize us':>12}")
+        labels = {"service": "exit profile, symbols from the daemon",
+                  "local": "exit profile, symbolized in the child",
+                  "none": "no exit profile (no daemon)"}
+        for c in ("service", "local", "none"):
+            print(f"   {labels[c]:<40} {cell(exit_ms[c], '14.1f')} "
+                  f"{cell(noise_ms.get(c), '9.2f')} {cell(sym_us.get(c), '12.0f')}")
+        figures["symbols.child_exit_profile_service_with_ms"] = (exit_ms["service"], "ms")
+        figures["symbols.child_exit_profile_local_with_ms"] = (exit_ms["local"], "ms")
+        figures["symbols.child_exit_profile_without_ms"] = (exit_ms["none"], "ms")
+        figures["symbols.child_exit_profile_service_noise_ms"] = (noise_ms["service"], "ms")
+        figures["symbols.child_exit_profile_local_noise_ms"] = (noise_ms["local"], "ms")
+        figures["symbols.child_symbolize_service_us"] = (sym_us["service"], "us", 0)
+        figures["symbols.child_symbolize_local_us"] = (sym_us["local"], "us", 0)
         cold, hit, n = bench_cache_hit(tmp)
-        print(f"# Symbolize of {n} libc addresses: first {cold:.0f} us (module load), "
-              f"then median {hit:.0f} us")
-        print(f"BENCH symbols.cache_hit_us {hit:.1f} us")
-        print(f"BENCH symbols.cache_hit_per_address_us {hit / n:.2f} us")
+        print(f"\nSymbolize of {n} libc addresses to a warm daemon, over its socket")
+        print(f"   {'first (module load)':<40} {cold:14.0f} us")
+        print(f"   {'then, median of 200':<40} {hit:14.0f} us")
+        figures["symbols.service_cache_hit_roundtrip_us"] = (hit, "us", 1)
+        figures["symbols.service_cache_hit_per_address_us"] = (hit / n, "us", 2)
         churn, errors = bench_churn(tmp)
         for e in errors:
-            print(f"# {e}")
+            print(f"FAILED {e}")
         if churn:
-            print(f"# churn (64 children) recorded/alone, medians of {REPS}: CPU local "
-                  f"{churn['local'][0]:.3f} -> service {churn['daemon'][0]:.3f}; wall "
-                  f"{churn['local'][1]:.3f} -> {churn['daemon'][1]:.3f}")
-            print(f"BENCH record.churn_cpu_ratio {churn['daemon'][0]:.3f} ratio")
-            print(f"BENCH record.churn_cpu_ratio_local_symbols {churn['local'][0]:.3f} ratio")
+            print(f"\nchurn (64 children) recorded / alone, medians of {REPS}")
+            print(f"   {'symbols':<40} {'cpu x':>7} {'wall x':>7}")
+            for mode, label in (("local", "local (before)"), ("daemon", "service (after)")):
+                print(f"   {label:<40} {cell(churn[mode][0], '7.3f')} "
+                      f"{cell(churn[mode][1], '7.3f')}")
+            figures["record.churn_cpu_ratio_symbols_service"] = (churn["daemon"][0], "ratio")
+            figures["record.churn_cpu_ratio_symbols_local"] = (churn["local"][0], "ratio")
+        print()
+        status = print_figures(figures)
+        if not churn:
+            print("NOT MEASURED record.churn_cpu_ratio_symbols_{service,local}: see FAILED above")
+            status = 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

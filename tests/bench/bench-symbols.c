@@ -8,7 +8,9 @@
  * without a limit. With the rule, a module whose DWARF is refused costs the same for
  * names and "lines". Prints a table and
  * `BENCH <metric> <value> <unit>` lines, where first_module_*_ms is the mean over the three
- * modules. Measures, never asserts: the machine is shared and noisy. */
+ * modules and in_process_cache_hit_us a hit in this process's own resolver (the daemon's
+ * symbol service over its socket is symbols.service_cache_hit_*, bench-symbols-service.py).
+ * Measures, never asserts: the machine is shared and noisy. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,8 +165,11 @@ int main(void)
         uint64_t step = libc ? (libc->end - libc->start) / MISSES : 0;
         double t0;
 
-        if (!libc || prof_symbols_new_with_options(&opts, &ms) < 0)
+        if (!libc || prof_symbols_new_with_options(&opts, &ms) < 0) {
+            fprintf(stderr, "bench-symbols: %s\n",
+                    libc ? "out of memory" : "libc not found among the loaded modules");
             return 1;
+        }
         (void)prof_symbols_resolve_address(ms, &libs, (uintptr_t)&qsort, false, &sym, NULL);
         t0 = now_s();
         for (uint64_t k = 0; k < MISSES; k++)
@@ -202,7 +207,7 @@ int main(void)
     printf("%-28s %14.2f ms, %d of 4 with file:line (no limit)\n", "", libc_all_ms, libc_all_lines);
     printf("BENCH symbols.first_module_names_ms %.2f ms\n", names_mean);
     printf("BENCH symbols.first_module_lines_ms %.2f ms\n", lines_mean);
-    printf("BENCH symbols.cache_hit_us %.3f us\n", median(hit_us, RUNS));
+    printf("BENCH symbols.in_process_cache_hit_us %.3f us\n", median(hit_us, RUNS));
     printf("BENCH symbols.miss_names_us %.1f us\n", miss_us[0]);
     printf("BENCH symbols.miss_lines_us %.1f us\n", miss_us[1]);
     printf("BENCH symbols.libc_4_functions_lines_ms %.2f ms\n", libc_ms);
