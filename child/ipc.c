@@ -78,6 +78,22 @@ static struct {
     uint64_t sym_id;
 } ipc;
 
+/* Held while the IPC thread is woken and while an abandoned loop is taken apart: a wake
+ * writes to the loop's eventfd, which by then may be closed (libuv aborts the process on
+ * that) or the program's own file. Not in ipc: it outlives a reset of that. */
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Wakes the IPC thread if its loop is live and its eventfd still ours; else the sampler's
+ * next check (rt_fds_check()) finds what was lost. */
+static void wake_ipc(void)
+{
+    (void)pthread_mutex_lock(&wake_lock);
+    if (ipc.loop_ready &&
+        rt_fd_intact(ipc.loop.async_wfd >= 0 ? ipc.loop.async_wfd : ipc.loop.async_io_watcher.fd))
+        (void)uv_async_send(&ipc.wake);
+    (void)pthread_mutex_unlock(&wake_lock);
+}
+
 static void on_chunk_update(const struct buf_update *u, void *userdata)
 {
     /* Runs under the buffer's lock: fold and flag, nothing else. */
@@ -92,7 +108,7 @@ void rt_ipc_tick(void)
     if (atomic_load_explicit(&ipc.update_pending, memory_order_acquire) &&
         atomic_load(&ipc.connected)) {
         atomic_store(&ipc.update_pending, 0);
-        (void)uv_async_send(&ipc.wake);
+        wake_ipc();
     }
 }
 
@@ -248,7 +264,7 @@ static void post_outbox(uint64_t id, bool exit_profile, struct outgoing *o, int 
     ipc.outbox_error = error;
     ipc.outbox_ready = true;
     (void)pthread_mutex_unlock(&ipc.outbox_lock);
-    (void)uv_async_send(&ipc.wake);
+    wake_ipc();
 }
 
 int rt_ipc_send_exit_profile(struct json_writer *w)
@@ -458,7 +474,7 @@ int rt_ipc_symbolize(struct rt_symbol_batch *b, uint64_t timeout_ns)
     if (!atomic_load(&ipc.linked)) /* on_close ran meanwhile: nobody would answer */
         sym_finish(b, -ENOTCONN);
     (void)pthread_mutex_unlock(&ipc.sym_lock);
-    (void)uv_async_send(&ipc.wake);
+    wake_ipc();
     (void)pthread_mutex_lock(&ipc.sym_lock);
     while (!b->done && r != ETIMEDOUT)
         r = pthread_cond_timedwait(&ipc.sym_cond, &ipc.sym_lock, &deadline);
@@ -664,6 +680,7 @@ static void send_hello(void)
 static void *ipc_main(void *arg)
 {
     (void)arg;
+    rt_thread_cancel_only_in_poll(); /* first: see rt_ipc_abandon() */
     /* Hello leaves from here, like every frame: this thread blocks every signal, so a
      * daemon that closed the connection already costs an EPIPE. Written from the program's
      * thread at start, the same write raised SIGPIPE there and killed the program. */
@@ -732,6 +749,10 @@ static int start_now(void)
     /* The program may close "every descriptor" (daemons do, first thing in main): not
      * these, which libuv would abort the process over. Protected here, before the IPC
      * thread runs: a program that starts closing at once otherwise wins the race. */
+    /* libuv's spare /dev/null (for EMFILE, opened by the connect) comes from open(), which
+     * is not interposed: moved to the runtime's band here, like the others (preload-fds.c). */
+    if (ipc.loop.emfile_fd >= 0)
+        ipc.loop.emfile_fd = rt_fd_relocate(ipc.loop.emfile_fd);
     rt_fd_protect(uv_backend_fd(&ipc.loop));
     rt_fd_protect(ipc.loop.async_io_watcher.fd);
     rt_fd_protect(ipc.loop.async_wfd);
@@ -805,7 +826,7 @@ void rt_ipc_stop(void)
     (void)pthread_mutex_lock(&ipc.outbox_lock);
     atomic_store(&ipc.exiting, 1);
     (void)pthread_mutex_unlock(&ipc.outbox_lock);
-    (void)uv_async_send(&ipc.wake);
+    wake_ipc();
     (void)clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)(EXIT_WAIT_NS / 1000000000u);
     (void)pthread_mutex_lock(&ipc.done_lock);
@@ -818,6 +839,89 @@ void rt_ipc_stop(void)
         rt_debug("the daemon did not take our last messages within 2 s");
     /* Updates have nowhere to go now. */
     buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+}
+
+/* The loop's descriptors and the connection's, -1 where there is none; their count. */
+static size_t ipc_fds(int fds[8])
+{
+    size_t n = 0;
+
+    if (!ipc.loop_ready)
+        return 0;
+    fds[n++] = ipc.conn ? ipc_conn_fileno(ipc.conn) : -1;
+    fds[n++] = uv_backend_fd(&ipc.loop);
+    fds[n++] = ipc.loop.async_io_watcher.fd;
+    fds[n++] = ipc.loop.async_wfd != ipc.loop.async_io_watcher.fd ? ipc.loop.async_wfd : -1;
+    fds[n++] = ipc.loop.signal_pipefd[0];
+    fds[n++] = ipc.loop.signal_pipefd[1];
+    fds[n++] = ipc.loop.emfile_fd;
+    return n;
+}
+
+bool rt_ipc_owns_fd(int fd)
+{
+    int fds[8];
+    size_t n;
+    bool owns = false;
+
+    (void)pthread_mutex_lock(&wake_lock);
+    n = ipc_fds(fds);
+    for (size_t i = 0; i < n; i++)
+        owns |= fd >= 0 && fds[i] == fd;
+    (void)pthread_mutex_unlock(&wake_lock);
+    return owns;
+}
+
+int rt_ipc_abandon(void)
+{
+    struct timespec deadline;
+    int fds[8];
+    size_t n;
+
+    (void)pthread_mutex_lock(&wake_lock);
+    if (!ipc.loop_ready) {
+        (void)pthread_mutex_unlock(&wake_lock);
+        return 0;
+    }
+    if (ipc.thread_started) {
+        /* Cancelled only inside its poll (preload-fds.c): libuv is between events there,
+         * and no lock of ours is held, so nothing of the loop runs again. A thread that
+         * does not get there within a second is left alone, and so is everything it
+         * uses: no reconnection, the daemon sees the process end. */
+        (void)pthread_cancel(ipc.thread);
+        (void)clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 1;
+        if (pthread_timedjoin_np(ipc.thread, NULL, &deadline) != 0) {
+            ipc.loop_ready = false;
+            ipc.thread_started = false;
+            (void)pthread_mutex_unlock(&wake_lock);
+            return -ETIMEDOUT;
+        }
+        ipc.thread_started = false;
+    }
+    /* The loop's memory is left as it is (a few KiB): closing it would touch descriptors
+     * that may be the program's now. Those still ours are closed. */
+    n = ipc_fds(fds);
+    for (size_t i = 0; i < n; i++)
+        rt_fd_release(fds[i]);
+    ipc.loop_ready = false;
+    ipc.conn = NULL;
+    (void)pthread_mutex_unlock(&wake_lock);
+
+    buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+    atomic_store(&ipc.connected, 0);
+    atomic_store(&ipc.linked, 0);
+    atomic_store(&ipc.gathering, 0);
+    (void)pthread_mutex_lock(&ipc.sym_lock);
+    if (ipc.sym) /* a profile writer waits for symbols that will not come this way */
+        sym_finish(ipc.sym, -ENOTCONN);
+    (void)pthread_mutex_unlock(&ipc.sym_lock);
+    ipc.poll_id = 0;
+    ipc.exit_streaming = false;
+    /* A new connection, made at the sampler's next tick or by the exit path: the daemon
+     * sees this process again, with its Hello. */
+    ipc.defer_start = true;
+    return rt_ipc_start(ipc.socket_path);
 }
 
 void rt_ipc_forget_after_fork(void)

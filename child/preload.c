@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,10 +136,15 @@ static __thread int creating_internal;
 /* Set in the runtime's own threads: their close() calls are the runtime's. */
 static __thread int internal_thread __attribute__((tls_model("initial-exec")));
 
-/* The runtime's descriptors, as fd + 1 (0: a free slot); kept_fds survive a fork. */
+/* The runtime's descriptors, as fd + 1 (0: a free slot, -1: a slot being filled), with
+ * the identity of the file each held when it was protected; kept_fds survive a fork. */
 #define RT_MAX_OWN_FDS  32
 #define RT_MAX_KEPT_FDS 8
 static _Atomic int own_fds[RT_MAX_OWN_FDS];
+static struct {
+    dev_t dev;
+    ino_t ino;
+} own_ids[RT_MAX_OWN_FDS];
 static int kept_fds[RT_MAX_KEPT_FDS];
 static size_t kept_count;
 /* While the runtime initialises libunwind or libuv on this thread: the pipes they make
@@ -231,7 +237,9 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
 
 void rt_fd_protect(int fd)
 {
-    if (fd < 0)
+    struct stat st;
+
+    if (fd < 0 || fstat(fd, &st) != 0)
         return;
     for (size_t i = 0; i < RT_MAX_OWN_FDS; i++)
         if (atomic_load(&own_fds[i]) == fd + 1)
@@ -239,9 +247,104 @@ void rt_fd_protect(int fd)
     for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
         int empty = 0;
 
-        if (atomic_compare_exchange_strong(&own_fds[i], &empty, fd + 1))
+        /* Reserved, identity written, then published: a reader never sees a stale one. */
+        if (atomic_compare_exchange_strong(&own_fds[i], &empty, -1)) {
+            own_ids[i].dev = st.st_dev;
+            own_ids[i].ino = st.st_ino;
+            atomic_store(&own_fds[i], fd + 1);
             return;
+        }
     }
+}
+
+bool rt_fd_is_own(int fd)
+{
+    for (size_t i = 0; fd >= 0 && i < RT_MAX_OWN_FDS; i++)
+        if (atomic_load(&own_fds[i]) == fd + 1)
+            return true;
+    return false;
+}
+
+/* Whether slot i still holds the file it held when protected. */
+static bool own_fd_intact(size_t i, int fd)
+{
+    struct stat st;
+
+    return fstat(fd, &st) == 0 && st.st_dev == own_ids[i].dev && st.st_ino == own_ids[i].ino;
+}
+
+bool rt_fd_intact(int fd)
+{
+    for (size_t i = 0; fd >= 0 && i < RT_MAX_OWN_FDS; i++)
+        if (atomic_load(&own_fds[i]) == fd + 1)
+            return own_fd_intact(i, fd);
+    return false;
+}
+
+size_t rt_fds_lost(int *ret_fds, size_t max)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < RT_MAX_OWN_FDS && n < max; i++) {
+        int v = atomic_load(&own_fds[i]);
+
+        if (v > 0 && !own_fd_intact(i, v - 1))
+            ret_fds[n++] = v - 1;
+    }
+    return n;
+}
+
+void rt_fd_release(int fd)
+{
+    if (!real_close)
+        resolve_real_functions();
+    for (size_t i = 0; fd >= 0 && i < RT_MAX_OWN_FDS; i++) {
+        int expected = fd + 1;
+        bool intact = atomic_load(&own_fds[i]) == fd + 1 && own_fd_intact(i, fd);
+
+        if (atomic_compare_exchange_strong(&own_fds[i], &expected, 0) && intact && real_close)
+            (void)real_close(fd);
+    }
+}
+
+bool rt_fds_capturing(void)
+{
+    return capturing != RT_FDS_CAPTURE_OFF;
+}
+
+bool rt_is_internal_thread(void)
+{
+    return internal_thread != 0;
+}
+
+/* Where the runtime's descriptors go: just below the lower of the soft RLIMIT_NOFILE and
+ * select()'s 1024, so that a program numbering its own files from 3 (systemd's LISTEN_FDS,
+ * a daemon's dup2() of /dev/null over 3..63, a shell's 3..9) finds them where it would
+ * without us, and its own first descriptor is 3 again. */
+#define RT_FDS_BAND 64
+
+int rt_fd_relocate(int fd)
+{
+    struct rlimit rl;
+    rlim_t top = 1024;
+    int flags, high;
+
+    if (fd < 0)
+        return fd;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < top)
+        top = rl.rlim_cur;
+    if (top < 4 * RT_FDS_BAND || fd >= (int)top - RT_FDS_BAND)
+        return fd; /* too few numbers to keep apart, or there already */
+    flags = fcntl(fd, F_GETFD);
+    high = fcntl(fd, flags >= 0 && (flags & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD,
+                 (int)top - RT_FDS_BAND);
+    if (high < 0)
+        return fd; /* the band is full: stay low rather than fail */
+    if (!real_close)
+        resolve_real_functions();
+    if (real_close)
+        (void)real_close(fd);
+    return high;
 }
 
 void rt_fds_forget(void)
@@ -303,9 +406,10 @@ void rt_fds_capture(enum rt_fds_capture how)
     capturing = how;
 }
 
-static void captured(const int fds[2])
+static void captured(int fds[2])
 {
     for (int i = 0; i < 2; i++) {
+        fds[i] = rt_fd_relocate(fds[i]);
         rt_fd_protect(fds[i]);
         if (capturing == RT_FDS_CAPTURE_KEEP && kept_count < RT_MAX_KEPT_FDS)
             kept_fds[kept_count++] = fds[i];

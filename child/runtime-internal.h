@@ -203,6 +203,9 @@ void rt_sampler_stop(void);
 void rt_sampler_wake(void);
 /* In a forked child, after rt_fds_forget(): closes the copy of the parent's statm. */
 void rt_sampler_forget_after_fork(void);
+/* The statm descriptor: whether fd is it, and giving it up (opened again when next read). */
+bool rt_sampler_owns_fd(int fd);
+void rt_sampler_release_statm(void);
 int rt_sampler_install_handler(void);
 /* Our handler owns the sampling signal: the program's sigaction()/signal() calls for it
  * (interposed, preload.c) read and set its own action here instead of replacing ours. */
@@ -233,6 +236,11 @@ void rt_ipc_tick(void);
 /* In a forked child: drop the parent's connection without touching it. */
 void rt_ipc_forget_after_fork(void);
 bool rt_ipc_connected(void);
+/* Whether fd is one of the connection's (its loop's, its socket). */
+bool rt_ipc_owns_fd(int fd);
+/* The program took one of those: the IPC thread is ended where it waits, what is still ours
+ * is closed, and a new connection is made at the next tick (or by the exit path). */
+int rt_ipc_abandon(void);
 /* Hands the exit profile (a finished memory writer, owned by the IPC layer from now on, even
  * on failure) to the IPC thread; rt_ipc_stop() then waits for it to leave before the Final
  * update. Returns 0 or -ENOMEM. */
@@ -292,6 +300,30 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
  * copies and before libuv's fork handler replaces its pipe). */
 void rt_fd_protect(int fd);
 void rt_fds_forget(void);
+bool rt_fd_is_own(int fd);
+/* Whether fd is ours and still holds the file it held when protected. */
+bool rt_fd_intact(int fd);
+/* Descriptors of ours that no longer hold their file (the program closed them by a route
+ * we do not see, as the raw close_range system call, or dup2()ed onto them); their count. */
+size_t rt_fds_lost(int *ret_fds, size_t max);
+/* The runtime gives fd up: forgotten, and closed if it still holds our file. */
+void rt_fd_release(int fd);
+/* Moves a new descriptor of the runtime's to a high number (see preload.c); returns the
+ * descriptor to use (fd itself when it cannot move). */
+int rt_fd_relocate(int fd);
+bool rt_fds_capturing(void);
+bool rt_is_internal_thread(void);
+/* runtime.c: the program is about to put a file of its own on fd, one of ours (dup2):
+ * whatever of the runtime uses it lets it go first, and is re-created elsewhere. */
+void rt_fd_yield(int fd);
+/* runtime.c: finds descriptors of ours the program took by a route no interposer sees,
+ * and re-creates what used them. Sampler thread or exit path. */
+void rt_fds_check(void);
+/* How many descriptors of ours the program took (dup2 onto them, or closed them unseen). */
+uint64_t rt_fds_taken(void);
+/* preload-fds.c: from now on the calling thread (the IPC thread) can be cancelled only
+ * inside epoll_wait()/epoll_pwait(), where it holds no lock and libuv is between events. */
+void rt_thread_cancel_only_in_poll(void);
 /* preload.c: while set on a thread, the pipes pipe()/pipe2() make there are the runtime's
  * (libuv's and libunwind's own, out of our code's reach); KEEP: still ours in a forked
  * child (libunwind's, which the child goes on using). */

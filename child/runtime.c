@@ -214,17 +214,17 @@ static void format_runtime_log(struct write_symbols *ws)
     (void)snprintf(ws->log, sizeof(ws->log),
                    "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
                    ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
-                   ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"intervalNs\":%" PRIu64
-                   ",\"symbolModulesLoaded\":%" PRIu64 ",\"symbolModulesNamesOnly\":%" PRIu64
-                   ",\"symbolServiceBatches\":%" PRIu64 ",\"symbolServiceFailures\":%" PRIu64
-                   ",\"symbolServiceAddresses\":%" PRIu64 ",\"symbolServiceUnresolved\":%" PRIu64
-                   ",\"symbolModuleErrors\":%" PRIu64 ",\"symbolizeUs\":%" PRIu64
-                   ",\"symbolError\":\"%s\"}",
+                   ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"descriptorsTaken\":%" PRIu64
+                   ",\"intervalNs\":%" PRIu64 ",\"symbolModulesLoaded\":%" PRIu64
+                   ",\"symbolModulesNamesOnly\":%" PRIu64 ",\"symbolServiceBatches\":%" PRIu64
+                   ",\"symbolServiceFailures\":%" PRIu64 ",\"symbolServiceAddresses\":%" PRIu64
+                   ",\"symbolServiceUnresolved\":%" PRIu64 ",\"symbolModuleErrors\":%" PRIu64
+                   ",\"symbolizeUs\":%" PRIu64 ",\"symbolError\":\"%s\"}",
                    st->pushed_blocks, st->cleared_blocks, st->failed_puts, st->failed_bytes,
-                   rt_stackwalk_unsafe_samples(), rt.cfg.interval_ns, local.modules_loaded,
-                   local.modules_names_only, sym->remote_batches, sym->remote_failures,
-                   sym->remote_addresses, sym->remote_unresolved, sym->module_errors,
-                   ws->symbolize_ns / 1000, error);
+                   rt_stackwalk_unsafe_samples(), rt_fds_taken(), rt.cfg.interval_ns,
+                   local.modules_loaded, local.modules_names_only, sym->remote_batches,
+                   sym->remote_failures, sym->remote_addresses, sym->remote_unresolved,
+                   sym->module_errors, ws->symbolize_ns / 1000, error);
 }
 
 static int resolve_and_log(void *userdata, const struct prof_frame_request *requests, size_t count,
@@ -382,6 +382,8 @@ static void write_exit_profile(void)
     if (!rt.exit_profile_written && atomic_load(&rt.running)) {
         rt.exit_profile_written = true;
         now = rt_now_ns();
+        /* Descriptors the program took since the sampler's last check: reconnect first. */
+        rt_fds_check();
         /* A forked child that ends before its first tick connects now, to send this. */
         rt_ipc_start_deferred();
         if (rt_ipc_connected()) {
@@ -414,6 +416,38 @@ static void write_exit_profile(void)
         }
     }
     (void)pthread_mutex_unlock(&rt.write_lock);
+}
+
+static _Atomic uint64_t fds_taken; /* descriptors of ours the program took */
+
+void rt_fd_yield(int fd)
+{
+    atomic_fetch_add(&fds_taken, 1);
+    if (rt_ipc_owns_fd(fd)) {
+        int r = rt_ipc_abandon();
+
+        rt_debug("the program took descriptor %d of the daemon connection: %s", fd,
+                 r < 0 ? strerror(-r) : "reconnecting");
+    } else if (rt_sampler_owns_fd(fd)) {
+        rt_sampler_release_statm();
+    } else {
+        /* libunwind's memory-probe pipe: it keeps the number; we stop protecting it. */
+        rt_fd_release(fd);
+    }
+}
+
+void rt_fds_check(void)
+{
+    int lost[8];
+    size_t n = rt_fds_lost(lost, sizeof(lost) / sizeof(lost[0]));
+
+    for (size_t i = 0; i < n; i++)
+        rt_fd_yield(lost[i]);
+}
+
+uint64_t rt_fds_taken(void)
+{
+    return atomic_load(&fds_taken);
 }
 
 const char *rt_program_name(void)

@@ -38,7 +38,8 @@
 static struct sigaction program_actions[2];
 static _Atomic unsigned program_action_index;
 static _Atomic bool handler_installed;
-static int statm_fd = -1;
+/* The sampler reads it; rt_sampler_release_statm() may take it from another thread. */
+static _Atomic int statm_fd = -1;
 static uint64_t last_memory_ns;
 /* Futex word: 1 when the sampler must stop sleeping (stop, or an exit signal to handle).
  * A plain sleep made every exit wait for the current tick: up to a whole interval. */
@@ -379,15 +380,45 @@ static unsigned ticks_to_skip(unsigned idle_wakes)
     return (unsigned)(k < max ? k : max - 1);
 }
 
+/* Opened and protected before any thread of ours could race the program for it, like the
+ * IPC descriptors, and kept in the runtime's band of high numbers. */
+static int open_statm(void)
+{
+    int fd;
+
+    rt_fds_capture(RT_FDS_CAPTURE); /* not on 0, 1 or 2 */
+    fd = rt_fd_relocate(open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
+    rt_fd_protect(fd);
+    atomic_store(&statm_fd, fd);
+    return fd;
+}
+
+bool rt_sampler_owns_fd(int fd)
+{
+    return fd >= 0 && atomic_load(&statm_fd) == fd;
+}
+
+void rt_sampler_release_statm(void)
+{
+    int fd = atomic_exchange(&statm_fd, -1);
+
+    rt_fd_release(fd);
+}
+
 static int64_t resident_bytes(void)
 {
     char buf[128];
     long pages_total, pages_resident;
     ssize_t n;
 
-    if (statm_fd < 0)
+    int fd = atomic_load(&statm_fd);
+
+    if (fd < 0)
+        fd = open_statm(); /* given up (the program took its number): opened again */
+    if (fd < 0)
         return -1;
-    n = pread(statm_fd, buf, sizeof(buf) - 1, 0);
+    n = pread(fd, buf, sizeof(buf) - 1, 0);
     if (n <= 0)
         return -1;
     buf[n] = '\0';
@@ -402,8 +433,10 @@ static void sample_counters(uint64_t now)
     uint32_t count = atomic_load(&rt.counter_count);
 
     if (now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
-        int64_t rss = resident_bytes();
+        int64_t rss;
 
+        rt_fds_check(); /* as often, and first: a few fstat() calls */
+        rss = resident_bytes();
         last_memory_ns = now;
         if (rss >= 0)
             atomic_store(&rt.counters[0].value, rss);
@@ -505,9 +538,7 @@ static void *sampler_main(void *arg)
         o = (struct prof_overhead){t0, t1 - t0, 0, t3 - t2, t2 - t1};
         (void)prof_entry_put_overhead(rt.buffer, &o);
     }
-    if (statm_fd >= 0)
-        (void)close(statm_fd);
-    statm_fd = -1;
+    rt_sampler_release_statm(); /* closed only if the number is still ours */
     return NULL;
 }
 
@@ -526,10 +557,7 @@ int rt_sampler_start(void)
     atomic_store(&rt.stop_sampler, 0);
     atomic_store(&wake_word, 0);
     /* Opened and protected before the thread runs, like the IPC descriptors. */
-    rt_fds_capture(RT_FDS_CAPTURE); /* not on 0, 1 or 2 */
-    statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    rt_fds_capture(RT_FDS_CAPTURE_OFF);
-    rt_fd_protect(statm_fd);
+    (void)open_statm();
     r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
     if (r < 0)
         return r;

@@ -27,42 +27,80 @@ def record(tmp, *cmd):
     return r, out
 
 
-def program_unharmed_and_profile_or_cause(tmp, mode):
-    r, out = record(tmp, TRANSPARENT, mode, "100")
-    # The program's own check ran (its exit status is record's when a profile is written).
-    assert "wl-transparent:" not in r.stderr, f"the program saw a change:\n{r.stderr}"
-    if os.path.exists(out):
-        assert r.returncode == 0, f"record: {r.returncode}\n{r.stderr}"
-        doc = pc.load(out)
-        problems = pc.check_profile(doc)
-        assert not problems, "\n".join(problems[:10])
-        names = {n for p in doc.get("processes") or [] for t in p["threads"]
-                 for n in pc.frame_names(t)}
-        assert "wl_spin" in names, f"the profile lacks wl_spin: {sorted(names)[:20]}"
-        return
-    # Lost anyway: record names what happened, not a guess that does not apply (the
-    # preload did take: the process connected).
-    assert "connected, then ended the connection without sending a profile" in r.stderr, \
-        r.stderr
-    assert "statically linked" not in r.stderr, r.stderr
+def spin_cpu_ms(doc):
+    """CPU time of the samples in wl_spin, as the profile accounts it (threadCPUDelta, ns)."""
+    total = 0
+    for p in doc.get("processes") or []:
+        for t in p["threads"]:
+            names = pc.frame_names(t)
+            st, sch = t["stackTable"], t["samples"]["schema"]
+            for row in t["samples"]["data"]:
+                i = row[sch["stack"]]
+                frames = set()
+                while i is not None:
+                    frames.add(names[st["data"][i][st["schema"]["frame"]]])
+                    i = st["data"][i][st["schema"]["prefix"]]
+                if "wl_spin" in frames:
+                    total += row[sch["threadCPUDelta"]] or 0
+    return total / 1e6
+
+
+def descriptors_taken(doc):
+    p = doc["processes"][0]
+    return sum(v["runtime"]["descriptorsTaken"] for v in p["profilingLog"].values())
+
+
+def record_program(tmp, mode):
+    """Records `wl-transparent MODE 200` (2 x 200 ms of CPU around what it does)."""
+    r, out = record(tmp, TRANSPARENT, mode, "200")
+    # The program's own check: it says what changed under it, and fails.
+    assert r.returncode == 0 and "wl-transparent:" not in r.stderr, \
+        f"record: {r.returncode}\n{r.stderr}"
+    assert os.path.exists(out), f"no profile: {r.stderr}"
+    doc = pc.load(out)
+    problems = pc.check_profile(doc)
+    assert not problems, "\n".join(problems[:10])
+    assert len(doc.get("processes") or []) == 1, "expected the program's profile"
+    # Its CPU after the change is in the profile too: the runtime went on sampling and
+    # its profile reached the daemon.
+    cpu = spin_cpu_ms(doc)
+    assert cpu >= 300, f"only {cpu:.0f} ms of the program's 400 ms of CPU in wl_spin"
+    return doc
 
 
 def test_a_program_that_dup2s_over_descriptors_3_to_63(tmp):
-    program_unharmed_and_profile_or_cause(tmp, "dup2-range")
+    # The runtime's descriptors sit in a high band: a sweep of low numbers meets none.
+    doc = record_program(tmp, "dup2-range")
+    assert descriptors_taken(doc) == 0, "the sweep of 3..63 took a descriptor of ours"
 
 
 def test_a_program_that_closes_every_descriptor_by_raw_close_range(tmp):
-    program_unharmed_and_profile_or_cause(tmp, "raw-close-range")
+    # No interposer sees the system call: the sampler finds the loss and reconnects.
+    doc = record_program(tmp, "raw-close-range")
+    assert descriptors_taken(doc) > 0, "the loss of our descriptors was not noticed"
 
 
 def test_a_program_that_dup2s_onto_the_profilers_descriptors(tmp):
     # It replaces every descriptor it did not open (ours: the daemon connection, libuv's
-    # and libunwind's) with its own pipe: nothing of ours may write into that pipe.
-    program_unharmed_and_profile_or_cause(tmp, "dup2-ours")
+    # and libunwind's, statm) with its own pipe: nothing of ours may write into that pipe,
+    # and the runtime gives each up, then reconnects.
+    doc = record_program(tmp, "dup2-ours")
+    assert descriptors_taken(doc) > 0, "the program's dup2 onto ours was not noticed"
+
+
+def test_the_programs_first_descriptor_is_3_as_without_the_profiler(tmp):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("FLEETPROF_") and k != "LD_PRELOAD"}
+    bare = subprocess.run([TRANSPARENT, "first-fd"], env=e, capture_output=True, text=True,
+                          timeout=30)
+    r, out = record(tmp, TRANSPARENT, "first-fd")
+    assert bare.returncode == 0 and r.returncode == 0, f"{bare.stderr}{r.stderr}"
+    assert r.stdout == bare.stdout, f"first descriptor {r.stdout!r}, {bare.stdout!r} without us"
 
 
 taplib.run([
     test_a_program_that_dup2s_over_descriptors_3_to_63,
     test_a_program_that_closes_every_descriptor_by_raw_close_range,
     test_a_program_that_dup2s_onto_the_profilers_descriptors,
+    test_the_programs_first_descriptor_is_3_as_without_the_profiler,
 ])

@@ -18,6 +18,7 @@
  *                                         profiler's), spins again, and checks each copy
  *                                         still carries its bytes and nothing else; exit 6
  *                                         if one does not
+ *   wl-transparent first-fd               prints the number its first open() gets
  */
 #include <dirent.h>
 #include <errno.h>
@@ -202,6 +203,10 @@ int main(int argc, char **argv)
         return blocked_thread(atof(argv[2]));
     if (!strcmp(mode, "dup2-range") && argc > 2)
         return dup2_range(atof(argv[2]));
+    if (!strcmp(mode, "first-fd")) {
+        printf("first descriptor: %d\n", open("/dev/null", O_RDONLY));
+        return 0;
+    }
     if (!strcmp(mode, "dup2-ours") && argc > 2)
         return dup2_ours(atof(argv[2]));
     if (!strcmp(mode, "raw-close-range") && argc > 2)

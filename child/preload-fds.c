@@ -1,0 +1,163 @@
+/* child/preload-fds.c - the runtime's descriptors against a program that reuses numbers.
+ *
+ * Interposed (exported, see libfleetprof.map):
+ *   epoll_create, epoll_create1,  while the runtime sets libuv up on a thread
+ *   eventfd, socket               (rt_fds_capturing()), the descriptors they make are moved
+ *                                 to a high band (rt_fd_relocate()): a program that puts its
+ *                                 own files on low numbers (a dup2() sweep over 3..63, a
+ *                                 shell's 3..9) does not meet them;
+ *   dup2, dup3                    a program that dup2()s onto one of ours anyway gets the
+ *                                 number: the runtime gives it up first (rt_fd_yield()), so
+ *                                 nothing of ours reads or writes through it afterwards;
+ *   epoll_wait, epoll_pwait       the IPC thread can be cancelled only in there
+ *                                 (rt_thread_cancel_only_in_poll()), where libuv is between
+ *                                 events and no lock of ours is held: that is how a lost
+ *                                 connection's thread is ended without running libuv again.
+ * Descriptors lost by a route no interposer sees (the raw close_range system call) are found
+ * by the sampler's checks (rt_fds_lost()) and re-created the same way.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include "child/include/fleetprof.h"
+#include "child/runtime-internal.h"
+
+/* Under TSan its own interceptors of these must see every call (they carry its
+ * synchronisation model): none of this is built in, as for the runtime's other
+ * TSan-sensitive interposers. */
+#if defined(__SANITIZE_THREAD__)
+#define RT_FDS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RT_FDS_TSAN 1
+#endif
+#endif
+
+#ifndef RT_FDS_TSAN
+
+typedef int (*dup2_fn)(int, int);
+typedef int (*dup3_fn)(int, int, int);
+typedef int (*epoll_create_fn)(int);
+typedef int (*eventfd_fn)(unsigned int, int);
+typedef int (*socket_fn)(int, int, int);
+typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
+typedef int (*epoll_pwait_fn)(int, struct epoll_event *, int, int, const sigset_t *);
+
+static dup2_fn real_dup2;
+static dup3_fn real_dup3;
+static epoll_create_fn real_epoll_create, real_epoll_create1;
+static eventfd_fn real_eventfd;
+static socket_fn real_socket;
+static epoll_wait_fn real_epoll_wait;
+static epoll_pwait_fn real_epoll_pwait;
+
+/* Set on the IPC thread: cancellation is enabled around its polls only. */
+static __thread int cancel_in_poll __attribute__((tls_model("initial-exec")));
+
+/* Before the runtime's own start (a constructor too), which makes descriptors through
+ * these; and again lazily, for a call that comes before any constructor ran. */
+__attribute__((constructor(101))) static void resolve(void)
+{
+    if (real_socket)
+        return;
+    *(void **)&real_dup2 = dlsym(RTLD_NEXT, "dup2");
+    *(void **)&real_dup3 = dlsym(RTLD_NEXT, "dup3");
+    *(void **)&real_epoll_create = dlsym(RTLD_NEXT, "epoll_create");
+    *(void **)&real_epoll_create1 = dlsym(RTLD_NEXT, "epoll_create1");
+    *(void **)&real_eventfd = dlsym(RTLD_NEXT, "eventfd");
+    *(void **)&real_socket = dlsym(RTLD_NEXT, "socket");
+    *(void **)&real_epoll_wait = dlsym(RTLD_NEXT, "epoll_wait");
+    *(void **)&real_epoll_pwait = dlsym(RTLD_NEXT, "epoll_pwait");
+}
+
+/* The function, or ENOSYS when the C library has none. */
+#define CALL_REAL(fn, ...) ((fn) || (resolve(), fn) ? (fn)(__VA_ARGS__) : (errno = ENOSYS, -1))
+
+static int made(int fd)
+{
+    return rt_fds_capturing() ? rt_fd_relocate(fd) : fd;
+}
+
+FLEETPROF_EXPORT int epoll_create(int size)
+{
+    return made(CALL_REAL(real_epoll_create, size));
+}
+
+FLEETPROF_EXPORT int epoll_create1(int flags)
+{
+    return made(CALL_REAL(real_epoll_create1, flags));
+}
+
+FLEETPROF_EXPORT int eventfd(unsigned int count, int flags)
+{
+    return made(CALL_REAL(real_eventfd, count, flags));
+}
+
+FLEETPROF_EXPORT int socket(int domain, int type, int protocol)
+{
+    return made(CALL_REAL(real_socket, domain, type, protocol));
+}
+
+/* The program's file on one of our numbers: ours is given up first. The runtime's own
+ * calls (libuv's, on our threads or while it sets up) are its business. */
+static void before_dup_onto(int oldfd, int newfd)
+{
+    if (oldfd != newfd && !rt_is_internal_thread() && !rt_fds_capturing() && rt_fd_is_own(newfd))
+        rt_fd_yield(newfd);
+}
+
+FLEETPROF_EXPORT int dup2(int oldfd, int newfd)
+{
+    before_dup_onto(oldfd, newfd);
+    return CALL_REAL(real_dup2, oldfd, newfd);
+}
+
+FLEETPROF_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+    before_dup_onto(oldfd, newfd);
+    return CALL_REAL(real_dup3, oldfd, newfd, flags);
+}
+
+void rt_thread_cancel_only_in_poll(void)
+{
+    (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    cancel_in_poll = 1;
+}
+
+FLEETPROF_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
+{
+    int r, old;
+
+    if (!cancel_in_poll)
+        return CALL_REAL(real_epoll_wait, epfd, events, max, timeout);
+    (void)pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
+    r = CALL_REAL(real_epoll_wait, epfd, events, max, timeout);
+    (void)pthread_setcancelstate(old, NULL);
+    return r;
+}
+
+FLEETPROF_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout,
+                                 const sigset_t *mask)
+{
+    int r, old;
+
+    if (!cancel_in_poll)
+        return CALL_REAL(real_epoll_pwait, epfd, events, max, timeout, mask);
+    (void)pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
+    r = CALL_REAL(real_epoll_pwait, epfd, events, max, timeout, mask);
+    (void)pthread_setcancelstate(old, NULL);
+    return r;
+}
+
+#else
+
+void rt_thread_cancel_only_in_poll(void)
+{
+}
+
+#endif
