@@ -6,10 +6,14 @@
  *   dlopen, dlclose,     mark the calling thread as inside the loader, so its signal
  *   dl_iterate_phdr      handler does not unwind with libunwind there (stackwalk.c);
  *   _exit, _Exit         write the exit profile first (forked workers often end so);
- *   execve, execv,       keep a sampling signal from being left pending across exec: the new
- *   execvp, execvpe,     image starts with SIGPROF at its default action (terminate), so the
- *   fexecve, execl,      sampler stops signalling and SIGPROF is set to ignored (which
- *   execlp, execle       discards a pending one) just before; restored if exec fails;
+ *   execve, execv,       the new image starts with the program's own SIGPROF disposition
+ *   execvp, execvpe,     and mask and no sample of ours pending (under SIG_DFL it would
+ *   fexecve, execl,      kill it): the sampler stops signalling, the calling thread drops
+ *   execlp, execle       the samples pending on it, SIG_IGN is set only if the program's;
+ *                        undone if exec fails (before_exec());
+ *   sigaction, signal,   SIGPROF: the program's action is kept aside, ours stays installed;
+ *   bsd_signal, ssignal, a raw rt_sigaction that replaces ours stops sampling (sampler.c);
+ *   sysv_signal, __sysv_signal, sigset, sigignore, siginterrupt
  *   close, close_range,  leave the runtime's own descriptors (its daemon connection, its
  *   closefrom            event loop's epoll and eventfd) open when the program closes
  *                        "every descriptor", as daemons do: libuv aborts the process when
@@ -22,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,6 +34,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "child/include/fleetprof.h"
@@ -67,6 +73,8 @@ typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef void (*signal_handler_fn)(int);
 typedef signal_handler_fn (*signal_fn)(int, signal_handler_fn);
 typedef int (*pipe2_fn)(int[2], int);
+typedef int (*sigignore_fn)(int);
+typedef int (*siginterrupt_fn)(int, int);
 
 static pthread_create_fn real_pthread_create;
 static dlopen_fn real_dlopen;
@@ -82,6 +90,13 @@ static fexecve_fn real_fexecve;
 static close_fn real_close;
 static sigaction_fn real_sigaction;
 static signal_fn real_signal;
+static signal_fn real_bsd_signal;
+static signal_fn real_ssignal;
+static signal_fn real_sysv_signal;
+static signal_fn real___sysv_signal;
+static signal_fn real_sigset;
+static sigignore_fn real_sigignore;
+static siginterrupt_fn real_siginterrupt;
 static pipe2_fn real_pipe2;
 static close_range_fn real_close_range;
 static closefrom_fn real_closefrom;
@@ -130,6 +145,20 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_signal = dlsym(RTLD_NEXT, "signal");
     if (!real_pipe2)
         *(void **)&real_pipe2 = dlsym(RTLD_NEXT, "pipe2");
+    if (!real_bsd_signal)
+        *(void **)&real_bsd_signal = dlsym(RTLD_NEXT, "bsd_signal");
+    if (!real_ssignal)
+        *(void **)&real_ssignal = dlsym(RTLD_NEXT, "ssignal");
+    if (!real_sysv_signal)
+        *(void **)&real_sysv_signal = dlsym(RTLD_NEXT, "sysv_signal");
+    if (!real___sysv_signal)
+        *(void **)&real___sysv_signal = dlsym(RTLD_NEXT, "__sysv_signal");
+    if (!real_sigset)
+        *(void **)&real_sigset = dlsym(RTLD_NEXT, "sigset");
+    if (!real_sigignore)
+        *(void **)&real_sigignore = dlsym(RTLD_NEXT, "sigignore");
+    if (!real_siginterrupt)
+        *(void **)&real_siginterrupt = dlsym(RTLD_NEXT, "siginterrupt");
 }
 
 static __thread int creating_internal;
@@ -623,84 +652,272 @@ RT_NO_TSAN int rt_real_sigaction(int sig, const struct sigaction *act, struct si
     return libc_sigaction(sig, act, old);
 }
 
+/* Whether a call for sig is about the program's action of the sampling signal, which is
+ * kept aside while our handler is installed. (TSan builds pass through: TSan's interceptor
+ * keeps its own table of the program's handlers.) */
+static bool kept_aside(int sig)
+{
+    return !RT_TSAN && sig == RT_SAMPLE_SIGNAL && rt_sampler_owns_signal();
+}
+
 /* A program that resets every handler to SIG_DFL (daemons do), or installs its own
  * SIGPROF handler (a profiler of its own), replaced ours: the next sample killed it, or
  * its handler got our 1 kHz. Its action is kept aside instead (and chained for its own
- * signals, see chain() in sampler.c), and it reads back what it set. (TSan builds pass
- * through: TSan's interceptor keeps its own table of the program's handlers.) */
+ * signals, see chain() in sampler.c), and it reads back what it set. */
 RT_NO_TSAN FLEETPROF_EXPORT int sigaction(int sig, const struct sigaction *act,
                                           struct sigaction *old)
 {
-    if (RT_TSAN || sig != RT_SAMPLE_SIGNAL || !rt_sampler_owns_signal())
+    if (!kept_aside(sig))
         return libc_sigaction(sig, act, old);
     rt_sampler_program_action(act, old);
     return 0;
 }
 
-RT_NO_TSAN FLEETPROF_EXPORT signal_handler_fn signal(int sig, signal_handler_fn handler)
+/* glibc's signal-style functions call its internal __sigaction, not ours: each is
+ * interposed for the sampling signal and sets the program's action with the flags glibc
+ * would have used; the others pass through. A raw rt_sigaction system call cannot be
+ * interposed: the sampler notices it (sampler.c, handler_still_ours()). */
+static signal_handler_fn pass_through(signal_fn *real, int sig, signal_handler_fn handler)
+{
+    if (!*real)
+        resolve_real_functions();
+    if (!*real) {
+        errno = ENOSYS;
+        return SIG_ERR;
+    }
+    return (*real)(sig, handler);
+}
+
+static signal_handler_fn set_program_handler(int sig, signal_handler_fn handler, int flags,
+                                             bool block_self)
 {
     struct sigaction sa, old;
 
-    if (RT_TSAN || sig != RT_SAMPLE_SIGNAL || !rt_sampler_owns_signal()) {
-        if (!real_signal)
-            resolve_real_functions();
-        if (!real_signal) {
-            errno = ENOSYS;
-            return SIG_ERR;
-        }
-        return real_signal(sig, handler);
+    if (handler == SIG_ERR) {
+        errno = EINVAL;
+        return SIG_ERR;
     }
-    /* glibc's signal(): BSD semantics, restarting calls, the signal blocked meanwhile. */
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = handler;
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = flags;
     (void)sigemptyset(&sa.sa_mask);
-    (void)sigaddset(&sa.sa_mask, sig);
+    if (block_self)
+        (void)sigaddset(&sa.sa_mask, sig);
     rt_sampler_program_action(&sa, &old);
     return old.sa_handler;
 }
 
-/* Exec: no sampling signal may be pending when the new image starts. Only async-signal-safe
- * calls here: exec often follows fork in a multithreaded program. */
-static bool before_exec(struct sigaction *saved)
-{
-    struct sigaction ignore;
+/* glibc's _sigintr for the sampling signal: siginterrupt(SIGPROF, 1) was called. */
+static _Atomic bool sample_signal_interrupts;
 
-    if (!atomic_load(&rt.running))
-        return false;
-    atomic_store(&rt.exec_pending, 1); /* the sampler sends no more */
-    memset(&ignore, 0, sizeof(ignore));
-    ignore.sa_handler = SIG_IGN;
-    (void)sigemptyset(&ignore.sa_mask);
-    /* Ignoring a signal discards its pending instances (POSIX). */
-    return rt_real_sigaction(RT_SAMPLE_SIGNAL, &ignore, saved) == 0;
+/* signal(), bsd_signal(), ssignal() (one function in glibc): BSD semantics, calls restart
+ * unless siginterrupt() said otherwise, the signal blocked in its handler. */
+static signal_handler_fn bsd_semantics(int sig, signal_handler_fn handler)
+{
+    return set_program_handler(sig, handler,
+                               atomic_load(&sample_signal_interrupts) ? 0 : SA_RESTART, true);
 }
 
-static void after_failed_exec(bool prepared, const struct sigaction *saved)
+RT_NO_TSAN FLEETPROF_EXPORT signal_handler_fn signal(int sig, signal_handler_fn handler)
+{
+    return kept_aside(sig) ? bsd_semantics(sig, handler) : pass_through(&real_signal, sig, handler);
+}
+
+/* Not declared under _GNU_SOURCE (POSIX.1-2008 dropped it), still exported by glibc. */
+signal_handler_fn bsd_signal(int sig, signal_handler_fn handler);
+RT_NO_TSAN FLEETPROF_EXPORT signal_handler_fn bsd_signal(int sig, signal_handler_fn handler)
+{
+    return kept_aside(sig) ? bsd_semantics(sig, handler)
+                           : pass_through(&real_bsd_signal, sig, handler);
+}
+
+RT_NO_TSAN FLEETPROF_EXPORT signal_handler_fn ssignal(int sig, signal_handler_fn handler)
+{
+    return kept_aside(sig) ? bsd_semantics(sig, handler)
+                           : pass_through(&real_ssignal, sig, handler);
+}
+
+/* System V semantics: one-shot (reset to SIG_DFL on delivery), the signal not blocked in its
+ * handler, calls not restarted. */
+RT_NO_TSAN FLEETPROF_EXPORT signal_handler_fn sysv_signal(int sig, signal_handler_fn handler)
+{
+    return kept_aside(sig) ? set_program_handler(sig, handler, SA_RESETHAND | SA_NODEFER, false)
+                           : pass_through(&real_sysv_signal, sig, handler);
+}
+
+RT_NO_TSAN FLEETPROF_EXPORT signal_handler_fn __sysv_signal(int sig, signal_handler_fn handler)
+{
+    return kept_aside(sig) ? set_program_handler(sig, handler, SA_RESETHAND | SA_NODEFER, false)
+                           : pass_through(&real___sysv_signal, sig, handler);
+}
+
+/* sigset(3): SIG_HOLD adds the signal to the mask and leaves the action; any other
+ * disposition is set (no flags, empty mask) and the signal taken out of the mask. Returns
+ * SIG_HOLD if the signal was blocked before the call, else the previous disposition. */
+RT_NO_TSAN FLEETPROF_EXPORT signal_handler_fn sigset(int sig, signal_handler_fn disp)
+{
+    struct sigaction old;
+    sigset_t set, oset;
+
+    if (!kept_aside(sig))
+        return pass_through(&real_sigset, sig, disp);
+    (void)sigemptyset(&set);
+    (void)sigaddset(&set, sig);
+    if (disp == SIG_HOLD) {
+        if (sigprocmask(SIG_BLOCK, &set, &oset) < 0)
+            return SIG_ERR;
+        if (sigismember(&oset, sig))
+            return SIG_HOLD;
+        rt_sampler_program_action(NULL, &old);
+        return old.sa_handler;
+    }
+    old.sa_handler = set_program_handler(sig, disp, 0, false);
+    if (old.sa_handler == SIG_ERR || sigprocmask(SIG_UNBLOCK, &set, &oset) < 0)
+        return SIG_ERR;
+    return sigismember(&oset, sig) ? SIG_HOLD : old.sa_handler;
+}
+
+RT_NO_TSAN FLEETPROF_EXPORT int sigignore(int sig)
+{
+    if (!kept_aside(sig)) {
+        if (!real_sigignore)
+            resolve_real_functions();
+        return real_sigignore ? real_sigignore(sig) : (errno = ENOSYS, -1);
+    }
+    (void)set_program_handler(sig, SIG_IGN, 0, false);
+    return 0;
+}
+
+/* Read, change SA_RESTART, write back: on the program's action, not on ours. */
+RT_NO_TSAN FLEETPROF_EXPORT int siginterrupt(int sig, int interrupt)
+{
+    struct sigaction sa;
+
+    if (!kept_aside(sig)) {
+        if (!real_siginterrupt)
+            resolve_real_functions();
+        return real_siginterrupt ? real_siginterrupt(sig, interrupt) : (errno = ENOSYS, -1);
+    }
+    atomic_store(&sample_signal_interrupts, interrupt != 0);
+    rt_sampler_program_action(NULL, &sa);
+    if (interrupt)
+        sa.sa_flags &= ~SA_RESTART;
+    else
+        sa.sa_flags |= SA_RESTART;
+    rt_sampler_program_action(&sa, NULL);
+    return 0;
+}
+
+/* Exec. The new image must start with the program's own SIGPROF disposition and mask, and
+ * with no sample of ours pending: under SIG_DFL a pending SIGPROF kills it. The kernel
+ * resets a handler, ours included, to SIG_DFL and keeps SIG_IGN; the mask and the calling
+ * thread's pending signals cross exec, the other threads' pending signals die with them.
+ * So, before the call:
+ *   1. exec_pending++, then wait until no tgkill of the sampler is in flight (the handshake
+ *      in sampler.c, signal_thread()): from then on no sample of ours is sent;
+ *   2. on the calling thread, with SIGPROF blocked, take every pending instance
+ *      (sigtimedwait, no wait): ours are dropped, the program's own (not from our tgkill) is
+ *      queued again as it was;
+ *   3. if the program's disposition is SIG_IGN, set it (this also discards the instances
+ *      pending anywhere); otherwise ours stays installed, so a sample still pending on
+ *      another thread lands in our handler, and the kernel makes it SIG_DFL;
+ *   4. the thread's mask back as the program had it.
+ * If the exec fails: ours again if it was replaced, exec_pending--, and the sampler
+ * re-signals the captures whose signal step 2 or 3 took. Only async-signal-safe calls: exec
+ * often follows fork in a multithreaded program, or runs in a signal handler. A vfork child
+ * shares our memory (rt.pid is its parent's): it has no sample of ours pending, and must
+ * not touch the parent's exec_pending, only its own disposition. */
+struct exec_state {
+    bool counted; /* exec_pending was raised */
+    bool ignored; /* SIGPROF set to SIG_IGN, ours to put back */
+};
+
+static void wait_for_sampler_signals(void)
+{
+    for (unsigned i = 0; atomic_load(&rt.signals_in_flight) > 0 && i < 1000000; i++)
+        (void)sched_yield(); /* a tgkill is never blocked: a few microseconds */
+}
+
+static void drain_own_samples(void)
+{
+    static const struct timespec now = {0, 0};
+    sigset_t prof;
+    siginfo_t info, program;
+    bool keep = false;
+
+    (void)sigemptyset(&prof);
+    (void)sigaddset(&prof, RT_SAMPLE_SIGNAL);
+    /* The system call: glibc's sigtimedwait() reports SI_TKILL as SI_USER. */
+    while (syscall(SYS_rt_sigtimedwait, &prof, &info, &now, (size_t)(_NSIG / 8)) ==
+           RT_SAMPLE_SIGNAL) {
+        if (info.si_code == SI_TKILL && info.si_pid == rt.pid)
+            continue; /* ours (or the program's raise(): they look the same) */
+        program = info;
+        keep = true;
+    }
+    if (keep) /* a standard signal is pending at most once: one instance back */
+        (void)syscall(SYS_rt_tgsigqueueinfo, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid),
+                      RT_SAMPLE_SIGNAL, &program);
+}
+
+static void before_exec(struct exec_state *st)
+{
+    struct sigaction pa;
+    sigset_t prof, mask;
+    int saved_errno = errno;
+
+    st->counted = st->ignored = false;
+    if (!kept_aside(RT_SAMPLE_SIGNAL))
+        return; /* not ours (never installed, or the program took it): nothing to undo */
+    if ((int32_t)syscall(SYS_getpid) == rt.pid) {
+        atomic_fetch_add(&rt.exec_pending, 1);
+        st->counted = true;
+        wait_for_sampler_signals();
+    }
+    (void)sigemptyset(&prof);
+    (void)sigaddset(&prof, RT_SAMPLE_SIGNAL);
+    (void)pthread_sigmask(SIG_BLOCK, &prof, &mask);
+    if (st->counted)
+        drain_own_samples();
+    rt_sampler_program_action(NULL, &pa);
+    if (pa.sa_handler == SIG_IGN) {
+        struct sigaction ignore;
+
+        memset(&ignore, 0, sizeof(ignore));
+        ignore.sa_handler = SIG_IGN;
+        (void)sigemptyset(&ignore.sa_mask);
+        st->ignored = rt_real_sigaction(RT_SAMPLE_SIGNAL, &ignore, NULL) == 0;
+    }
+    (void)pthread_sigmask(SIG_SETMASK, &mask, NULL);
+    errno = saved_errno;
+}
+
+static void after_failed_exec(const struct exec_state *st)
 {
     int saved_errno = errno;
 
-    if (prepared) {
-        (void)rt_real_sigaction(RT_SAMPLE_SIGNAL, saved, NULL);
-        atomic_store(&rt.exec_pending, 0);
+    if (st->ignored)
+        rt_sampler_restore_handler();
+    if (st->counted) {
+        atomic_fetch_sub(&rt.exec_pending, 1);
+        atomic_store(&rt.exec_failed, 1); /* after: the sampler must see the exec over */
     }
     errno = saved_errno;
 }
 
 /* One wrapper per exec function: prepare, exec, restore if the exec failed. */
-#define EXEC_WRAPPER(name, params, args)     \
-    FLEETPROF_EXPORT int name params         \
-    {                                        \
-        struct sigaction saved;              \
-        bool prepared;                       \
-        int r;                               \
-                                             \
-        if (!real_##name)                    \
-            resolve_real_functions();        \
-        prepared = before_exec(&saved);      \
-        r = real_##name args;                \
-        after_failed_exec(prepared, &saved); \
-        return r;                            \
+#define EXEC_WRAPPER(name, params, args) \
+    FLEETPROF_EXPORT int name params     \
+    {                                    \
+        struct exec_state st;            \
+        int r;                           \
+                                         \
+        if (!real_##name)                \
+            resolve_real_functions();    \
+        before_exec(&st);                \
+        r = real_##name args;            \
+        after_failed_exec(&st);          \
+        return r;                        \
     }
 
 EXEC_WRAPPER(execve, (const char *path, char *const argv[], char *const envp[]), (path, argv, envp))

@@ -136,8 +136,11 @@ struct rt {
     _Atomic int running; /* 1 between a successful init and shutdown */
     _Atomic int paused;
     _Atomic int stop_sampler;
-    _Atomic int exit_signal;  /* a fatal signal to re-raise after writing the profile */
-    _Atomic int exec_pending; /* an exec is under way: send no sampling signal */
+    _Atomic int exit_signal;       /* a fatal signal to re-raise after writing the profile */
+    _Atomic int exec_pending;      /* execs under way: send no sampling signal */
+    _Atomic int signals_in_flight; /* the sampler is between reading exec_pending and its
+                                    * tgkill returning (the exec handshake, preload.c) */
+    _Atomic int exec_failed;       /* an exec failed: re-signal captures in flight */
     struct rt_config cfg;
     int32_t pid;
     uint64_t start_ns;
@@ -207,6 +210,11 @@ void rt_sampler_forget_after_fork(void);
 bool rt_sampler_owns_fd(int fd);
 void rt_sampler_release_statm(void);
 int rt_sampler_install_handler(void);
+/* Puts our handler back in place (after a failed exec ignored the signal). AS-safe. */
+void rt_sampler_restore_handler(void);
+/* Why sampling stopped for good ("the program replaced the SIGPROF handler..."), with the
+ * time (CLOCK_MONOTONIC ns) in *ret_ns; NULL while sampling goes on. */
+const char *rt_sampler_stopped_reason(uint64_t *ret_ns);
 /* Our handler owns the sampling signal: the program's sigaction()/signal() calls for it
  * (interposed, preload.c) read and set its own action here instead of replacing ours. */
 bool rt_sampler_owns_signal(void);

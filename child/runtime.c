@@ -195,7 +195,7 @@ struct write_symbols {
     struct rt_symbolizer sym;
     struct buf_chunked_buffer_state state;
     uint64_t symbolize_ns; /* time spent in the symbolizer */
-    char log[1024];
+    char log[1536];
 };
 
 static void format_runtime_log(struct write_symbols *ws)
@@ -205,6 +205,8 @@ static void format_runtime_log(struct write_symbols *ws)
     struct prof_symbols_stats local = rt_symbolizer_local_stats(sym);
     char error[300];
     size_t o = 0;
+    uint64_t stopped_ns = 0;
+    const char *stopped = rt_sampler_stopped_reason(&stopped_ns);
 
     /* The error text as a JSON string body: drop what would need escaping. */
     for (const char *p = sym->error; *p && o < sizeof(error) - 1; p++)
@@ -219,12 +221,14 @@ static void format_runtime_log(struct write_symbols *ws)
                    ",\"symbolModulesNamesOnly\":%" PRIu64 ",\"symbolServiceBatches\":%" PRIu64
                    ",\"symbolServiceFailures\":%" PRIu64 ",\"symbolServiceAddresses\":%" PRIu64
                    ",\"symbolServiceUnresolved\":%" PRIu64 ",\"symbolModuleErrors\":%" PRIu64
-                   ",\"symbolizeUs\":%" PRIu64 ",\"symbolError\":\"%s\"}",
+                   ",\"symbolizeUs\":%" PRIu64 ",\"symbolError\":\"%s\",\"samplingStopped\":\"%s\""
+                   ",\"samplingStoppedAtUs\":%" PRIu64 "}",
                    st->pushed_blocks, st->cleared_blocks, st->failed_puts, st->failed_bytes,
                    rt_stackwalk_unsafe_samples(), rt_fds_taken(), rt.cfg.interval_ns,
                    local.modules_loaded, local.modules_names_only, sym->remote_batches,
                    sym->remote_failures, sym->remote_addresses, sym->remote_unresolved,
-                   sym->module_errors, ws->symbolize_ns / 1000, error);
+                   sym->module_errors, ws->symbolize_ns / 1000, error, stopped ? stopped : "",
+                   stopped ? (stopped_ns - rt.start_ns) / 1000 : 0);
 }
 
 static int resolve_and_log(void *userdata, const struct prof_frame_request *requests, size_t count,
@@ -530,6 +534,10 @@ static void on_fork_child(void)
     rt.manager = NULL;
     rt.sampler_started = false;
     atomic_store(&rt.exit_signal, 0);
+    /* A fork while another thread was in exec, or the sampler in its tgkill. */
+    atomic_store(&rt.exec_pending, 0);
+    atomic_store(&rt.signals_in_flight, 0);
+    atomic_store(&rt.exec_failed, 0);
     (void)pthread_mutex_init(&rt.write_lock, NULL);
     (void)pthread_mutex_init(&init_lock, NULL);
     rt_threads_forget_all();

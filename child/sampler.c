@@ -38,6 +38,13 @@
 static struct sigaction program_actions[2];
 static _Atomic unsigned program_action_index;
 static _Atomic bool handler_installed;
+/* Our handler as the kernel reports it (a sanitizer may install a wrapper in its place), to
+ * see a program's raw rt_sigaction system call replace it. */
+static uintptr_t installed_kernel_handler;
+/* Why sampling stopped for good in this process ("" while it runs): for profilingLog. */
+static const char *_Atomic stopped_reason;
+static _Atomic uint64_t stopped_ns;
+static bool loss_handled; /* sampler-owned: after_handler_lost() ran */
 /* The sampler reads it; rt_sampler_release_statm() may take it from another thread. */
 static _Atomic int statm_fd = -1;
 static uint64_t last_memory_ns;
@@ -53,9 +60,25 @@ uint64_t rt_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static bool handler_still_ours(void);
+static void lose_handler(void);
+
 bool rt_sampler_owns_signal(void)
 {
+    /* A raw rt_sigaction may have replaced ours since: then the kernel has the program's
+     * action, and its sigaction() calls must reach it. */
+    if (atomic_load(&handler_installed) && !handler_still_ours())
+        lose_handler();
     return atomic_load(&handler_installed);
+}
+
+const char *rt_sampler_stopped_reason(uint64_t *ret_ns)
+{
+    const char *why = atomic_load(&stopped_reason);
+
+    if (why && ret_ns)
+        *ret_ns = atomic_load(&stopped_ns);
+    return why;
 }
 
 void rt_sampler_program_action(const struct sigaction *act, struct sigaction *old)
@@ -84,6 +107,18 @@ static void chain(int sig, siginfo_t *info, void *ucontext)
         memset(&dfl, 0, sizeof(dfl));
         dfl.sa_handler = SIG_DFL;
         rt_sampler_program_action(&dfl, NULL);
+    }
+    /* The mask the kernel would have set for the program's action: its sa_mask added, and
+     * under SA_NODEFER (sysv_signal) the signal itself left open unless sa_mask holds it.
+     * Returning from our handler restores the interrupted mask, as it would have. */
+    if (!sigisemptyset(&pa.sa_mask))
+        (void)pthread_sigmask(SIG_BLOCK, &pa.sa_mask, NULL);
+    if ((pa.sa_flags & SA_NODEFER) && !sigismember(&pa.sa_mask, sig)) {
+        sigset_t self;
+
+        (void)sigemptyset(&self);
+        (void)sigaddset(&self, sig);
+        (void)pthread_sigmask(SIG_UNBLOCK, &self, NULL);
     }
     if (pa.sa_flags & SA_SIGINFO)
         pa.sa_sigaction(sig, info, ucontext);
@@ -117,22 +152,103 @@ static void on_sample_signal(int sig, siginfo_t *info, void *ucontext)
     errno = saved_errno;
 }
 
+/* The action of the sampling signal as the rt_sigaction system call reads and writes it;
+ * only the handler's place is the same on every architecture, the rest is passed back
+ * unchanged. */
+struct kernel_sigaction {
+    uintptr_t handler; /* SIG_DFL 0, SIG_IGN 1, or the function */
+    unsigned long rest[7];
+};
+
+static long raw_sigaction(const struct kernel_sigaction *act, struct kernel_sigaction *old)
+{
+    return syscall(SYS_rt_sigaction, RT_SAMPLE_SIGNAL, act, old, (size_t)(_NSIG / 8));
+}
+
+static void our_action(struct sigaction *sa)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sa_sigaction = on_sample_signal;
+    /* SA_RESTART: the program's blocking calls resume instead of failing with EINTR. */
+    sa->sa_flags = SA_SIGINFO | SA_RESTART;
+    (void)sigemptyset(&sa->sa_mask);
+}
+
 int rt_sampler_install_handler(void)
 {
+    struct kernel_sigaction k;
     struct sigaction sa;
 
     if (atomic_load(&handler_installed))
         return 0;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = on_sample_signal;
-    /* SA_RESTART: the program's blocking calls resume instead of failing with EINTR. */
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    (void)sigemptyset(&sa.sa_mask);
+    our_action(&sa);
     if (rt_real_sigaction(RT_SAMPLE_SIGNAL, &sa, &program_actions[0]) < 0)
         return -errno;
+    installed_kernel_handler = raw_sigaction(NULL, &k) == 0 ? k.handler : 0;
+    loss_handled = false;
+    atomic_store(&stopped_reason, NULL);
     atomic_store(&program_action_index, 0);
     atomic_store(&handler_installed, true);
     return 0;
+}
+
+void rt_sampler_restore_handler(void)
+{
+    struct sigaction sa;
+
+    our_action(&sa);
+    (void)rt_real_sigaction(RT_SAMPLE_SIGNAL, &sa, NULL);
+}
+
+/* Whether the installed action of the sampling signal is still ours. The program's
+ * sigaction(), signal(), sigset()... reach rt_sampler_program_action(), but a raw
+ * rt_sigaction system call replaces ours unseen: a sample sent after that would reach the
+ * program's handler, or kill it under SIG_DFL. One system call, made only on ticks that
+ * send a signal (a signal costs the target ~10 us; this ~0.2 us). */
+static bool handler_still_ours(void)
+{
+    struct kernel_sigaction k;
+
+    if (!installed_kernel_handler || raw_sigaction(NULL, &k) < 0)
+        return true; /* cannot tell: as before */
+    return k.handler == installed_kernel_handler;
+}
+
+/* The program replaced our handler with a raw rt_sigaction: no more signals from us, and
+ * the program's sigaction() calls go straight to the kernel again (its action is the
+ * kernel's now). Any thread; async-signal-safe. */
+static void lose_handler(void)
+{
+    bool installed = true;
+
+    if (!atomic_compare_exchange_strong(&handler_installed, &installed, false))
+        return;
+    atomic_store(&stopped_ns, rt_now_ns());
+    atomic_store(&stopped_reason, "the program replaced the SIGPROF handler (rt_sigaction "
+                                  "system call): no samples since");
+}
+
+/* On the sampler, at its first tick after lose_handler(). A sample of ours still pending on
+ * some thread (its capture REQUESTED: the thread blocks the signal, or has not run since)
+ * would reach the program's action when delivered, and kill it under SIG_DFL: the action is
+ * swapped for SIG_IGN and straight back, which discards every pending instance (POSIX), and
+ * restored exactly as read. Registry lock held. */
+static void after_handler_lost(void)
+{
+    bool in_flight = false;
+
+    for (size_t i = 0; i < rt.thread_count; i++)
+        if (rt.threads[i] && atomic_load_explicit(&rt.threads[i]->capture.state,
+                                                  memory_order_acquire) == RT_CAPTURE_REQUESTED)
+            in_flight = true;
+    if (in_flight) {
+        struct kernel_sigaction ign = {1 /* SIG_IGN */, {0}}, program;
+
+        if (raw_sigaction(&ign, &program) == 0)
+            (void)raw_sigaction(&program, NULL);
+    }
+    rt_debug("the program replaced the SIGPROF handler (rt_sigaction system call): sampling "
+             "stopped");
 }
 
 /* Native frames from the root down to the frame of the function containing code_address
@@ -281,16 +397,53 @@ static bool sample_idle_thread(struct rt_thread *t, uint64_t cpu)
     return false;
 }
 
+/* Sends thread t the sampling signal. The exec wrappers' handshake (preload.c): the count
+ * of signals in flight is raised before exec_pending is read (both sequentially
+ * consistent), so either this sees the exec coming and sends nothing, or the exec waits
+ * until this tgkill has returned, and then drains what it queued. Returns 0, -EAGAIN (an
+ * exec is under way) or -ESRCH (the thread is gone). */
+static int signal_thread(const struct rt_thread *t)
+{
+    int r = 0;
+
+    atomic_fetch_add(&rt.signals_in_flight, 1);
+    if (atomic_load(&rt.exec_pending))
+        r = -EAGAIN;
+    else if (syscall(SYS_tgkill, rt.pid, t->tid, RT_SAMPLE_SIGNAL) < 0)
+        r = -ESRCH;
+    atomic_fetch_sub(&rt.signals_in_flight, 1);
+    return r;
+}
+
+/* Once per tick, before its first signal: false (and sampling stopped for good) if the
+ * program replaced our handler behind our back. */
+static bool may_signal(bool *checked)
+{
+    if (!*checked) {
+        *checked = true;
+        if (!handler_still_ours())
+            lose_handler();
+    }
+    return !atomic_load(&stopped_reason);
+}
+
 /* Steps 1 and 2 of a tick, which comes after `skipped` ticks slept through. Returns true if
  * some thread ran (was signalled, or still has a capture pending). Registry lock held. */
 static bool sample_threads(uint64_t now, unsigned skipped)
 {
-    bool busy = false;
+    bool busy = false, checked = false;
     bool paused = atomic_load(&rt.paused);
+    bool stopped = atomic_load(&stopped_reason) != NULL;
+    /* An exec failed after draining samples in flight: signal those threads again. */
+    bool resend = atomic_exchange(&rt.exec_failed, 0) != 0;
     /* Below this much CPU since its last sample, a thread counts as idle: above the cost of
      * one sampling signal here (~10 us), far below a busy thread's interval. */
     uint64_t idle_cpu_ns = rt.cfg.interval_ns / 20 > 20000 ? rt.cfg.interval_ns / 20 : 20000;
 
+    if (stopped && !loss_handled) {
+        loss_handled = true;
+        after_handler_lost();
+    }
     for (size_t i = 0; i < rt.thread_count; i++) {
         struct rt_thread *t = rt.threads[i];
         int state;
@@ -303,13 +456,14 @@ static bool sample_threads(uint64_t now, unsigned skipped)
             write_sample(t);
             state = RT_CAPTURE_EMPTY;
         }
-        if (!t->live && state == RT_CAPTURE_REQUESTED) {
+        if ((!t->live || stopped) && state == RT_CAPTURE_REQUESTED) {
             /* Its handler can no longer run (rt_self is cleared before the thread is marked
-             * dead), and a slot in flight is never reused. */
+             * dead; or our handler is gone), and a slot in flight is never reused. */
             drop_capture(t);
             continue;
         }
-        if (!t->live || paused || atomic_load_explicit(&rt.exec_pending, memory_order_relaxed))
+        if (!t->live || paused || stopped ||
+            atomic_load_explicit(&rt.exec_pending, memory_order_relaxed))
             continue;
         put_skipped_ticks(t, now, skipped);
         if (state == RT_CAPTURE_REQUESTED) {
@@ -320,6 +474,8 @@ static bool sample_threads(uint64_t now, unsigned skipped)
                 t->deferred_first_ns = now;
             t->deferred_last_ns = now;
             busy = true;
+            if (resend && may_signal(&checked) && signal_thread(t) == -EAGAIN)
+                atomic_store(&rt.exec_failed, 1); /* another exec: after it */
             continue;
         }
         cpu = thread_cpu_ns(t->cpu_clock);
@@ -333,14 +489,26 @@ static bool sample_threads(uint64_t now, unsigned skipped)
             put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
             continue;
         }
+        if (!may_signal(&checked)) {
+            stopped = true;
+            continue;
+        }
         t->capture.cpu_delta_ns = cpu - t->last_cpu_ns;
         t->last_cpu_ns = cpu;
         t->request_ns = now;
         t->deferred_ticks = 0;
         atomic_store_explicit(&t->capture.state, RT_CAPTURE_REQUESTED, memory_order_release);
-        if (syscall(SYS_tgkill, rt.pid, t->tid, RT_SAMPLE_SIGNAL) < 0) {
+        switch (signal_thread(t)) {
+        case 0:
+            break;
+        case -EAGAIN: /* an exec began meanwhile: this tick keeps the last stack */
+            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+            put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
+            break;
+        default:
             atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
             put_idle_tick(t, now, PROF_SAMPLE_ENDED_UNSAMPLED); /* it is gone */
+            break;
         }
         busy = true;
     }

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Programs that use SIGPROF themselves see what they would see without the profiler:
+their own handler by every route, a blocked SIGPROF, and the disposition and mask an exec'd
+program starts with. Each case runs tests/workloads/wl-signals twice, without and with
+LD_PRELOAD=libfleetprof.so, and compares what it reports; the counts asserted are exact
+(handler calls while the program sends itself none, kill() calls, signals from a tgkill),
+never rates.
+
+Usage: test-signals.py BUILD_DIR   (meson passes it; output is TAP)
+"""
+import glob
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import profile_check as pc  # noqa: E402
+import taplib  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1])
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+WL = os.path.join(BUILD, "tests", "workloads", "wl-signals")
+
+
+def run(tmp, argv, preload=True, timeout=60):
+    e = {k: v for k, v in os.environ.items()
+         if k != "LD_PRELOAD" and not k.startswith("FLEETPROF_")}
+    if preload:
+        e.update({"LD_PRELOAD": LIB, "FLEETPROF_STARTUP": "1",
+                  "FLEETPROF_OUTPUT": os.path.join(tmp, "p-%p.json")})
+    return subprocess.run([WL] + argv, env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def lines(r, kind):
+    return [line for line in r.stdout.splitlines() if line.startswith(kind + ":")]
+
+
+def counts(r):
+    out = {}
+    for line in lines(r, "count"):
+        k, v = line.split(":", 1)[1].strip().split("=")
+        out[k] = float(v)
+    return out
+
+
+def both(tmp, argv):
+    """Runs argv without, then with the profiler; asserts the same exit and reports."""
+    plain = run(tmp, argv, preload=False)
+    assert plain.returncode == 0, f"{argv} fails even without the profiler: {plain.stderr}"
+    prof = run(tmp, argv)
+    assert prof.returncode == 0, \
+        f"{argv} with the profiler ended with {prof.returncode} (-27: killed by SIGPROF): " \
+        f"{prof.stderr}\n{prof.stdout}"
+    assert lines(prof, "report") == lines(plain, "report"), \
+        "the program saw something else with the profiler:\n" \
+        + "\n".join(f"  without: {a}\n  with:    {b}"
+                    for a, b in zip(lines(plain, "report"), lines(prof, "report")) if a != b) \
+        + f"\n(all: {lines(prof, 'report')})"
+    return plain, prof
+
+
+def only_profile(tmp):
+    paths = sorted(glob.glob(os.path.join(tmp, "p-*.json")))
+    assert len(paths) == 1, f"expected one profile, found {paths}"
+    doc = pc.load(paths[0])
+    problems = pc.check_profile(doc)
+    assert not problems, f"{paths[0]} is not a valid profile:\n" + "\n".join(problems[:20])
+    return doc
+
+
+def runtime_log(doc):
+    return doc["profilingLog"][str(doc["meta"]["fleetprof"]["pid"])]["runtime"]
+
+
+def samples_in(doc, function):
+    return sum(1 for t in doc["threads"] for s in pc.sample_stacks(t) if function in s)
+
+
+KILLS = 25
+
+
+def own_handler(tmp, how):
+    # The handler is installed by `how`; the program spins 100 ms of CPU sending itself no
+    # SIGPROF, then runs its own ITIMER_PROF (10 ms) for 0.3 s of CPU and kill()s itself
+    # KILLS times. Before, every route but sigaction() and signal() replaced the runtime's
+    # handler with glibc's own __sigaction: the program's handler got our 1 kHz of samples.
+    plain, prof = both(tmp, ["own", how, "0.3", str(KILLS)])
+    for r, who in ((plain, "without"), (prof, "with")):
+        c = counts(r)
+        assert c["quiet_calls"] == 0, \
+            f"{who} the profiler, {how}: its handler ran {c['quiet_calls']:.0f} times while " \
+            "the program sent itself no SIGPROF"
+        assert c["itimer_calls"] >= 1, f"{who}: its handler never ran for its ITIMER_PROF"
+        assert c["kill_calls"] == KILLS, f"{who}: {c['kill_calls']} of {KILLS} kills handled"
+        assert c["tkill_calls"] == 0, f"{who}: {c['tkill_calls']} of our samples reached it"
+    return only_profile(tmp)
+
+
+def test_own_handler_by_sigaction(tmp):
+    doc = own_handler(tmp, "sigaction")
+    assert runtime_log(doc)["samplingStopped"] == ""
+    assert samples_in(doc, "wl_spin") > 0, "no samples of the program"
+
+
+def test_own_handler_by_signal_bsd_signal_and_ssignal(tmp):
+    for how in ("signal", "bsd_signal", "ssignal"):
+        sub = os.path.join(tmp, how)
+        os.mkdir(sub)
+        assert runtime_log(own_handler(sub, how))["samplingStopped"] == ""
+
+
+def test_own_handler_by_sysv_signal_one_shot(tmp):
+    # One-shot: the handler puts itself back each time; SA_RESETHAND and SA_NODEFER read
+    # back as set.
+    for how in ("sysv_signal", "__sysv_signal"):
+        sub = os.path.join(tmp, how)
+        os.mkdir(sub)
+        doc = own_handler(sub, how)
+        assert runtime_log(doc)["samplingStopped"] == ""
+        assert samples_in(doc, "wl_spin") > 0, "no samples of the program"
+
+
+def test_own_handler_by_sigset_with_sig_hold(tmp):
+    # Return values and masks of sigset(own), sigset(SIG_HOLD) twice, sigset(own) again are
+    # in the reports compared with the run without the profiler.
+    doc = own_handler(tmp, "sigset")
+    assert runtime_log(doc)["samplingStopped"] == ""
+    assert samples_in(doc, "wl_spin") > 0, "no samples of the program"
+
+
+def raw_handler(tmp, how):
+    doc = own_handler(tmp, how)
+    stopped = runtime_log(doc)["samplingStopped"]
+    assert "rt_sigaction" in stopped, f"the profile does not say why sampling stopped: {stopped!r}"
+    return doc
+
+
+def test_own_handler_by_raw_rt_sigaction_stops_sampling_and_says_so(tmp):
+    # A raw rt_sigaction system call cannot be interposed. The program reads its action back
+    # with sigaction() at once: that call finds the kernel's action is not ours.
+    raw_handler(tmp, "raw")
+
+
+def test_raw_rt_sigaction_never_read_back_is_found_by_the_sampler(tmp):
+    # No sigaction() call after the replacement: the sampler's own check finds it before
+    # its next signal. (A sample sent in the microseconds before the replacement could
+    # still reach the program's handler: the workload replaces it while idle.)
+    raw_handler(tmp, "raw-unread")
+
+
+def test_blocked_sigprof_is_harmless(tmp):
+    # The main thread and a second thread spin with SIGPROF blocked (our samples wait), the
+    # thread ends so; the main thread unblocks and goes on. The program's own handler gets
+    # none of ours, the program does not die, and it is sampled once it unblocks.
+    plain, prof = both(tmp, ["block", "0.2"])
+    assert counts(prof)["tkill_calls"] == 0, "our samples reached the program's handler"
+    doc = only_profile(tmp)
+    assert samples_in(doc, "wl_spin_unblocked") > 0, "no samples once SIGPROF was unblocked"
+
+
+def exec_report(tmp, setup):
+    plain, prof = both(tmp, ["exec", setup, "0.05"])
+    exec_lines = [line for line in lines(prof, "report") if "exec'd" in line]
+    assert any("survived" in line for line in exec_lines), prof.stdout
+    return exec_lines
+
+
+def test_exec_default_disposition_stays_default(tmp):
+    # Before, the runtime ignored SIGPROF before exec: the new program started with it
+    # ignored.
+    got = exec_report(tmp, "default")
+    assert "report: exec'd handler=SIG_DFL flags= blocked=0" in got, got
+    assert "report: exec'd pending=0 SigIgn=0 SigBlk=0 SigPnd=0 ShdPnd=0" in got, got
+
+
+def test_exec_program_handler_becomes_default(tmp):
+    got = exec_report(tmp, "handler")
+    assert "report: exec'd handler=SIG_DFL flags= blocked=0" in got, got
+
+
+def test_exec_ignored_stays_ignored(tmp):
+    got = exec_report(tmp, "ignore")
+    assert "report: exec'd pending=0 SigIgn=1 SigBlk=0 SigPnd=0 ShdPnd=0" in got, got
+
+
+def test_exec_blocked_mask_kept_and_no_sample_pending(tmp):
+    # The program spins with SIGPROF blocked: a sample of ours waits on it when it execs.
+    # It must not cross the exec (with SIG_DFL it kills the new program when it unblocks).
+    got = exec_report(tmp, "block")
+    assert "report: exec'd pending=0 SigIgn=0 SigBlk=1 SigPnd=0 ShdPnd=0" in got, got
+    got = exec_report(tmp, "ignore-block")
+    assert "report: exec'd pending=0 SigIgn=1 SigBlk=1 SigPnd=0 ShdPnd=0" in got, got
+
+
+def test_a_failed_exec_changes_nothing_and_sampling_goes_on(tmp):
+    # A sample of ours waits (SIGPROF blocked) when an exec fails: the exec took it, so the
+    # runtime signals that thread again; without that the thread was never sampled again.
+    plain, prof = both(tmp, ["exec-fail", "0.2"])
+    doc = only_profile(tmp)
+    assert samples_in(doc, "wl_after_failed_exec") > 0, "no samples after the failed exec"
+
+
+taplib.run([
+    test_own_handler_by_sigaction,
+    test_own_handler_by_signal_bsd_signal_and_ssignal,
+    test_own_handler_by_sysv_signal_one_shot,
+    test_own_handler_by_sigset_with_sig_hold,
+    test_own_handler_by_raw_rt_sigaction_stops_sampling_and_says_so,
+    test_raw_rt_sigaction_never_read_back_is_found_by_the_sampler,
+    test_blocked_sigprof_is_harmless,
+    test_exec_default_disposition_stays_default,
+    test_exec_program_handler_becomes_default,
+    test_exec_ignored_stays_ignored,
+    test_exec_blocked_mask_kept_and_no_sample_pending,
+    test_a_failed_exec_changes_nothing_and_sampling_goes_on,
+])

@@ -1,0 +1,463 @@
+/* tests/workloads/wl-signals.c - programs that use SIGPROF themselves, to show that a
+ * profiler using SIGPROF does not change what they see. Each prints "report:" lines (what
+ * it observed: return values, read-back actions, masks) that must be the same with and
+ * without the profiler, and "count:" lines; it exits non-zero, saying why, if something it
+ * did had no effect.
+ *
+ *   wl-signals own HOW CPU_S KILLS  installs its own SIGPROF handler by HOW (sigaction,
+ *                                   signal, bsd_signal, ssignal, sysv_signal, __sysv_signal,
+ *                                   sigset, raw: the rt_sigaction system call, raw-unread:
+ *                                   the same without reading it back), after 30 ms
+ *                                   of CPU and a 50 ms sleep; spins 100 ms of CPU, then
+ *                                   runs ITIMER_PROF (10 ms) for CPU_S of process CPU in
+ *                                   wl_spin, then kill()s itself KILLS times. count:
+ *                                   quiet_calls (handler calls in the 100 ms, when the
+ *                                   program sends itself none), itimer_calls, cpu_ms
+ *                                   (process CPU while the timer ran), kill_calls,
+ *                                   tkill_calls (calls with si_code SI_TKILL from this
+ *                                   process: samples of a profiler; SA_SIGINFO handlers)
+ *   wl-signals block CPU_S          a SA_SIGINFO handler of its own and ITIMER_PROF; spins
+ *                                   CPU_S with SIGPROF blocked, then CPU_S unblocked in
+ *                                   wl_spin_unblocked; a thread spins with it blocked and
+ *                                   ends so; count: tkill_calls
+ *   wl-signals exec SETUP CPU_S     SETUP: default, ignore, block, handler, ignore-block;
+ *                                   spins CPU_S, tries an exec that fails (checks nothing
+ *                                   changed), then execs itself as "report" with no
+ *                                   LD_PRELOAD and no FLEETPROF_* in its environment
+ *   wl-signals exec-fail CPU_S      spins 50 ms with SIGPROF blocked, an exec fails,
+ *                                   unblocks, spins CPU_S in wl_after_failed_exec
+ *   wl-signals report               prints SIGPROF's disposition, whether it is blocked and
+ *                                   pending (sigaction, sigprocmask, sigpending and
+ *                                   /proc/self/status), then unblocks it and exits 0
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+typedef void (*handler_fn)(int);
+
+/* Not declared under _GNU_SOURCE; glibc exports it. */
+handler_fn bsd_signal(int sig, handler_fn handler);
+
+extern char **environ;
+
+static volatile unsigned long sink;
+static volatile sig_atomic_t calls, tkill_calls;
+static const char *how = "";
+
+static double cpu_ms(clockid_t clock)
+{
+    struct timespec ts;
+
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+NOINLINE void wl_spin(double ms);
+NOINLINE void wl_spin(double ms)
+{
+    double until = cpu_ms(CLOCK_THREAD_CPUTIME_ID) + ms;
+
+    while (cpu_ms(CLOCK_THREAD_CPUTIME_ID) < until)
+        for (int i = 0; i < 5000; i++)
+            sink += (unsigned long)i * 2654435761u;
+    sink++; /* no tail call */
+}
+
+NOINLINE void wl_spin_unblocked(double ms);
+NOINLINE void wl_spin_unblocked(double ms)
+{
+    wl_spin(ms);
+    sink++;
+}
+
+NOINLINE void wl_after_failed_exec(double ms);
+NOINLINE void wl_after_failed_exec(double ms)
+{
+    wl_spin(ms);
+    sink++;
+}
+
+static void on_prof_info(int sig, siginfo_t *info, void *ucontext)
+{
+    (void)sig;
+    (void)ucontext;
+    calls++;
+    if (info->si_code == SI_TKILL && info->si_pid == getpid())
+        tkill_calls++;
+}
+
+static void on_prof(int sig)
+{
+    calls++;
+    /* One-shot handlers put themselves back, as System V programs do. */
+    if (!strcmp(how, "sysv_signal"))
+        (void)sysv_signal(sig, on_prof);
+    else if (!strcmp(how, "__sysv_signal"))
+        (void)__sysv_signal(sig, on_prof);
+}
+
+static const char *name_of(handler_fn h)
+{
+    if (h == SIG_DFL)
+        return "SIG_DFL";
+    if (h == SIG_IGN)
+        return "SIG_IGN";
+    if (h == SIG_ERR)
+        return "SIG_ERR";
+    if (h == SIG_HOLD)
+        return "SIG_HOLD";
+    if (h == on_prof || h == (handler_fn)(void (*)(void))on_prof_info)
+        return "own";
+    return "other";
+}
+
+static int blocked(void)
+{
+    sigset_t cur;
+
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    return sigismember(&cur, SIGPROF);
+}
+
+static void report_action(const char *what)
+{
+    struct sigaction sa;
+
+    if (sigaction(SIGPROF, NULL, &sa) != 0) {
+        printf("report: %s sigaction failed\n", what);
+        return;
+    }
+    printf("report: %s handler=%s flags=%s%s%s%s blocked=%d\n", what, name_of(sa.sa_handler),
+           sa.sa_flags & SA_SIGINFO ? "SIGINFO," : "", sa.sa_flags & SA_RESTART ? "RESTART," : "",
+           sa.sa_flags & SA_RESETHAND ? "RESETHAND," : "",
+           sa.sa_flags & SA_NODEFER ? "NODEFER," : "", blocked());
+}
+
+/* The kernel's struct sigaction for rt_sigaction (x86-64 layout). */
+struct kernel_sigaction {
+    void (*handler)(int, siginfo_t *, void *);
+    unsigned long flags;
+    void (*restorer)(void);
+    uint64_t mask;
+};
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000
+#endif
+
+static void ignore_usr2(int sig)
+{
+    (void)sig;
+}
+
+static int install_raw(void)
+{
+    struct kernel_sigaction k, usr2;
+    struct sigaction sa;
+
+    /* The C library's signal return trampoline, which a raw handler needs: read from an
+     * action it installed for another signal. */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = ignore_usr2;
+    if (sigaction(SIGUSR2, &sa, NULL) != 0 ||
+        syscall(SYS_rt_sigaction, SIGUSR2, NULL, &usr2, sizeof(uint64_t)) != 0 ||
+        !(usr2.flags & SA_RESTORER))
+        return -1;
+    (void)signal(SIGUSR2, SIG_DFL);
+    memset(&k, 0, sizeof(k));
+    k.handler = on_prof_info;
+    k.flags = SA_SIGINFO | SA_RESTART | SA_RESTORER;
+    k.restorer = usr2.restorer;
+    return (int)syscall(SYS_rt_sigaction, SIGPROF, &k, NULL, sizeof(uint64_t));
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int install(void)
+{
+    handler_fn prev = SIG_ERR;
+
+    if (!strcmp(how, "sigaction")) {
+        struct sigaction sa, old;
+
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = on_prof_info;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGPROF, &sa, &old) != 0)
+            return 5;
+        prev = old.sa_handler;
+    } else if (!strcmp(how, "signal")) {
+        prev = signal(SIGPROF, on_prof);
+    } else if (!strcmp(how, "bsd_signal")) {
+        prev = bsd_signal(SIGPROF, on_prof);
+    } else if (!strcmp(how, "ssignal")) {
+        prev = ssignal(SIGPROF, on_prof);
+    } else if (!strcmp(how, "sysv_signal")) {
+        prev = sysv_signal(SIGPROF, on_prof);
+    } else if (!strcmp(how, "__sysv_signal")) {
+        prev = __sysv_signal(SIGPROF, on_prof);
+    } else if (!strcmp(how, "sigset")) {
+        /* sigset(3): SIG_HOLD blocks and returns the disposition (SIG_HOLD if it was
+         * blocked already); setting a disposition unblocks and returns SIG_HOLD if the
+         * signal was blocked. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        prev = sigset(SIGPROF, on_prof);
+        printf("report: sigset(own) -> %s blocked=%d\n", name_of(prev), blocked());
+        prev = sigset(SIGPROF, SIG_HOLD);
+        printf("report: sigset(SIG_HOLD) -> %s blocked=%d\n", name_of(prev), blocked());
+        prev = sigset(SIGPROF, SIG_HOLD);
+        printf("report: sigset(SIG_HOLD) again -> %s blocked=%d\n", name_of(prev), blocked());
+        report_action("held");
+        prev = sigset(SIGPROF, on_prof);
+#pragma GCC diagnostic pop
+    } else if (!strcmp(how, "raw") || !strcmp(how, "raw-unread")) {
+        if (install_raw() != 0)
+            return 5;
+        prev = SIG_DFL;
+        if (!strcmp(how, "raw-unread"))
+            return 0; /* no sigaction() call that could tell a profiler */
+    } else {
+        return 2;
+    }
+    printf("report: %s(own) -> %s\n", how, name_of(prev));
+    report_action("installed");
+    return prev == SIG_ERR ? 5 : 0;
+}
+
+static int own(double cpu_s, int kills)
+{
+    struct itimerval it = {{0, 10000}, {0, 10000}}, off = {{0, 0}, {0, 0}};
+    double start;
+    int r, itimer_calls;
+
+    /* Sampled, then idle: the replacement below happens while no sample is on its way. */
+    wl_spin(30);
+    sleep_ms(50);
+    r = install();
+    if (r)
+        return r;
+    /* No SIGPROF of the program's own yet: whatever reaches its handler now is not its. */
+    wl_spin(100);
+    printf("count: quiet_calls=%d\n", (int)calls);
+    calls = 0;
+    start = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+    setitimer(ITIMER_PROF, &it, NULL);
+    while (cpu_ms(CLOCK_PROCESS_CPUTIME_ID) < start + cpu_s * 1e3)
+        wl_spin(1);
+    setitimer(ITIMER_PROF, &off, NULL);
+    itimer_calls = calls;
+    printf("count: cpu_ms=%.0f\n", cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - start);
+    for (int i = 0; i < kills; i++) {
+        int before = calls;
+
+        kill(getpid(), SIGPROF); /* delivered to this thread before kill() returns */
+        if (calls != before + 1) {
+            fprintf(stderr, "wl-signals: kill %d: the handler ran %d times\n", i, calls - before);
+            return 3;
+        }
+        wl_spin(1);
+    }
+    report_action("after");
+    printf("count: itimer_calls=%d\ncount: kill_calls=%d\ncount: tkill_calls=%d\n", itimer_calls,
+           calls - itimer_calls, (int)tkill_calls);
+    return 0;
+}
+
+static void *blocked_spinner(void *arg)
+{
+    sigset_t prof;
+
+    sigemptyset(&prof);
+    sigaddset(&prof, SIGPROF);
+    pthread_sigmask(SIG_BLOCK, &prof, NULL);
+    wl_spin(*(double *)arg);
+    return NULL; /* ends with SIGPROF blocked, perhaps one pending */
+}
+
+static int block(double cpu_s)
+{
+    struct itimerval it = {{0, 10000}, {0, 10000}}, off = {{0, 0}, {0, 0}};
+    struct sigaction sa;
+    sigset_t prof;
+    pthread_t th;
+    double ms = cpu_s * 1e3;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_prof_info;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigemptyset(&prof);
+    sigaddset(&prof, SIGPROF);
+    if (sigaction(SIGPROF, &sa, NULL) != 0)
+        return 5;
+    pthread_sigmask(SIG_BLOCK, &prof, NULL);
+    if (pthread_create(&th, NULL, blocked_spinner, &ms) != 0)
+        return 5;
+    setitimer(ITIMER_PROF, &it, NULL);
+    wl_spin(ms);
+    pthread_join(th, NULL);
+    report_action("blocked");
+    pthread_sigmask(SIG_UNBLOCK, &prof, NULL);
+    wl_spin_unblocked(ms);
+    setitimer(ITIMER_PROF, &off, NULL);
+    report_action("unblocked");
+    printf("count: calls=%d\ncount: tkill_calls=%d\n", (int)calls, (int)tkill_calls);
+    return 0;
+}
+
+/* /proc/self/status's mask line `name` (hex), bit of SIGPROF. */
+static int status_bit(const char *name)
+{
+    char line[256];
+    size_t n = strlen(name);
+    FILE *f = fopen("/proc/self/status", "r");
+    int bit = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, name, n) && line[n] == ':')
+            bit = (int)((strtoull(line + n + 1, NULL, 16) >> (SIGPROF - 1)) & 1);
+    fclose(f);
+    return bit;
+}
+
+static int report(void)
+{
+    sigset_t pending, prof;
+
+    sigpending(&pending);
+    report_action("exec'd");
+    printf("report: exec'd pending=%d SigIgn=%d SigBlk=%d SigPnd=%d ShdPnd=%d\n",
+           sigismember(&pending, SIGPROF), status_bit("SigIgn"), status_bit("SigBlk"),
+           status_bit("SigPnd"), status_bit("ShdPnd"));
+    fflush(stdout);
+    /* A SIGPROF left pending under SIG_DFL ends the program here. */
+    sigemptyset(&prof);
+    sigaddset(&prof, SIGPROF);
+    pthread_sigmask(SIG_UNBLOCK, &prof, NULL);
+    printf("report: exec'd survived unblocking\n");
+    return 0;
+}
+
+/* The environment without the profiler: no LD_PRELOAD, no FLEETPROF_*. */
+static char **clean_environment(void)
+{
+    size_t n = 0, k = 0;
+    char **env;
+
+    while (environ[n])
+        n++;
+    env = calloc(n + 1, sizeof(*env));
+    for (size_t i = 0; env && i < n; i++)
+        if (strncmp(environ[i], "LD_PRELOAD=", 11) && strncmp(environ[i], "FLEETPROF_", 10))
+            env[k++] = environ[i];
+    return env;
+}
+
+/* An exec that fails changes nothing: the disposition and the mask read back the same. */
+static int failed_exec(void)
+{
+    char *argv[] = {"wl-signals-missing", NULL};
+    struct sigaction before, after;
+    sigset_t mask_before, mask_after;
+
+    sigaction(SIGPROF, NULL, &before);
+    pthread_sigmask(SIG_BLOCK, NULL, &mask_before);
+    if (execve("/nonexistent/wl-signals-missing", argv, environ) != -1 || errno != ENOENT) {
+        fprintf(stderr, "wl-signals: the failing exec did not fail with ENOENT\n");
+        return 4;
+    }
+    sigaction(SIGPROF, NULL, &after);
+    pthread_sigmask(SIG_BLOCK, NULL, &mask_after);
+    if (before.sa_handler != after.sa_handler || before.sa_flags != after.sa_flags ||
+        memcmp(&mask_before, &mask_after, sizeof(sigset_t))) {
+        fprintf(stderr, "wl-signals: a failed exec changed SIGPROF's action or the mask\n");
+        return 4;
+    }
+    report_action("after failed exec");
+    return 0;
+}
+
+static int exec_self(const char *setup, double cpu_s)
+{
+    char *argv[] = {"wl-signals", "report", NULL};
+    sigset_t prof;
+    int r;
+
+    sigemptyset(&prof);
+    sigaddset(&prof, SIGPROF);
+    if (!strcmp(setup, "ignore") || !strcmp(setup, "ignore-block"))
+        signal(SIGPROF, SIG_IGN);
+    else if (!strcmp(setup, "handler"))
+        signal(SIGPROF, on_prof);
+    else if (strcmp(setup, "default") && strcmp(setup, "block"))
+        return 2;
+    if (!strcmp(setup, "block") || !strcmp(setup, "ignore-block"))
+        pthread_sigmask(SIG_BLOCK, &prof, NULL);
+    report_action("before exec");
+    wl_spin(cpu_s * 1e3); /* sampled meanwhile: with SIGPROF blocked, a sample waits */
+    r = failed_exec();
+    if (r)
+        return r;
+    fflush(stdout);
+    execve("/proc/self/exe", argv, clean_environment());
+    perror("wl-signals: execve");
+    return 1;
+}
+
+static int exec_fail(double cpu_s)
+{
+    sigset_t prof;
+    int r;
+
+    sigemptyset(&prof);
+    sigaddset(&prof, SIGPROF);
+    pthread_sigmask(SIG_BLOCK, &prof, NULL);
+    wl_spin(50); /* a sample of ours waits, blocked, when the exec is tried */
+    r = failed_exec();
+    if (r)
+        return r;
+    pthread_sigmask(SIG_UNBLOCK, &prof, NULL);
+    wl_after_failed_exec(cpu_s * 1e3);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(mode, "own") && argc > 4) {
+        how = argv[2];
+        return own(atof(argv[3]), atoi(argv[4]));
+    }
+    if (!strcmp(mode, "block") && argc > 2)
+        return block(atof(argv[2]));
+    if (!strcmp(mode, "exec") && argc > 3)
+        return exec_self(argv[2], atof(argv[3]));
+    if (!strcmp(mode, "exec-fail") && argc > 2)
+        return exec_fail(atof(argv[2]));
+    if (!strcmp(mode, "report"))
+        return report();
+    fprintf(stderr, "wl-signals: unknown mode '%s' (see the file's header)\n", mode);
+    return 2;
+}
