@@ -247,6 +247,14 @@ def check_profile(doc):
     return problems
 
 
+def load_valid(path):
+    """The profile at path, asserting that it is valid (each problem listed)."""
+    doc = load(path)
+    problems = check_profile(doc)
+    assert not problems, f"{path} is not a valid profile:\n" + "\n".join(problems[:20])
+    return doc
+
+
 def all_processes(doc):
     yield doc
     for p in doc.get("processes") or []:

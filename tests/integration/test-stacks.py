@@ -30,13 +30,6 @@ def clean_env(tmp, **extra):
     return e
 
 
-def checked(path):
-    doc = pc.load(path)
-    problems = pc.check_profile(doc)
-    assert not problems, f"{path} is not a valid profile:\n" + "\n".join(problems[:20])
-    return doc
-
-
 def stack_census(p):
     """(samples, samples with a real stack, reasons of the others) of a process."""
     total, real, reasons = 0, 0, {}
@@ -61,7 +54,7 @@ def test_short_lived_forked_children_have_stacks(tmp):
                        env=clean_env(tmp), cwd=tmp, capture_output=True, text=True,
                        timeout=180)
     assert r.returncode == 0, f"record: {r.returncode}\n{r.stderr}"
-    doc = checked(out)
+    doc = pc.load_valid(out)
     procs = doc.get("processes") or []
     pids = {p["meta"]["fleetprof"]["pid"] for p in procs}
     masters = [p for p in procs if p["meta"]["fleetprof"]["ppid"] not in pids]
@@ -98,7 +91,7 @@ def test_a_sample_without_stack_says_why(tmp):
                        timeout=60, env=clean_env(tmp, LD_PRELOAD=LIB, FLEETPROF_STARTUP=1,
                                                  FLEETPROF_OUTPUT=out))
     assert r.returncode == 0, f"wl-transparent blocked-thread: {r.returncode}\n{r.stderr}"
-    doc = checked(out)
+    doc = pc.load_valid(out)
     threads = doc["threads"]
     assert len(threads) == 2, f"{len(threads)} threads, expected main and the reader"
     main, reader = threads

@@ -10,30 +10,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "wl-cpu.h"
+
 #define NOINLINE __attribute__((noinline))
-
-static volatile unsigned long sink;
-
-static double thread_cpu_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 NOINLINE void wl_short_task(double cpu_ms);
 NOINLINE void wl_short_task(double cpu_ms)
 {
-    double until = thread_cpu_ms() + cpu_ms;
-
-    while (thread_cpu_ms() < until)
-        for (int i = 0; i < 5000; i++)
-            sink += (unsigned long)i * 2654435761u;
-    sink++; /* no tail call */
+    wl_burn_cpu_ms(cpu_ms);
 }
 
 int main(int argc, char **argv)
