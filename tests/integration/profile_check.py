@@ -300,6 +300,19 @@ def functions(doc):
     return {n for _, t in all_threads(doc) for n in frame_names(t)}
 
 
+def cpu_sampling(t):
+    """(samples that carry CPU, CPU seconds they add up to) of one thread, from
+    threadCPUDelta (ns). What a test can relate a sample count to on a busy machine: the
+    sampler runs on the wall clock, but a thread is only sampled (with a CPU delta) at the
+    ticks after it ran, so a thread sampled every interval of the CPU it used has at least
+    cpu_seconds / interval such samples, however long it waited for a CPU; a sampler that
+    is tick-bound or stalls has fewer, each carrying more CPU."""
+    sms = t["samples"]["schema"]
+    deltas = [row[sms["threadCPUDelta"]] for row in t["samples"]["data"]]
+    busy = [d for d in deltas if d]
+    return len(busy), sum(busy) / 1e9
+
+
 if __name__ == "__main__":
     bad = 0
     for path in sys.argv[1:]:
