@@ -57,6 +57,23 @@ def run(tmp, argv, timeout=60, preload=True, **env):
         return Result(rc, fo.read(), fe.read(), usage.ru_utime + usage.ru_stime)
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds pid has used so far (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until(cond, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
 def profiles(tmp):
     paths = sorted(glob.glob(os.path.join(tmp, "p-*.json")))
     leftovers = glob.glob(os.path.join(tmp, "*.tmp.*"))
@@ -239,24 +256,32 @@ def test_a_forked_worker_keeps_no_copy_of_the_parents_statm(tmp):
     # descriptor (the RSS counter's, which reads the parent's memory) leaked in each one.
     e = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1")
     e.pop("FLEETPROF_OUTPUT", None)
-    p = subprocess.Popen([WORKLOAD, "prefork", "2", "1.5", "0.2"], env=e)
+    # Workers of 1.5 s of CPU each: alive while we look, however busy the machine.
+    p = subprocess.Popen([WORKLOAD, "--cpu", "prefork", "2", "1.5", "0.2"], env=e)
+
+    def statm_open(w):
+        links = []
+        for fd in os.listdir(f"/proc/{w}/fd"):
+            try:
+                links.append(os.readlink(f"/proc/{w}/fd/{fd}"))
+            except FileNotFoundError:
+                pass
+        return [link for link in links if link.endswith("/statm")]
+
     try:
         workers = []
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while len(workers) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
             with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
                 workers = [int(w) for w in f.read().split()]
         assert len(workers) == 2, f"workers: {workers}"
-        time.sleep(0.3)  # each worker's sampler has opened its own statm by now
         for w in workers:
-            links = []
-            for fd in os.listdir(f"/proc/{w}/fd"):
-                try:
-                    links.append(os.readlink(f"/proc/{w}/fd/{fd}"))
-                except FileNotFoundError:
-                    pass
-            statm = [link for link in links if link.endswith("/statm")]
+            # Wait (bounded) until the worker's sampler has opened its own statm; by then
+            # the parent's copy must be gone.
+            wait_until(lambda: f"/proc/{w}/statm" in statm_open(w),
+                       f"worker {w} to open its own statm (open: {statm_open(w)})")
+            statm = statm_open(w)
             assert statm == [f"/proc/{w}/statm"], f"worker {w} has statm open as {statm}"
     finally:
         rc = p.wait(timeout=20)
@@ -360,7 +385,9 @@ def test_sigterm_writes_profile_and_dies_by_signal(tmp):
              FLEETPROF_OUTPUT=os.path.join(tmp, "p-%p.json"))
     p = subprocess.Popen([WORKLOAD, "wait-signal"], env=e)
     try:
-        time.sleep(0.7)
+        # Until it has been sampled in its loop: 0.2 s of its CPU, however long that takes.
+        wait_until(lambda: cpu_seconds(p.pid) >= 0.2 or p.poll() is not None,
+                   "the workload to use 0.2 s of CPU")
         p.send_signal(signal.SIGTERM)
         rc = p.wait(timeout=20)
     finally:
