@@ -226,12 +226,11 @@ def test_record_demo_fleet_of_eight_workers(tmp):
     workers = [p for p in procs if any(f in jobs for f in process_functions(p))]
     assert len(workers) == 8, f"{len(workers)} processes ran a worker function"
     for p in workers:
-        # Eight workers share the machine for 2 s: what each got of it is its business. It
-        # is sampled once per millisecond of the CPU it did get (as in test-runtime.py).
+        # Eight workers share the machine for 2 s: what each got of it is the machine's
+        # business. It is sampled once per millisecond of the CPU it did get.
         (main,) = [t for t in p["threads"] if t["name"] == "GeckoMain"]
-        n, cpu_s = pc.cpu_sampling(main)
-        assert n > 0 and n >= 0.75 * cpu_s * 1000, \
-            f"worker {p['meta']['fleetprof']['pid']}: {n} samples carry its {cpu_s:.3f} s of CPU"
+        problem = pc.cpu_sampling_problem(p, main)
+        assert problem is None, f"worker {p['meta']['fleetprof']['pid']}: {problem}"
         mine = [f for f in process_functions(p) if f in jobs]
         assert len(mine) == 1, f"a worker shows exactly its own job: {mine}"
     assert {f for p in workers for f in process_functions(p) if f in jobs} == set(jobs)
