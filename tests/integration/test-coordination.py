@@ -79,7 +79,7 @@ def test_sixteen_children_stay_under_the_global_limit(tmp):
     try:
         procs = [flood(d, tmp, seconds, 30000, FLEETPROF_BUFFER_MB=8) for _ in range(n)]
         wait_children(d, n)
-        worst, polls = 0, 0
+        worst, polls, near = 0, 0, 0
         while any(p.poll() is None for p in procs):
             st = d.status()
             total = st["unreleased_bytes"] + st["released_bytes"]
@@ -87,11 +87,14 @@ def test_sixteen_children_stay_under_the_global_limit(tmp):
             assert total <= bound, f"fleet holds {total} bytes > {bound} (invariant 1)"
             worst = max(worst, total)
             polls += 1
+            near += total > limit / 2
             time.sleep(0.05)
-        assert polls > 5 * seconds, f"only {polls} status polls in {seconds} s"
         final = d.status()
         assert final["evicted_chunks"] > 0 and final["destroy_requests"] > 0, final
-        assert worst > limit / 2, f"the fleet never came near the limit (max {worst})"
+        # The bound was checked where it matters, often: not a number of polls expected
+        # from the run's 20 s (each poll starts `fleetprof status`, slow on a busy machine).
+        assert near >= 10, \
+            f"only {near} of {polls} polls saw the fleet near the limit (max {worst} bytes)"
         # Each child kept exactly its newest markers: a contiguous run ending at its last.
         for p in procs:
             out, _ = p.communicate(timeout=30)
