@@ -95,10 +95,10 @@ static double work_deadline(double seconds)
 }
 
 /* Whether the work that ends at `until` (from work_deadline()) is done. The CPU clock is a
- * system call, and a sampling signal is mostly delivered on the way out of one: read at
- * every loop, 40 % of the samples landed in clock_gettime. So it is read at most every
- * 10 ms of wall time (the vdso's monotonic clock costs nothing), and the work may run
- * over by up to 10 ms of CPU. */
+ * system call, and sampling signals land on the way out of one far more often than its
+ * share of the time: read at every loop (0.3 us of a 54 us loop here), 40 % of the
+ * samples ended in clock_gettime. So it is read at most every 10 ms of wall time (the
+ * vdso's monotonic clock costs nothing), and the work may run over by up to 10 ms of CPU. */
 static bool work_done(double until)
 {
     double now = now_s();
