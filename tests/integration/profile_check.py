@@ -308,6 +308,53 @@ def functions(doc):
     return {n for _, t in all_threads(doc) for n in frame_names(t)}
 
 
+def cpu_sampling(t):
+    """(samples that carry CPU, CPU seconds they add up to) of one thread, from
+    threadCPUDelta (ns)."""
+    sms = t["samples"]["schema"]
+    deltas = [row[sms["threadCPUDelta"]] for row in t["samples"]["data"]]
+    busy = [d for d in deltas if d]
+    return len(busy), sum(busy) / 1e9
+
+
+def cpu_sampling_problem(proc, t, interval_ms=1.0):
+    """None if thread t of process profile proc was sampled once per interval of the CPU
+    it used, else what is wrong. What a test can check on a busy machine, where a count
+    expected from a run's wall-clock length fails. The sampler (one per process) wakes on
+    the wall clock, one wake per interval: its wakes (profilerOverhead rows) must be an
+    interval apart (median; a tick-bound sampler's are 4 ms apart at 250 Hz), and it may
+    take at most one sample per wake. A wake late on a busy machine restarts the schedule
+    rather than catching up, so the wakes over the thread's life are what the machine let
+    the sampler have; at each of them the thread gets a sample with CPU if it ran since
+    its last one. So samples with CPU are at least its CPU time in intervals, scaled by the
+    share of the intervals of its life at which the sampler woke."""
+    sms = t["samples"]["schema"]
+    times = [row[sms["time"]] for row in t["samples"]["data"]]
+    if len(times) < 2:
+        return f"{t['name']}: {len(times)} samples"
+    first, last = times[0], times[-1]
+    n, cpu_s = cpu_sampling(t)
+    wakes = [row[0] for row in proc["profilerOverhead"]["samples"]["data"]
+             if first <= row[0] <= last]
+    intervals = (last - first) / interval_ms
+    if len(wakes) < 2:
+        return f"{t['name']}: {len(wakes)} sampler wakes in {intervals:.0f} intervals"
+    gaps = sorted(b - a for a, b in zip(wakes, wakes[1:]))
+    median = gaps[len(gaps) // 2]
+    woke = min(1.0, len(wakes) / intervals)
+    expected = cpu_s * 1000.0 / interval_ms * woke
+    what = (f"{t['name']}: {n} samples carry {cpu_s:.3f} s of CPU; the sampler woke "
+            f"{len(wakes)} times in {intervals:.0f} intervals of {interval_ms} ms "
+            f"(median {median:.2f} ms apart)")
+    if median > 1.1 * interval_ms:
+        return what + ": not on the interval's schedule"
+    if n < 0.75 * expected:
+        return what + f": expected {expected:.0f} samples with CPU"
+    if len(times) > 1.05 * intervals + 2:
+        return what + f": {len(times)} samples, more than one per interval"
+    return None
+
+
 if __name__ == "__main__":
     bad = 0
     for path in sys.argv[1:]:

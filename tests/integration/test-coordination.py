@@ -6,6 +6,7 @@ data) from the outside, and that misbehaving peers never take the daemon down.
 
 Usage: test-coordination.py BUILD_DIR   (TAP output)
 """
+import errno
 import json
 import os
 import signal
@@ -78,7 +79,7 @@ def test_sixteen_children_stay_under_the_global_limit(tmp):
     try:
         procs = [flood(d, tmp, seconds, 30000, FLEETPROF_BUFFER_MB=8) for _ in range(n)]
         wait_children(d, n)
-        worst, polls = 0, 0
+        worst, polls, near = 0, 0, 0
         while any(p.poll() is None for p in procs):
             st = d.status()
             total = st["unreleased_bytes"] + st["released_bytes"]
@@ -86,11 +87,14 @@ def test_sixteen_children_stay_under_the_global_limit(tmp):
             assert total <= bound, f"fleet holds {total} bytes > {bound} (invariant 1)"
             worst = max(worst, total)
             polls += 1
+            near += total > limit / 2
             time.sleep(0.05)
-        assert polls > 5 * seconds, f"only {polls} status polls in {seconds} s"
         final = d.status()
         assert final["evicted_chunks"] > 0 and final["destroy_requests"] > 0, final
-        assert worst > limit / 2, f"the fleet never came near the limit (max {worst})"
+        # The bound was checked where it matters, often: not a number of polls expected
+        # from the run's 20 s (each poll starts `fleetprof status`, slow on a busy machine).
+        assert near >= 10, \
+            f"only {near} of {polls} polls saw the fleet near the limit (max {worst} bytes)"
         # Each child kept exactly its newest markers: a contiguous run ending at its last.
         for p in procs:
             out, _ = p.communicate(timeout=30)
@@ -299,6 +303,52 @@ def test_long_poll_answered_while_main_thread_is_paused(tmp):
         d.stop()
 
 
+STATUS_REQUEST, STATUS_REPORT = 31, 33
+NOBODY = 65534
+
+
+def status_as(uid, sock_path):
+    """Asks the daemon for a status report from a forked process running as uid (None: as
+    we are), speaking the protocol itself (wire.py): nothing it runs comes from the build
+    tree, so it works wherever the tree is checked out, even where uid may not enter.
+    Returns "refused: <errno name>" if connect() fails, "report" if a StatusReport came
+    back, or "closed" if the daemon hung up without one."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        answer = "error"
+        try:
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(sock_path)
+            except OSError as e:
+                answer = f"refused: {errno.errorcode.get(e.errno, e.errno)}"
+            else:
+                try:
+                    s.sendall(frame(STATUS_REQUEST, field(1, 1)))
+                    answer = "closed"
+                    for num, _ in read_frames(s, timeout=20):
+                        if num == STATUS_REPORT:
+                            answer = "report"
+                            break
+                except (BrokenPipeError, ConnectionResetError):
+                    answer = "closed"
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            answer = f"error: {e!r}"
+        os.write(w, answer.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        answer = f.read()
+    os.waitpid(pid, 0)
+    return pid, answer
+
+
 def test_socket_permissions_and_other_uid_refused(tmp):
     if os.getuid() != 0:
         print("# not root: cannot run a peer under another uid; checking modes only")
@@ -308,22 +358,24 @@ def test_socket_permissions_and_other_uid_refused(tmp):
         assert stat.S_IMODE(os.stat(d.sock).st_mode) == 0o600
         if os.getuid() != 0:
             return
-
-        def as_nobody(*argv):
-            return subprocess.run(list(argv), capture_output=True, text=True, timeout=10,
-                                  preexec_fn=lambda: os.setuid(65534))
-
-        r = as_nobody(CLI, "status", "--socket", d.sock)
-        assert r.returncode != 0, "another uid must not reach the daemon"
-        # Even with the file modes opened up, the daemon refuses the peer's uid.
-        os.chmod(os.path.dirname(tmp), 0o755)
+        # The client itself works: our own uid gets a report.
+        _, answer = status_as(None, d.sock)
+        assert answer == "report", f"as root: {answer}"
+        # The file modes keep another uid from even connecting.
+        _, answer = status_as(NOBODY, d.sock)
+        assert answer == "refused: EACCES", f"uid {NOBODY} through the 0700 directory: {answer}"
+        # With the modes opened up (our directories only), it connects, and the daemon
+        # refuses the peer's uid: no report, the connection closed, the refusal logged.
         os.chmod(tmp, 0o755)
         os.chmod(d.dir, 0o755)
         os.chmod(d.sock, 0o666)
-        r = as_nobody(CLI, "status", "--socket", d.sock)
-        assert r.returncode != 0, f"uid 65534 got a status report: {r.stdout}"
-        time.sleep(0.2)
-        assert "uid 65534" in d.log(), d.log()[-2000:]
+        pid, answer = status_as(NOBODY, d.sock)
+        assert answer == "closed", f"uid {NOBODY} with open modes: {answer}"
+        want = f"refused pid {pid} (uid {NOBODY})"
+        deadline = time.monotonic() + 10
+        while want not in d.log():
+            assert time.monotonic() < deadline, f"no '{want}' in: {d.log()[-2000:]}"
+            time.sleep(0.05)
         assert d.alive()
     finally:
         d.stop()

@@ -138,18 +138,21 @@ def test_stopped_worker_is_given_up_in_time(tmp):
         time.sleep(0.5)
         procs[1].send_signal(signal.SIGSTOP)
         out = os.path.join(tmp, "hang.json")
-        start = time.monotonic()
         result, error = capture(d.sock, out)
-        elapsed = time.monotonic() - start
         assert error is None, error
-        # Design: a frozen child never stalls a gather for more than 2 child timeouts
-        # (+1 s here for a loaded machine).
-        assert elapsed < 2 * 1 + 1 + 1, f"the capture took {elapsed:.1f} s"
         doc = checked(out)
         pids = process_pids(doc)
         assert sorted(pids) == sorted([procs[0].pid, procs[2].pid]), pids
-        events = [e[1] for e in gathering_log(doc)]
+        log = gathering_log(doc)
+        events = [e[1] for e in log]
         assert any(f"gave up on child {procs[1].pid}" in e for e in events), events
+        # Design: a frozen child never stalls a gather for more than 2 child timeouts once
+        # the others have answered. Timed in the daemon's own log: the whole capture's wall
+        # time also counts the healthy children writing their profiles on a busy machine.
+        last_answer = max(e[0] for e in log if e[1].startswith("received "))
+        gave_up = next(e[0] for e in log if e[1].startswith(f"gave up on child {procs[1].pid}"))
+        assert gave_up - last_answer <= 2 * 1000 + 250, \
+            f"gave up {gave_up - last_answer:.0f} ms after the last answer: {log}"
     finally:
         for p in procs:
             p.send_signal(signal.SIGCONT)

@@ -257,7 +257,8 @@ def test_fleet_loads_each_module_once(tmp):
     try:
         def run_batch(n, parallel=10):
             for start in range(0, n, parallel):
-                procs = [subprocess.Popen([WORKLOAD, "busy", "0.05"], env=env(d))
+                # 50 ms of CPU each, however long a busy machine makes that take.
+                procs = [subprocess.Popen([WORKLOAD, "--cpu", "busy", "0.05"], env=env(d))
                          for _ in range(min(parallel, n - start))]
                 pids.extend(p.pid for p in procs)
                 for p in procs:
@@ -280,12 +281,13 @@ def test_fleet_loads_each_module_once(tmp):
             pid = proc["meta"]["fleetprof"]["pid"]
             stacks = [s for t in proc["threads"] for s in pc.sample_stacks(t) if s]
             assert log["symbolModulesLoaded"] == 0, (pid, log)
-            # A child starved of CPU for its whole 50 ms has no stack to resolve, and so
-            # sends no request; every child with one must have asked the service.
+            # Each child worked for 50 ms of CPU, so each was sampled (with the 50 ms
+            # of wall time they used to get, a starved child had no stack and sent no
+            # request); every child with a stack must have asked the service.
             if stacks:
                 sampled += 1
                 assert log["symbolServiceBatches"] >= 1, (pid, len(stacks), log)
-        assert sampled >= 50, f"only {sampled} of 100 children have sampled stacks"
+        assert sampled == 100, f"only {sampled} of 100 children have sampled stacks"
         assert st["symbol_requests"] >= sampled, (sampled, st)
         # Each module once for the fleet: at most one load per distinct module the children
         # map (the program, libc, the loader, libfleetprof and its libraries), not 100x.
