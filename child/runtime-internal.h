@@ -110,6 +110,7 @@ struct rt_thread {
     uint64_t request_ns;
     uint32_t deferred_ticks;
     uint64_t deferred_first_ns, deferred_last_ns;
+    uint64_t last_entry_ns; /* time of the thread's last sample or same-sample */
     _Atomic uint32_t label_depth;
     struct rt_label labels[RT_MAX_LABELS];
     struct rt_capture capture;

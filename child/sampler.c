@@ -272,10 +272,11 @@ static uint32_t label_native_depth(const struct rt_capture *c, uint64_t code_add
 
 /* A tick at which thread t did not run: the stack of its last sample (a same-sample), or,
  * before it has any, a sample that says why there is none. */
-static void put_idle_tick(const struct rt_thread *t, uint64_t time_ns, uint32_t why)
+static void put_idle_tick(struct rt_thread *t, uint64_t time_ns, uint32_t why)
 {
     struct prof_sample s = {0};
 
+    t->last_entry_ns = time_ns;
     if (t->sampled) {
         (void)prof_entry_put_same_sample(rt.buffer, t->tid, time_ns);
         return;
@@ -330,6 +331,7 @@ static void write_sample(struct rt_thread *t)
     }
     s.tid = t->tid;
     s.time_ns = t->request_ns;
+    t->last_entry_ns = t->request_ns;
     s.cpu_delta_ns = c->cpu_delta_ns;
     s.flags = c->flags;
     s.frames = c->frames;
@@ -379,10 +381,16 @@ static bool thread_runnable(int32_t tid)
 /* Same-samples (or, before the first sample, samples saying the thread is blocked) for the
  * grid ticks the sampler slept through (all its threads were idle at the tick before),
  * oldest first, so that the thread keeps one sample per interval. */
-static void put_skipped_ticks(const struct rt_thread *t, uint64_t now, unsigned skipped)
+static void put_skipped_ticks(struct rt_thread *t, uint64_t now, unsigned skipped)
 {
-    for (unsigned k = skipped; k > 0; k--)
-        put_idle_tick(t, now - k * rt.cfg.interval_ns, PROF_SAMPLE_BLOCKED_SINCE_START);
+    for (unsigned k = skipped; k > 0; k--) {
+        uint64_t time = now - k * rt.cfg.interval_ns;
+
+        /* A wake earlier than planned (the grid rounds down) would put a skipped tick at or
+         * before the thread's last entry: a duplicate, out of order. */
+        if (time > t->last_entry_ns)
+            put_idle_tick(t, time, PROF_SAMPLE_BLOCKED_SINCE_START);
+    }
 }
 
 /* Whether thread t, which used (almost) no CPU since its last sample, is to be signalled
