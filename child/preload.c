@@ -336,6 +336,28 @@ void rt_fd_release(int fd)
     }
 }
 
+static void fd_forget(int fd)
+{
+    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
+        int expected = fd + 1;
+
+        (void)atomic_compare_exchange_strong(&own_fds[i], &expected, 0);
+    }
+}
+
+void rt_fd_unprotect(int fd)
+{
+    fd_forget(fd);
+}
+
+bool rt_fd_is_kept(int fd)
+{
+    for (size_t i = 0; fd >= 0 && i < kept_count; i++)
+        if (kept_fds[i] == fd)
+            return true;
+    return false;
+}
+
 bool rt_fds_capturing(void)
 {
     return capturing != RT_FDS_CAPTURE_OFF;
@@ -470,15 +492,6 @@ RT_NO_TSAN FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
 RT_NO_TSAN FLEETPROF_EXPORT int pipe(int fds[2])
 {
     return pipe2(fds, 0);
-}
-
-static void fd_forget(int fd)
-{
-    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
-        int expected = fd + 1;
-
-        (void)atomic_compare_exchange_strong(&own_fds[i], &expected, 0);
-    }
 }
 
 /* Our descriptors in [first, last], ascending, into own (RT_MAX_OWN_FDS); their count. */

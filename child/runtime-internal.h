@@ -200,6 +200,11 @@ void rt_stackwalk_unwind_copy(struct rt_capture *c);
 int rt_proc_range(uint64_t pc, uint64_t *ret_start, uint64_t *ret_end);
 /* Walks the caller's own stack (markers with a stack). Not for signal handlers. */
 uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max);
+/* The program took libunwind's memory-probe pipe (its numbers are the program's files now,
+ * and libunwind reads and writes them while unwinding, closing them on an error): from now
+ * on no stack is walked with libunwind in this process, only with frame pointers. */
+void rt_stackwalk_stop_libunwind(void);
+bool rt_stackwalk_libunwind_stopped(void);
 
 /* sampler.c */
 int rt_sampler_start(void);
@@ -320,6 +325,10 @@ void rt_fd_release(int fd);
 /* Moves a new descriptor of the runtime's to a high number (see preload.c); returns the
  * descriptor to use (fd itself when it cannot move). */
 int rt_fd_relocate(int fd);
+/* Stops protecting fd, without closing it. */
+void rt_fd_unprotect(int fd);
+/* Whether fd was captured with RT_FDS_CAPTURE_KEEP: libunwind's memory-probe pipe. */
+bool rt_fd_is_kept(int fd);
 bool rt_fds_capturing(void);
 bool rt_is_internal_thread(void);
 /* runtime.c: the program is about to put a file of its own on fd, one of ours (dup2):

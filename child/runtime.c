@@ -435,8 +435,15 @@ void rt_fd_yield(int fd)
     } else if (rt_sampler_owns_fd(fd)) {
         rt_sampler_release_statm();
     } else {
-        /* libunwind's memory-probe pipe: it keeps the number; we stop protecting it. */
-        rt_fd_release(fd);
+        /* libunwind's memory-probe pipe: libunwind keeps its numbers, so it must not unwind
+         * again here (it would read and write the program's files through them). */
+        if (rt_fd_is_kept(fd) && !rt_stackwalk_libunwind_stopped()) {
+            rt_stackwalk_stop_libunwind();
+            rt_debug("the program took descriptor %d, libunwind's: frame-pointer walks only", fd);
+        }
+        /* Not closed: a handler unwinding on another thread may be reading it right now,
+         * and would close both numbers on the error; dup2() replaces it in one step. */
+        rt_fd_unprotect(fd);
     }
 }
 

@@ -22,6 +22,17 @@
 #include "child/runtime-internal.h"
 
 static enum rt_stackwalk walk_mode;
+static _Atomic bool libunwind_stopped;
+
+void rt_stackwalk_stop_libunwind(void)
+{
+    atomic_store(&libunwind_stopped, true);
+}
+
+bool rt_stackwalk_libunwind_stopped(void)
+{
+    return atomic_load(&libunwind_stopped);
+}
 static _Atomic uint64_t unsafe_samples; /* dwarf samples downgraded inside the loader */
 
 uint64_t rt_stackwalk_unsafe_samples(void)
@@ -85,7 +96,7 @@ void rt_stackwalk_warm_thread(void)
 
     /* libunwind's first backtrace on a thread costs 0.2-0.4 ms (cache set-up): pay it
      * here, not in the first signal handler; once per thread, not again in a fork. */
-    if (walk_mode == RT_STACKWALK_DWARF && !warmed) {
+    if (walk_mode == RT_STACKWALK_DWARF && !warmed && !atomic_load(&libunwind_stopped)) {
         (void)unw_backtrace(frames, 64);
         warmed = true;
     }
@@ -121,6 +132,8 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
         }
         return;
     case RT_STACKWALK_DWARF:
+        if (atomic_load_explicit(&libunwind_stopped, memory_order_relaxed))
+            break; /* a frame-pointer walk, as in fp mode */
         if (rt_in_loader > 0) {
             atomic_fetch_add_explicit(&unsafe_samples, 1, memory_order_relaxed);
             c->flags |= PROF_SAMPLE_NO_NATIVE;
@@ -178,9 +191,25 @@ uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max)
 {
     /* Skip this function's frame: the marker API's caller is what matters. */
     void *buf[PROF_MAX_FRAMES + 2];
-    int n = unw_backtrace(buf,
-                          (int)(max + 2 < PROF_MAX_FRAMES + 2 ? max + 2 : PROF_MAX_FRAMES + 2));
+    int n;
     uint32_t out = 0;
+
+    if (atomic_load(&libunwind_stopped)) {
+        const uint64_t *fp = __builtin_frame_address(0);
+        uint64_t walked[PROF_MAX_FRAMES];
+        uint32_t count;
+
+        if (!rt_self || max == 0)
+            return 0;
+        /* From the API function's return address into its caller, as below. */
+        count = rt_fp_walk(walked, max + 1 < PROF_MAX_FRAMES ? max + 1 : PROF_MAX_FRAMES, fp[1],
+                           (uint64_t)(uintptr_t)fp, fp[0], rt_self->stack_lo, rt_self->stack_hi,
+                           NULL, 0);
+        for (uint32_t i = 1; i < count && out < max; i++)
+            frames[out++] = walked[i];
+        return out;
+    }
+    n = unw_backtrace(buf, (int)(max + 2 < PROF_MAX_FRAMES + 2 ? max + 2 : PROF_MAX_FRAMES + 2));
 
     for (int i = 2; i < n && out < max; i++)
         frames[out++] = (uint64_t)(uintptr_t)buf[i];
