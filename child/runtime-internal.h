@@ -79,8 +79,9 @@ struct rt_regs {
 
 /* Preallocated per thread: the signal handler writes only here. */
 struct rt_capture {
-    _Atomic int state; /* enum rt_capture_state */
-    uint64_t time_ns;
+    _Atomic int state;     /* enum rt_capture_state */
+    uint64_t time_ns;      /* the handler's entry */
+    uint64_t handler_ns;   /* time in the handler */
     uint64_t cpu_delta_ns; /* set by the sampler when it requests */
     uint32_t flags;        /* PROF_SAMPLE_* */
     uint32_t frame_count;
@@ -224,6 +225,11 @@ const char *rt_sampler_stopped_reason(uint64_t *ret_ns);
 /* Our handler owns the sampling signal: the program's sigaction()/signal() calls for it
  * (interposed, preload.c) read and set its own action here instead of replacing ours. */
 bool rt_sampler_owns_signal(void);
+/* Time in the sampling handler per capture so far (16 ns buckets; 0 when none). */
+struct rt_handler_stats {
+    uint64_t captures, p50_ns, p99_ns;
+};
+struct rt_handler_stats rt_sampler_handler_stats(void);
 void rt_sampler_program_action(const struct sigaction *act, struct sigaction *old);
 /* preload.c: the C library's sigaction, past our interposer. */
 int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
