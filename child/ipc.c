@@ -677,6 +677,8 @@ static void send_hello(void)
     (void)send_env(&env);
 }
 
+static size_t ipc_fds(int fds[8]);
+
 static void *ipc_main(void *arg)
 {
     (void)arg;
@@ -687,8 +689,19 @@ static void *ipc_main(void *arg)
     if (atomic_load(&ipc.linked))
         send_hello();
     (void)uv_run(&ipc.loop, UV_RUN_DEFAULT);
-    (void)uv_loop_close(&ipc.loop);
-    ipc.loop_ready = false;
+    {
+        int fds[8];
+        size_t n;
+
+        /* Closed by libuv past our close() (see rt_ipc_owns_fd()): no longer ours. */
+        (void)pthread_mutex_lock(&wake_lock);
+        n = ipc_fds(fds);
+        for (size_t i = 0; i < n; i++)
+            rt_fd_unprotect(fds[i]);
+        (void)uv_loop_close(&ipc.loop);
+        ipc.loop_ready = false;
+        (void)pthread_mutex_unlock(&wake_lock);
+    }
     (void)pthread_mutex_lock(&ipc.done_lock);
     ipc.done = true;
     (void)pthread_cond_broadcast(&ipc.done_cond);
@@ -864,6 +877,11 @@ bool rt_ipc_owns_fd(int fd)
     size_t n;
     bool owns = false;
 
+    /* libuv closes its descriptors with the raw close system call, past our close(): while
+     * the IPC thread closes its loop (exiting), or a connection that is closing (its
+     * ipc_conn_fileno() is then -EBADF), a descriptor found closed is its own doing. */
+    if (atomic_load(&ipc.exiting))
+        return false;
     (void)pthread_mutex_lock(&wake_lock);
     n = ipc_fds(fds);
     for (size_t i = 0; i < n; i++)

@@ -445,7 +445,8 @@ void rt_fd_yield(int fd)
             rt_debug("the program took descriptor %d, libunwind's: frame-pointer walks only", fd);
         }
         /* Not closed: a handler unwinding on another thread may be reading it right now,
-         * and would close both numbers on the error; dup2() replaces it in one step. */
+         * and would close both numbers on the error; dup2() replaces it in one step. Also
+         * how an entry libuv closed behind our close() (a raw system call) is dropped. */
         rt_fd_unprotect(fd);
     }
 }

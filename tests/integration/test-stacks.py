@@ -98,9 +98,10 @@ def test_a_sample_without_stack_says_why(tmp):
     total, real, reasons = stack_census({"threads": [main]})
     assert total >= 100 and real == total, f"main thread: {total} samples, {reasons}"
     assert any("wl_spin" in s for s in pc.sample_stacks(main)), "wl_spin not sampled"
-    # The handler timed its captures: one per sample with a stack, a median and a tail.
+    # The handler timed its captures (each gives its stack to one sample, and to the ticks
+    # that came while it was pending): a median and a tail.
     log = next(iter(doc["profilingLog"].values()))["runtime"]
-    assert log["handlerCaptures"] == real, (log, real)
+    assert 0 < log["handlerCaptures"] <= real, (log, real)
     assert 0 < log["handlerP50Ns"] <= log["handlerP99Ns"], log
     total, real, reasons = stack_census({"threads": [reader]})
     blocked = reasons.pop("(no stack: blocked since the thread started)", 0)
