@@ -476,11 +476,18 @@ static void explain_no_profile(const struct record *rec)
                 "fleetprof record: no process of %s connected to the profiler; is it "
                 "statically linked, or does it clear LD_PRELOAD?\n",
                 rec->cmd_name);
+    else if (!rec->cmd_running && rec->cmd_status > 128)
+        fprintf(stderr,
+                "fleetprof record: %" PRIu64 " process%s of %s connected, then ended the "
+                "connection without sending a profile: %s was killed by signal %d (%s) "
+                "before it could write one\n",
+                st.children_total, st.children_total == 1 ? "" : "es", rec->cmd_name, rec->cmd_name,
+                rec->cmd_status - 128, strsignal(rec->cmd_status - 128));
     else
         fprintf(stderr,
                 "fleetprof record: %" PRIu64 " process%s of %s connected, then ended the "
                 "connection without sending a profile (%" PRIu64 " dropped for misbehaving); "
-                "did it close or replace the profiler's descriptors?\n",
+                "was it killed, or did it replace the profiler's descriptors?\n",
                 st.children_total, st.children_total == 1 ? "" : "es", rec->cmd_name,
                 st.dropped_children);
 }
