@@ -33,3 +33,14 @@ def run(tests):
             if not os.environ.get("FLEETPROF_KEEP_TMP"):
                 os.system(f"rm -rf '{tmp}'")
     sys.exit(1 if failed else 0)
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds pid has used so far (0 once it is gone): what a test waits
+    on instead of a wall-clock sleep."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -112,14 +112,7 @@ def children_of(pid):
         return []
 
 
-def cpu_seconds(pid):
-    """User + system CPU seconds pid has used so far (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+cpu_seconds = taplib.cpu_seconds
 
 
 def wait_for(cond, what, timeout=15):

@@ -57,14 +57,7 @@ def run(tmp, argv, timeout=60, preload=True, **env):
         return Result(rc, fo.read(), fe.read(), usage.ru_utime + usage.ru_stime)
 
 
-def cpu_seconds(pid):
-    """User + system CPU seconds pid has used so far (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+cpu_seconds = taplib.cpu_seconds
 
 
 def wait_until(cond, what, timeout=30):
