@@ -50,6 +50,7 @@ void rt_config_from_env(struct rt_config *cfg)
     cfg->buffer_bytes = BUF_LOCAL_DEFAULT_LIMIT;
     cfg->chunk_bytes = BUF_CHUNK_DEFAULT_BYTES;
     cfg->stackwalk = RT_STACKWALK_DWARF;
+    cfg->slow_event_ns = 16 * 1000 * 1000;
 
     v = getenv("FLEETPROF_STARTUP");
     cfg->startup = v && strcmp(v, "1") == 0;
@@ -62,6 +63,13 @@ void rt_config_from_env(struct rt_config *cfg)
             cfg->interval_ns = (uint64_t)(d * 1e6);
         else
             complain("FLEETPROF_INTERVAL_MS", v, "a number of milliseconds from 0.05 to 1000");
+    }
+    v = getenv("FLEETPROF_SLOW_EVENT_MS");
+    if (v && *v) {
+        if (parse_double(v, 0.001, 60000, &d) == 0)
+            cfg->slow_event_ns = (uint64_t)(d * 1e6);
+        else
+            complain("FLEETPROF_SLOW_EVENT_MS", v, "a number of milliseconds from 0.001 to 60000");
     }
     v = getenv("FLEETPROF_BUFFER_MB");
     if (v && *v) {

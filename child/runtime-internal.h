@@ -24,7 +24,7 @@
 
 #define RT_MAX_THREADS       1024 /* registered + remembered dead threads */
 #define RT_MAX_LABELS        64
-#define RT_MAX_COUNTERS      64
+#define RT_MAX_COUNTERS      256 /* user counters and one per performance group */
 #define RT_MAX_SCHEMAS       64
 #define RT_THREAD_NAME       64
 #define RT_STACK_COPY_BYTES  (32 * 1024)
@@ -52,6 +52,7 @@ struct rt_config {
     char socket[4096];    /* FLEETPROF_SOCKET, "" = none */
     char dir[4096];       /* FLEETPROF_DIR: exit profiles when no daemon is reachable */
     bool symbolize_local; /* FLEETPROF_SYMBOLIZE=local: never ask the daemon's service */
+    uint64_t slow_event_ns; /* FLEETPROF_SLOW_EVENT_MS: performance groups' slow events */
 };
 
 /* Reads FLEETPROF_* into *cfg (defaults first). A bad value gets one line on stderr naming
@@ -246,6 +247,17 @@ int rt_write_profile_to(const char *path, uint64_t shutdown_ns);
 void rt_on_process_exit(void);
 /* On the sampler thread after a fatal signal: write the profile, then die by sig. */
 void rt_handle_exit_signal(int sig);
+
+/* groups.c: performance groups (fleetprof_group_get and the stopwatch API). */
+struct prof_group_totals;
+/* Measuring on (with this slow-event threshold) or off; groups persist either way. */
+void rt_groups_start(uint64_t slow_event_ns);
+void rt_groups_stop(void);
+/* Changes whenever a group's totals change (0 until the first change). */
+uint64_t rt_groups_generation(void);
+/* Totals of every group measured so far (names borrowed, valid for the process's life);
+ * *ret is malloc()ed, NULL when there are none. Returns the count. Any thread. */
+size_t rt_groups_snapshot(struct prof_group_totals **ret);
 
 /* ipc.c: the connection to the daemon (FLEETPROF_SOCKET). */
 int rt_ipc_start(const char *socket_path);

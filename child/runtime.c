@@ -149,11 +149,13 @@ static int start_locked(void)
     rt.exit_profile_written = false;
     atomic_store(&rt.paused, 0);
     atomic_store_explicit(&rt.running, 1, memory_order_release);
+    rt_groups_start(rt.cfg.slow_event_ns);
     r = rt_threads_register(program_name, gettid() == getpid());
     if (r < 0)
         rt_debug("cannot register the main thread: %s", strerror(-r));
     r = rt_sampler_start();
     if (r < 0) {
+        rt_groups_stop();
         atomic_store(&rt.running, 0);
         return r;
     }
@@ -252,6 +254,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     struct prof_counter_info counters[RT_MAX_COUNTERS];
     struct prof_marker_schema schemas[RT_MAX_SCHEMAS];
     struct prof_thread_info *threads = NULL;
+    struct prof_group_totals *groups = NULL;
     struct prof_process_info info = {0};
     struct prof_libs libs = {0};
     struct write_symbols *ws;
@@ -299,11 +302,14 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     format_runtime_log(ws); /* again after symbolization, if there is any */
     info.runtime_log_json = ws->log;
     info.exit_profile = exit_profile;
+    info.group_count = rt_groups_snapshot(&groups);
+    info.groups = groups;
 
     r = prof_gecko_write_process(w, NULL, &info, rt.buffer, &symbolizer, progress);
     if (r == 0)
         r = json_writer_finish(w);
 out:
+    free(groups);
     rt_symbolizer_done(&ws->sym);
     free(ws);
     if (threads)
@@ -595,6 +601,7 @@ FLEETPROF_EXPORT void fleetprof_shutdown(void)
         rt_sampler_stop();
         write_exit_profile();
         rt_ipc_stop();
+        rt_groups_stop();
         atomic_store(&rt.running, 0);
         buf_chunked_buffer_clear(rt.buffer);
     }

@@ -15,6 +15,8 @@
  *   FLEETPROF_STACKWALK=dwarf  fp | dwarf | copy
  *   FLEETPROF_OUTPUT=FILE      write this process's profile there at exit (%p = pid)
  *   FLEETPROF_DEBUG=1          diagnostics on stderr
+ *   FLEETPROF_SLOW_EVENT_MS=16 performance groups: an event that charges a group this much
+ *                              CPU time is a slow event (0.001 .. 60000)
  */
 #ifndef FLEETPROF_H
 #define FLEETPROF_H
@@ -129,6 +131,71 @@ FLEETPROF_EXPORT void fleetprof_marker_typed(int schema_id, const char *name,
 FLEETPROF_EXPORT int fleetprof_counter_create(const char *name, const char *category,
                                               const char *description);
 FLEETPROF_EXPORT void fleetprof_counter_add(int counter_id, int64_t delta);
+
+/* Performance groups: who (a tenant, a plugin, a request type) uses the CPU, measured always
+ * and cheaply, for the whole fleet (`fleetprof top`, the profile's group counters).
+ *
+ * A group is timed by a stopwatch that counts cycles of the CPU's time-stamp counter; the
+ * thread's CPU time is read only twice per event (an event-loop iteration, a request), and
+ * each group running in the event is charged the event's CPU time x its share of the
+ * event's cycles. A group already running on the thread in the current event starts no
+ * second stopwatch (A calls B calls A charges A once); a stopwatch still running when its
+ * event ends (a nested event loop began) is dropped. docs/groups.md has the design. */
+typedef struct fleetprof_group fleetprof_group;
+
+/* The group named name (1..128 bytes of UTF-8, no control characters), made on first use
+ * and the same pointer for the process's whole life (cache it). The same name in two
+ * processes is the same group in every fleet view. NULL for a bad name or past 4096 groups
+ * (then the stopwatch calls below do nothing). Takes a lock: not for signal handlers. */
+FLEETPROF_EXPORT fleetprof_group *fleetprof_group_get(const char *name);
+
+/* Bracket one unit of work on the calling thread. A begin inside an open event (a nested
+ * event loop) ends the open event there and drops its running stopwatches. */
+FLEETPROF_EXPORT void fleetprof_event_begin(void);
+FLEETPROF_EXPORT void fleetprof_event_end(void);
+
+/* A running measure; a plain value on the caller's stack. group is NULL when the stopwatch
+ * measures nothing (profiler off, the group already running, a NULL group). */
+typedef struct fleetprof_stopwatch {
+    fleetprof_group *group;
+    uint64_t start_cycles;
+    uint64_t iteration;
+    uint32_t cpu;
+    uint32_t flags;
+} fleetprof_stopwatch;
+
+/* The part of every group these inline functions read: whether groups are measured now. */
+struct fleetprof__group_head {
+    int on;
+};
+FLEETPROF_EXPORT void fleetprof__stopwatch_start(fleetprof_stopwatch *sw, fleetprof_group *group);
+FLEETPROF_EXPORT void fleetprof__stopwatch_stop(fleetprof_stopwatch *sw);
+
+/* Starts timing group on the calling thread. With no event open, the stopwatch's span is an
+ * event of its own (two CPU-time reads). When no profiler runs this is one test. */
+static inline fleetprof_stopwatch fleetprof_stopwatch_start(fleetprof_group *group)
+{
+    fleetprof_stopwatch sw = {0, 0, 0, 0, 0};
+
+    if (group &&
+        __atomic_load_n(&((const struct fleetprof__group_head *)(const void *)group)->on,
+                        __ATOMIC_RELAXED))
+        fleetprof__stopwatch_start(&sw, group);
+    return sw;
+}
+
+/* Stops sw (started on this thread) and charges its cycles to the current event. */
+static inline void fleetprof_stopwatch_stop(fleetprof_stopwatch *sw)
+{
+    if (sw->group)
+        fleetprof__stopwatch_stop(sw);
+}
+
+/* Times group for the rest of the enclosing scope. */
+#define FLEETPROF_GROUP(group)                                                         \
+    fleetprof_stopwatch FLEETPROF__CAT(fleetprof_stopwatch_, __LINE__)                 \
+            __attribute__((cleanup(fleetprof_stopwatch_stop), unused)) =               \
+                    fleetprof_stopwatch_start(group)
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@ struct buf_chunked_buffer;
 struct json_writer;
 struct progress_logger;
 struct prof_lib;
+struct prof_group_totals;
 struct prof_libs;
 
 /* Categories, by index into meta.categories; the public enum fleetprof_category
@@ -85,6 +86,8 @@ struct prof_process_info {
     size_t schema_count;
     const struct prof_libs *libs; /* loaded modules: address lookup and `libs` */
     const char *runtime_log_json; /* optional JSON object: profilingLog[pid].runtime */
+    const struct prof_group_totals *groups; /* performance groups' totals (groups.h) */
+    size_t group_count;
     bool exit_profile;            /* written as the process ends: meta.fleetprof.exit */
 };
 

@@ -1,0 +1,610 @@
+/* child/groups.c - performance groups: named groups, events and cycle-counter stopwatches.
+ *
+ * The Firefox Performance Stats monitor's design (docs/groups.md): a stopwatch reads the
+ * CPU's time-stamp counter and the CPU it runs on (rseq's cpu_id, or RDTSCP's aux) at start
+ * and stop, and charges its cycles to the current event only when both ran on the same CPU.
+ * Each event reads the thread's CPU time twice, at its begin and end; at the end each group
+ * that ran is charged the event's CPU time x (group cycles / event cycles), a share outside
+ * 0..100 % being discarded.
+ *
+ * Everything of one event is per thread (struct grp_thread, reached through one TLS
+ * pointer): the hot path takes no lock and writes no shared memory. Totals per group are
+ * atomics, added to once per event and group. A stopwatch remembers the thread's iteration
+ * number; events bump it at begin and end, so a stopwatch that outlives its event (a nested
+ * event loop began) is recognised as stale when it stops, with no list to walk.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+#if __has_include(<sys/rseq.h>)
+#include <sys/rseq.h>
+#define GRP_HAVE_RSEQ 1
+#endif
+
+#include "child/include/fleetprof.h"
+#include "child/profile/groups.h"
+#include "child/runtime-internal.h"
+
+#define GRP_MAX       4096
+#define GRP_HASH_SIZE 8192 /* power of two, > GRP_MAX: open addressing stays short */
+#define GRP_IMPLICIT  1u   /* fleetprof_stopwatch.flags: the stopwatch's span is its event */
+
+__extension__ typedef unsigned __int128 grp_u128; /* cpu ns x cycles needs 128 bits */
+
+struct fleetprof_group {
+    struct fleetprof__group_head head; /* first: the header's inline functions read it */
+    uint32_t index;
+    uint32_t hash;
+    char *name;
+    _Atomic int counter_id; /* its counter track, -1 until made (needs a running profiler) */
+    _Atomic uint64_t cpu_ns, cycles, activations, events, worst_event_ns, slow_events;
+    _Atomic uint64_t discarded, migrated, stale;
+    _Atomic uint64_t durations[PROF_GROUP_BUCKETS];
+};
+
+/* One group's part of the thread's current event. */
+struct grp_slot {
+    uint64_t running_iteration; /* a stopwatch of the group runs in this iteration */
+    uint64_t touched_iteration; /* the fields below are of this iteration */
+    uint64_t cycles;
+    uint32_t measured; /* stopwatches whose cycles count */
+    uint32_t activations, migrated, backwards;
+};
+
+struct grp_thread {
+    uint64_t iteration;
+    uint32_t depth; /* fleetprof_event_begin calls not yet ended */
+    bool open;      /* an event is being measured */
+    bool rseq;      /* the CPU number comes from glibc's rseq area */
+    uint64_t event_cpu_ns, event_wall_ns, event_cycles;
+    uint32_t capacity; /* slots[] and touched[] entries */
+    uint32_t touched_count;
+    uint32_t *touched; /* indexes of the groups measured in this event */
+    struct grp_slot *slots;
+};
+
+static pthread_mutex_t grp_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fleetprof_group *grp_groups[GRP_MAX];
+static uint32_t grp_hash_table[GRP_HASH_SIZE]; /* group index + 1; 0 = empty */
+static _Atomic uint32_t grp_count;
+static int grp_on;
+static _Atomic uint64_t grp_generation; /* bumped whenever a total changes */
+static _Atomic uint64_t grp_slow_event_ns = 16 * 1000 * 1000;
+static _Atomic int grp_slow_schema; /* marker schema id of slow events, 0 = not made */
+static pthread_once_t grp_once = PTHREAD_ONCE_INIT;
+static pthread_key_t grp_key;
+static bool grp_key_made;
+
+static __thread struct grp_thread *grp_self __attribute__((tls_model("initial-exec")));
+
+/* ---- clocks ------------------------------------------------------------------------ */
+
+static inline uint64_t read_cycles(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return __rdtsc();
+#elif defined(__aarch64__)
+    uint64_t v;
+
+    __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+#else
+    struct timespec ts;
+
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
+}
+
+#ifdef GRP_HAVE_RSEQ
+static inline int32_t rseq_cpu(void)
+{
+    const volatile struct rseq *r =
+            (const volatile struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
+
+    return (int32_t)r->cpu_id;
+}
+#endif
+
+/* The counter and the CPU it was read on, without a system call: rseq's cpu_id (a load)
+ * and RDTSC (12 ns here), else RDTSCP, which gives both (24 ns). */
+static inline uint64_t read_cycles_cpu(const struct grp_thread *t, uint32_t *ret_cpu)
+{
+#ifdef GRP_HAVE_RSEQ
+    if (t->rseq) {
+        *ret_cpu = (uint32_t)rseq_cpu();
+        return read_cycles();
+    }
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned aux;
+    uint64_t v = __rdtscp(&aux);
+
+    (void)t;
+    *ret_cpu = aux & 0xfffu; /* Linux puts the CPU number in the low 12 bits */
+    return v;
+#else
+    int cpu = sched_getcpu();
+
+    (void)t;
+    *ret_cpu = cpu < 0 ? 0 : (uint32_t)cpu;
+    return read_cycles();
+#endif
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- groups ------------------------------------------------------------------------- */
+
+static uint32_t hash_name(const char *s, size_t len)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+static void free_thread(void *p)
+{
+    struct grp_thread *t = p;
+
+    if (!t)
+        return;
+    free(t->touched);
+    free(t->slots);
+    free(t);
+    if (grp_self == t)
+        grp_self = NULL;
+}
+
+static void after_fork_child(void);
+
+static void init_once(void)
+{
+    grp_key_made = pthread_key_create(&grp_key, free_thread) == 0;
+    (void)pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+FLEETPROF_EXPORT fleetprof_group *fleetprof_group_get(const char *name)
+{
+    struct fleetprof_group *g = NULL;
+    size_t len;
+    uint32_t h, count;
+
+    if (!name)
+        return NULL;
+    len = strnlen(name, PROF_GROUP_NAME_MAX + 1);
+    if (!prof_group_name_valid(name, len))
+        return NULL;
+    (void)pthread_once(&grp_once, init_once);
+    h = hash_name(name, len);
+    (void)pthread_mutex_lock(&grp_lock);
+    for (uint32_t i = h & (GRP_HASH_SIZE - 1);; i = (i + 1) & (GRP_HASH_SIZE - 1)) {
+        uint32_t slot = grp_hash_table[i];
+
+        if (slot == 0) {
+            count = atomic_load_explicit(&grp_count, memory_order_relaxed);
+            if (count == GRP_MAX)
+                break;
+            g = calloc(1, sizeof(*g));
+            if (g)
+                g->name = strndup(name, len);
+            if (!g || !g->name) {
+                free(g);
+                g = NULL;
+                break;
+            }
+            g->index = count;
+            g->hash = h;
+            g->head.on = grp_on;
+            atomic_init(&g->counter_id, -1);
+            grp_groups[count] = g;
+            grp_hash_table[i] = count + 1;
+            /* Published last: snapshots read groups below grp_count without the lock. */
+            atomic_store_explicit(&grp_count, count + 1, memory_order_release);
+            break;
+        }
+        if (grp_groups[slot - 1]->hash == h && strcmp(grp_groups[slot - 1]->name, name) == 0) {
+            g = grp_groups[slot - 1];
+            break;
+        }
+    }
+    (void)pthread_mutex_unlock(&grp_lock);
+    return g;
+}
+
+static void set_on(int on)
+{
+    (void)pthread_mutex_lock(&grp_lock);
+    grp_on = on;
+    for (uint32_t i = 0; i < atomic_load_explicit(&grp_count, memory_order_relaxed); i++)
+        __atomic_store_n(&grp_groups[i]->head.on, on, __ATOMIC_RELAXED);
+    (void)pthread_mutex_unlock(&grp_lock);
+}
+
+void rt_groups_start(uint64_t slow_event_ns)
+{
+    (void)pthread_once(&grp_once, init_once);
+    atomic_store(&grp_slow_event_ns, slow_event_ns);
+    set_on(1);
+}
+
+void rt_groups_stop(void)
+{
+    set_on(0);
+}
+
+uint64_t rt_groups_generation(void)
+{
+    return atomic_load_explicit(&grp_generation, memory_order_acquire);
+}
+
+size_t rt_groups_snapshot(struct prof_group_totals **ret)
+{
+    uint32_t count = atomic_load_explicit(&grp_count, memory_order_acquire);
+    struct prof_group_totals *out;
+    size_t n = 0;
+
+    *ret = NULL;
+    if (count == 0)
+        return 0;
+    out = calloc(count, sizeof(*out));
+    if (!out)
+        return 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const struct fleetprof_group *g = grp_groups[i];
+        struct prof_group_totals *o = &out[n];
+
+        o->activations = atomic_load_explicit(&g->activations, memory_order_relaxed);
+        o->discarded = atomic_load_explicit(&g->discarded, memory_order_relaxed);
+        o->migrated = atomic_load_explicit(&g->migrated, memory_order_relaxed);
+        o->stale = atomic_load_explicit(&g->stale, memory_order_relaxed);
+        if (o->activations == 0 && o->discarded == 0 && o->migrated == 0 && o->stale == 0)
+            continue; /* looked up, never measured */
+        o->name = g->name; /* never freed */
+        o->cpu_ns = atomic_load_explicit(&g->cpu_ns, memory_order_relaxed);
+        o->cycles = atomic_load_explicit(&g->cycles, memory_order_relaxed);
+        o->events = atomic_load_explicit(&g->events, memory_order_relaxed);
+        o->worst_event_ns = atomic_load_explicit(&g->worst_event_ns, memory_order_relaxed);
+        o->slow_events = atomic_load_explicit(&g->slow_events, memory_order_relaxed);
+        for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
+            o->durations[b] = atomic_load_explicit(&g->durations[b], memory_order_relaxed);
+        n++;
+    }
+    if (n == 0) {
+        free(out);
+        return 0;
+    }
+    *ret = out;
+    return n;
+}
+
+/* ---- per-thread state ----------------------------------------------------------------- */
+
+static bool rseq_usable(void)
+{
+#ifdef GRP_HAVE_RSEQ
+    /* glibc registered the area (not disabled by glibc.pthread.rseq=0, kernel >= 4.18). */
+    return __rseq_size > 0 && rseq_cpu() >= 0;
+#else
+    return false;
+#endif
+}
+
+/* The calling thread's state with room for group index, made or grown on first need. */
+static struct grp_thread *thread_state(uint32_t index)
+{
+    struct grp_thread *t = grp_self;
+    uint32_t capacity;
+
+    if (t && index < t->capacity)
+        return t;
+    if (!t) {
+        t = calloc(1, sizeof(*t));
+        if (!t)
+            return NULL;
+        t->iteration = 1;
+        t->rseq = rseq_usable();
+        if (grp_key_made)
+            (void)pthread_setspecific(grp_key, t);
+        grp_self = t;
+    }
+    capacity = t->capacity ? t->capacity : 16;
+    while (capacity <= index)
+        capacity *= 2;
+    if (capacity > GRP_MAX)
+        capacity = GRP_MAX;
+    if (capacity > t->capacity) {
+        struct grp_slot *slots = realloc(t->slots, capacity * sizeof(*slots));
+        uint32_t *touched;
+
+        if (!slots)
+            return NULL;
+        memset(slots + t->capacity, 0, (capacity - t->capacity) * sizeof(*slots));
+        t->slots = slots;
+        touched = realloc(t->touched, capacity * sizeof(*touched));
+        if (!touched)
+            return NULL;
+        t->touched = touched;
+        t->capacity = capacity;
+    }
+    return index < t->capacity ? t : NULL;
+}
+
+static void open_event(struct grp_thread *t)
+{
+    t->iteration++;
+    t->open = true;
+    t->touched_count = 0;
+    t->event_wall_ns = rt_now_ns();
+    t->event_cpu_ns = thread_cpu_ns();
+    t->event_cycles = read_cycles();
+}
+
+static void atomic_max(_Atomic uint64_t *a, uint64_t v)
+{
+    uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+
+    while (cur < v && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+static void add(_Atomic uint64_t *a, uint64_t v)
+{
+    if (v)
+        atomic_fetch_add_explicit(a, v, memory_order_relaxed);
+}
+
+static int slow_event_schema(void)
+{
+    static const struct fleetprof_field_schema fields[] = {
+            {"group", "Group", "string", FLEETPROF_FIELD_STRING},
+            {"cpu", "Group CPU", "duration", FLEETPROF_FIELD_DOUBLE},
+            {"eventCpu", "Event CPU", "duration", FLEETPROF_FIELD_DOUBLE},
+            {"share", "Share of the event", "percentage", FLEETPROF_FIELD_DOUBLE},
+    };
+    int id = atomic_load(&grp_slow_schema);
+
+    if (id > 0)
+        return id;
+    (void)pthread_mutex_lock(&grp_lock);
+    id = atomic_load(&grp_slow_schema);
+    if (id <= 0) {
+        id = fleetprof_marker_schema("GroupSlowEvent",
+                                     "{marker.data.group}: {marker.data.cpu} of CPU", fields,
+                                     sizeof(fields) / sizeof(fields[0]));
+        if (id > 0)
+            atomic_store(&grp_slow_schema, id);
+    }
+    (void)pthread_mutex_unlock(&grp_lock);
+    return id;
+}
+
+/* A marker on the calling thread for an event that charged group at least the threshold. */
+static void mark_slow_event(const struct fleetprof_group *g, uint64_t charged_ns,
+                            uint64_t event_cpu_ns, uint64_t start_ns, uint64_t end_ns)
+{
+    struct fleetprof_field_value values[4];
+    int schema = slow_event_schema();
+
+    if (schema <= 0)
+        return;
+    values[0].kind = FLEETPROF_FIELD_STRING;
+    values[0].v.s = g->name;
+    values[1].kind = FLEETPROF_FIELD_DOUBLE;
+    values[1].v.d = (double)charged_ns / 1e6;
+    values[2].kind = FLEETPROF_FIELD_DOUBLE;
+    values[2].v.d = (double)event_cpu_ns / 1e6;
+    values[3].kind = FLEETPROF_FIELD_DOUBLE;
+    values[3].v.d = event_cpu_ns ? (double)charged_ns / (double)event_cpu_ns : 0.0;
+    fleetprof_marker_typed(schema, g->name, FLEETPROF_CATEGORY_APP, start_ns,
+                           end_ns > start_ns ? end_ns : start_ns + 1, values, 4);
+}
+
+/* The group's counter track: charged CPU ns, sampled by the sampler like a user counter. */
+static int group_counter(struct fleetprof_group *g)
+{
+    int id = atomic_load_explicit(&g->counter_id, memory_order_acquire);
+    char description[PROF_GROUP_NAME_MAX + 64];
+
+    if (id >= 0 || !atomic_load(&rt.running))
+        return id;
+    (void)snprintf(description, sizeof(description),
+                   "CPU time charged to performance group %s (ns per sample)", g->name);
+    (void)pthread_mutex_lock(&grp_lock);
+    id = atomic_load(&g->counter_id);
+    if (id < 0) {
+        id = fleetprof_counter_create(g->name, "CPU", description);
+        /* Out of counters (or not running): tried once per group, not on every event. */
+        atomic_store_explicit(&g->counter_id, id >= 0 ? id : INT32_MAX, memory_order_release);
+    }
+    (void)pthread_mutex_unlock(&grp_lock);
+    return id;
+}
+
+/* Ends the open event: each group measured in it gets its share of the event's CPU time. */
+static void commit_event(struct grp_thread *t)
+{
+    uint64_t cpu_now = thread_cpu_ns();
+    uint64_t cycles_now = read_cycles();
+    uint64_t wall_now = rt_now_ns();
+    uint64_t event_cpu = cpu_now > t->event_cpu_ns ? cpu_now - t->event_cpu_ns : 0;
+    uint64_t event_cycles = cycles_now - t->event_cycles;
+    bool cycles_ok = cycles_now > t->event_cycles; /* else the counter was reset */
+    uint64_t slow_ns = atomic_load_explicit(&grp_slow_event_ns, memory_order_relaxed);
+
+    for (uint32_t i = 0; i < t->touched_count; i++) {
+        uint32_t index = t->touched[i];
+        struct fleetprof_group *g = grp_groups[index];
+        const struct grp_slot *s = &t->slots[index];
+        uint64_t charged;
+        int counter;
+
+        add(&g->activations, s->activations);
+        add(&g->migrated, s->migrated);
+        add(&g->discarded, s->backwards);
+        if (s->measured == 0)
+            continue;
+        if (!cycles_ok || s->cycles > event_cycles) { /* share < 0 or > 100 % */
+            add(&g->discarded, 1);
+            continue;
+        }
+        charged = (uint64_t)((grp_u128)event_cpu * s->cycles / event_cycles);
+        add(&g->cpu_ns, charged);
+        add(&g->cycles, s->cycles);
+        add(&g->events, 1);
+        add(&g->durations[prof_group_bucket(charged)], 1);
+        atomic_max(&g->worst_event_ns, charged);
+        if (charged >= slow_ns) {
+            add(&g->slow_events, 1);
+            mark_slow_event(g, charged, event_cpu, t->event_wall_ns, wall_now);
+        }
+        counter = group_counter(g);
+        if (counter > 0 && counter != INT32_MAX)
+            fleetprof_counter_add(counter, (int64_t)charged);
+    }
+    t->touched_count = 0;
+    t->open = false;
+    t->iteration++; /* a stopwatch still running is of an ended event: stale */
+    atomic_fetch_add_explicit(&grp_generation, 1, memory_order_release);
+}
+
+/* ---- API ----------------------------------------------------------------------------- */
+
+FLEETPROF_EXPORT void fleetprof_event_begin(void)
+{
+    struct grp_thread *t;
+
+    if (!__atomic_load_n(&grp_on, __ATOMIC_RELAXED))
+        return;
+    t = thread_state(0);
+    if (!t)
+        return;
+    if (t->open) /* a nested event loop: the outer event ends here */
+        commit_event(t);
+    t->depth++;
+    open_event(t);
+}
+
+FLEETPROF_EXPORT void fleetprof_event_end(void)
+{
+    struct grp_thread *t = grp_self;
+
+    if (!t || t->depth == 0)
+        return;
+    t->depth--;
+    /* After a nested loop's end the outer event is already over: nothing is open. */
+    if (t->open)
+        commit_event(t);
+}
+
+FLEETPROF_EXPORT void fleetprof__stopwatch_start(fleetprof_stopwatch *sw, fleetprof_group *g)
+{
+    struct grp_thread *t = grp_self;
+    struct grp_slot *s;
+
+    if (__builtin_expect(!t || g->index >= t->capacity, 0)) {
+        t = thread_state(g->index);
+        if (!t)
+            return;
+    }
+    if (!t->open) {
+        open_event(t); /* an implicit event: the stopwatch's own span */
+        sw->flags = GRP_IMPLICIT;
+    }
+    s = &t->slots[g->index];
+    if (s->running_iteration == t->iteration)
+        return; /* the group already runs in this event (A calls B calls A) */
+    s->running_iteration = t->iteration;
+    sw->group = g;
+    sw->iteration = t->iteration;
+    sw->start_cycles = read_cycles_cpu(t, &sw->cpu);
+}
+
+FLEETPROF_EXPORT void fleetprof__stopwatch_stop(fleetprof_stopwatch *sw)
+{
+    struct grp_thread *t = grp_self;
+    struct fleetprof_group *g = sw->group;
+    struct grp_slot *s;
+    uint32_t cpu;
+    uint64_t end;
+
+    sw->group = NULL;
+    if (!t)
+        return;
+    end = read_cycles_cpu(t, &cpu);
+    if (sw->iteration != t->iteration) { /* its event ended meanwhile */
+        add(&g->stale, 1);
+        atomic_fetch_add_explicit(&grp_generation, 1, memory_order_release);
+        return;
+    }
+    s = &t->slots[g->index];
+    s->running_iteration = 0;
+    if (s->touched_iteration != t->iteration) {
+        s->touched_iteration = t->iteration;
+        s->cycles = 0;
+        s->measured = s->activations = s->migrated = s->backwards = 0;
+        t->touched[t->touched_count++] = g->index;
+    }
+    s->activations++;
+    if (cpu != sw->cpu)
+        s->migrated++; /* the two counters may not be in step */
+    else if (end < sw->start_cycles)
+        s->backwards++;
+    else {
+        s->cycles += end - sw->start_cycles;
+        s->measured++;
+    }
+    if (sw->flags & GRP_IMPLICIT)
+        commit_event(t);
+}
+
+/* In a forked child: the totals are the parent's (counted there), and the one thread left
+ * may be inside an event whose start was read in the parent. */
+static void after_fork_child(void)
+{
+    struct grp_thread *t = grp_self;
+
+    (void)pthread_mutex_init(&grp_lock, NULL);
+    for (uint32_t i = 0; i < atomic_load(&grp_count); i++) {
+        struct fleetprof_group *g = grp_groups[i];
+
+        atomic_store(&g->cpu_ns, 0);
+        atomic_store(&g->cycles, 0);
+        atomic_store(&g->activations, 0);
+        atomic_store(&g->events, 0);
+        atomic_store(&g->worst_event_ns, 0);
+        atomic_store(&g->slow_events, 0);
+        atomic_store(&g->discarded, 0);
+        atomic_store(&g->migrated, 0);
+        atomic_store(&g->stale, 0);
+        for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
+            atomic_store(&g->durations[b], 0);
+    }
+    atomic_store(&grp_generation, 0);
+    if (t) {
+        t->iteration++; /* stopwatches running across fork(): dropped when they stop */
+        t->open = false;
+        t->depth = 0;
+        t->touched_count = 0;
+    }
+}
