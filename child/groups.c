@@ -39,8 +39,6 @@
 #define GRP_HASH_SIZE 8192 /* power of two, > GRP_MAX: open addressing stays short */
 #define GRP_IMPLICIT  1u   /* fleetprof_stopwatch.flags: the stopwatch's span is its event */
 
-__extension__ typedef unsigned __int128 grp_u128; /* cpu ns x cycles needs 128 bits */
-
 struct fleetprof_group {
     struct fleetprof__group_head head; /* first: the header's inline functions read it */
     uint32_t index;
@@ -257,6 +255,22 @@ uint64_t rt_groups_generation(void)
     return atomic_load_explicit(&grp_generation, memory_order_acquire);
 }
 
+static void read_totals(const struct fleetprof_group *g, struct prof_group_totals *o)
+{
+    o->name = g->name; /* never freed */
+    o->cpu_ns = atomic_load_explicit(&g->cpu_ns, memory_order_relaxed);
+    o->cycles = atomic_load_explicit(&g->cycles, memory_order_relaxed);
+    o->activations = atomic_load_explicit(&g->activations, memory_order_relaxed);
+    o->events = atomic_load_explicit(&g->events, memory_order_relaxed);
+    o->worst_event_ns = atomic_load_explicit(&g->worst_event_ns, memory_order_relaxed);
+    o->slow_events = atomic_load_explicit(&g->slow_events, memory_order_relaxed);
+    o->discarded = atomic_load_explicit(&g->discarded, memory_order_relaxed);
+    o->migrated = atomic_load_explicit(&g->migrated, memory_order_relaxed);
+    o->stale = atomic_load_explicit(&g->stale, memory_order_relaxed);
+    for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
+        o->durations[b] = atomic_load_explicit(&g->durations[b], memory_order_relaxed);
+}
+
 size_t rt_groups_snapshot(struct prof_group_totals **ret)
 {
     uint32_t count = atomic_load_explicit(&grp_count, memory_order_acquire);
@@ -273,20 +287,9 @@ size_t rt_groups_snapshot(struct prof_group_totals **ret)
         const struct fleetprof_group *g = grp_groups[i];
         struct prof_group_totals *o = &out[n];
 
-        o->activations = atomic_load_explicit(&g->activations, memory_order_relaxed);
-        o->discarded = atomic_load_explicit(&g->discarded, memory_order_relaxed);
-        o->migrated = atomic_load_explicit(&g->migrated, memory_order_relaxed);
-        o->stale = atomic_load_explicit(&g->stale, memory_order_relaxed);
+        read_totals(g, o);
         if (o->activations == 0 && o->discarded == 0 && o->migrated == 0 && o->stale == 0)
             continue; /* looked up, never measured */
-        o->name = g->name; /* never freed */
-        o->cpu_ns = atomic_load_explicit(&g->cpu_ns, memory_order_relaxed);
-        o->cycles = atomic_load_explicit(&g->cycles, memory_order_relaxed);
-        o->events = atomic_load_explicit(&g->events, memory_order_relaxed);
-        o->worst_event_ns = atomic_load_explicit(&g->worst_event_ns, memory_order_relaxed);
-        o->slow_events = atomic_load_explicit(&g->slow_events, memory_order_relaxed);
-        for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
-            o->durations[b] = atomic_load_explicit(&g->durations[b], memory_order_relaxed);
         n++;
     }
     if (n == 0) {
@@ -295,6 +298,30 @@ size_t rt_groups_snapshot(struct prof_group_totals **ret)
     }
     *ret = out;
     return n;
+}
+
+FLEETPROF_EXPORT int fleetprof_group_stats(const fleetprof_group *g,
+                                           struct fleetprof_group_stats *ret)
+{
+    struct prof_group_totals t;
+
+    if (!g || !ret)
+        return -EINVAL;
+    read_totals(g, &t);
+    *ret = (struct fleetprof_group_stats){
+            .cpu_ns = t.cpu_ns,
+            .cycles = t.cycles,
+            .activations = t.activations,
+            .events = t.events,
+            .worst_event_ns = t.worst_event_ns,
+            .slow_events = t.slow_events,
+            .discarded = t.discarded,
+            .migrated = t.migrated,
+            .stale = t.stale,
+    };
+    _Static_assert(FLEETPROF_GROUP_BUCKETS == PROF_GROUP_BUCKETS, "one histogram layout");
+    memcpy(ret->durations, t.durations, sizeof(ret->durations));
+    return 0;
 }
 
 /* ---- per-thread state ----------------------------------------------------------------- */
@@ -448,8 +475,6 @@ static void commit_event(struct grp_thread *t)
     uint64_t cycles_now = read_cycles();
     uint64_t wall_now = rt_now_ns();
     uint64_t event_cpu = cpu_now > t->event_cpu_ns ? cpu_now - t->event_cpu_ns : 0;
-    uint64_t event_cycles = cycles_now - t->event_cycles;
-    bool cycles_ok = cycles_now > t->event_cycles; /* else the counter was reset */
     uint64_t slow_ns = atomic_load_explicit(&grp_slow_event_ns, memory_order_relaxed);
 
     for (uint32_t i = 0; i < t->touched_count; i++) {
@@ -464,11 +489,10 @@ static void commit_event(struct grp_thread *t)
         add(&g->discarded, s->backwards);
         if (s->measured == 0)
             continue;
-        if (!cycles_ok || s->cycles > event_cycles) { /* share < 0 or > 100 % */
-            add(&g->discarded, 1);
+        if (prof_group_charge(event_cpu, t->event_cycles, cycles_now, s->cycles, &charged) < 0) {
+            add(&g->discarded, 1); /* share outside 0..100 % */
             continue;
         }
-        charged = (uint64_t)((grp_u128)event_cpu * s->cycles / event_cycles);
         add(&g->cpu_ns, charged);
         add(&g->cycles, s->cycles);
         add(&g->events, 1);

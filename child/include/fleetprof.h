@@ -191,6 +191,25 @@ static inline void fleetprof_stopwatch_stop(fleetprof_stopwatch *sw)
         fleetprof__stopwatch_stop(sw);
 }
 
+/* A group's totals in this process (since it started; a forked child starts from zero). */
+#define FLEETPROF_GROUP_BUCKETS 22
+struct fleetprof_group_stats {
+    uint64_t cpu_ns;         /* CPU time charged: event CPU time x group cycles / event cycles */
+    uint64_t cycles;         /* counter cycles of the charged measures */
+    uint64_t activations;    /* stopwatches started */
+    uint64_t events;         /* events that charged the group */
+    uint64_t worst_event_ns; /* most CPU time charged in one event */
+    uint64_t slow_events;    /* events charging FLEETPROF_SLOW_EVENT_MS or more */
+    uint64_t discarded;      /* charges dropped: share outside 0..100 % */
+    uint64_t migrated;       /* measures dropped: stopped on another CPU than started on */
+    uint64_t stale;          /* stopwatches stopped after their event ended */
+    /* Events by charged CPU time: [0] under 1 us, [b] 2^(b-1) .. 2^b us, [21] 2^20 us+. */
+    uint64_t durations[FLEETPROF_GROUP_BUCKETS];
+};
+/* Fills *stats; 0, or -EINVAL for a NULL argument. Events still open are not counted. */
+FLEETPROF_EXPORT int fleetprof_group_stats(const fleetprof_group *group,
+                                           struct fleetprof_group_stats *stats);
+
 /* Times group for the rest of the enclosing scope. */
 #define FLEETPROF_GROUP(group)                                                         \
     fleetprof_stopwatch FLEETPROF__CAT(fleetprof_stopwatch_, __LINE__)                 \

@@ -1,6 +1,10 @@
 /* child/profile/groups.c - performance group totals: histogram buckets and sums. */
 #include "child/profile/groups.h"
 
+#include <errno.h>
+
+__extension__ typedef unsigned __int128 u128; /* cpu ns x cycles needs 128 bits */
+
 
 unsigned prof_group_bucket(uint64_t ns)
 {
@@ -51,6 +55,21 @@ uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q)
         }
     }
     return t->worst_event_ns;
+}
+
+int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles,
+                      uint64_t event_end_cycles, uint64_t group_cycles, uint64_t *ret_ns)
+{
+    uint64_t event_cycles;
+
+    *ret_ns = 0;
+    if (event_end_cycles <= event_start_cycles)
+        return -ERANGE; /* share < 0: the counter was reset, or this CPU's lags */
+    event_cycles = event_end_cycles - event_start_cycles;
+    if (group_cycles > event_cycles)
+        return -ERANGE; /* share > 100 %: counters of two CPUs out of step */
+    *ret_ns = (uint64_t)((u128)event_cpu_ns * group_cycles / event_cycles);
+    return 0;
 }
 
 void prof_group_totals_add(struct prof_group_totals *a, const struct prof_group_totals *b)

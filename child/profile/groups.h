@@ -41,6 +41,12 @@ uint64_t prof_group_bucket_upper_ns(unsigned b);
 /* The q-quantile (0 < q <= 1) of per-event charged time from the histogram: the upper bound
  * of the bucket holding it (the worst event for the last bucket); 0 when there is no event. */
 uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q);
+/* A group's charge for one event: event_cpu_ns x group_cycles / (event_end - event_start)
+ * cycles, in *ret_ns. -ERANGE when the share is outside 0..100 % (the counter went back
+ * between the event's begin and end, or the group counted more cycles than the event):
+ * such a measure is discarded. */
+int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles,
+                      uint64_t event_end_cycles, uint64_t group_cycles, uint64_t *ret_ns);
 /* Adds b's counts to a's (name kept; worst is the max). */
 void prof_group_totals_add(struct prof_group_totals *a, const struct prof_group_totals *b);
 /* Whether a group name is acceptable: 1..PROF_GROUP_NAME_MAX bytes of valid UTF-8 with no

@@ -8,7 +8,9 @@
  * with-stack markers and bump counters on deep stacks; a churn thread keeps starting
  * short-lived registered threads; a schema thread declares schemas and counters while the
  * workers use earlier ones; a writer thread calls fleetprof_write_profile() repeatedly;
- * the main thread pauses and resumes. After the joins another thread writes the final
+ * the main thread pauses and resumes. Each worker round is an event timing performance
+ * groups shared by all workers (nested, re-entered, slow events at a 0.05 ms threshold),
+ * while the writers read the groups' totals into profiles. After the joins another thread writes the final
  * profile, then fleetprof_shutdown(). Exit 0 when every profile written is a non-empty
  * JSON object; the test passes under TSan only with zero reports (TSAN_OPTIONS
  * halt_on_error=1). Registered as the 'threads-api' test (suites child, tsan).
@@ -115,8 +117,23 @@ static void *worker_main(void *p)
     r = fleetprof_register_thread(name);
     if (r < 0)
         fail("fleetprof_register_thread", -r);
-    while (!atomic_load(&stop))
-        wt_recurse(24, worker, round++);
+    while (!atomic_load(&stop)) {
+        /* Looked up each round on purpose: interning races with the other workers. */
+        fleetprof_group *shared = fleetprof_group_get("wt-shared");
+        fleetprof_group *own = fleetprof_group_get(name);
+
+        fleetprof_event_begin();
+        {
+            FLEETPROF_GROUP(shared);
+            FLEETPROF_GROUP(own);
+            wt_recurse(24, worker, round++);
+            {
+                FLEETPROF_GROUP(shared); /* re-entered: no second stopwatch */
+                wt_spin(1000);
+            }
+        }
+        fleetprof_event_end();
+    }
     fleetprof_unregister_thread();
     return NULL;
 }
@@ -259,6 +276,7 @@ int main(int argc, char **argv)
     double until;
     int r;
 
+    (void)setenv("FLEETPROF_SLOW_EVENT_MS", "0.05", 1); /* markers from every worker */
     (void)snprintf(dir, sizeof(dir), "%s/wl-threads-api-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) {
         fail("mkdtemp", errno);
