@@ -37,7 +37,6 @@
 
 #define GRP_MAX       4096
 #define GRP_HASH_SIZE 8192 /* power of two, > GRP_MAX: open addressing stays short */
-#define GRP_IMPLICIT  1u   /* fleetprof_stopwatch.flags: the stopwatch's span is its event */
 
 struct fleetprof_group {
     struct fleetprof__group_head head; /* first: the header's inline functions read it */
@@ -52,7 +51,13 @@ struct fleetprof_group {
 
 /* One group's part of the thread's current event. */
 struct grp_slot {
-    uint64_t running_iteration; /* a stopwatch of the group runs in this iteration */
+    /* The group's running stopwatch, if any: started in running_iteration (0: none), at
+     * start_cycles (which also tells it from a stale stopwatch of the group), on cpu. Kept
+     * here, not in the caller's fleetprof_stopwatch, so that one fits in two registers. */
+    uint64_t running_iteration;
+    uint64_t start_cycles;
+    uint32_t start_cpu;
+    bool implicit; /* its span is the event */
     uint64_t touched_iteration; /* the fields below are of this iteration */
     uint64_t cycles;
     uint32_t measured; /* stopwatches whose cycles count */
@@ -119,7 +124,7 @@ static inline int32_t rseq_cpu(void)
 static inline uint64_t read_cycles_cpu(const struct grp_thread *t, uint32_t *ret_cpu)
 {
 #ifdef GRP_HAVE_RSEQ
-    if (t->rseq) {
+    if (__builtin_expect(t->rseq, 1)) {
         *ret_cpu = (uint32_t)rseq_cpu();
         return read_cycles();
     }
@@ -541,47 +546,69 @@ FLEETPROF_EXPORT void fleetprof_event_end(void)
         commit_event(t);
 }
 
-FLEETPROF_EXPORT void fleetprof__stopwatch_start(fleetprof_stopwatch *sw, fleetprof_group *g)
+static inline fleetprof_stopwatch start_measure(struct grp_thread *t, fleetprof_group *g,
+                                                bool implicit)
 {
-    struct grp_thread *t = grp_self;
-    struct grp_slot *s;
+    fleetprof_stopwatch sw = {NULL, 0};
+    struct grp_slot *s = &t->slots[g->index];
 
-    if (__builtin_expect(!t || g->index >= t->capacity, 0)) {
-        t = thread_state(g->index);
-        if (!t)
-            return;
-    }
-    if (!t->open) {
-        open_event(t); /* an implicit event: the stopwatch's own span */
-        sw->flags = GRP_IMPLICIT;
-    }
-    s = &t->slots[g->index];
     if (s->running_iteration == t->iteration)
-        return; /* the group already runs in this event (A calls B calls A) */
+        return sw; /* the group already runs in this event (A calls B calls A) */
     s->running_iteration = t->iteration;
-    sw->group = g;
-    sw->iteration = t->iteration;
-    sw->start_cycles = read_cycles_cpu(t, &sw->cpu);
+    s->implicit = implicit;
+    s->start_cycles = read_cycles_cpu(t, &s->start_cpu);
+    sw.group = g;
+    sw.start_cycles = s->start_cycles;
+    return sw;
 }
 
-FLEETPROF_EXPORT void fleetprof__stopwatch_stop(fleetprof_stopwatch *sw)
+/* Out of line, so that the common case (an event open, the thread's state made) needs no
+ * stack frame: the thread's first stopwatch, a new group, or an implicit event. */
+static __attribute__((noinline, cold)) fleetprof_stopwatch start_slow(fleetprof_group *g)
+{
+    fleetprof_stopwatch none = {NULL, 0};
+    struct grp_thread *t = thread_state(g->index);
+    bool implicit = false;
+
+    if (!t)
+        return none;
+    if (!t->open) {
+        open_event(t); /* an implicit event: the stopwatch's own span */
+        implicit = true;
+    }
+    return start_measure(t, g, implicit);
+}
+
+FLEETPROF_EXPORT fleetprof_stopwatch fleetprof__stopwatch_start(fleetprof_group *g)
 {
     struct grp_thread *t = grp_self;
-    struct fleetprof_group *g = sw->group;
+
+    if (__builtin_expect(!t || g->index >= t->capacity || !t->open, 0))
+        return start_slow(g);
+    return start_measure(t, g, false);
+}
+
+static __attribute__((noinline, cold)) void stop_stale(fleetprof_group *g)
+{
+    add(&g->stale, 1);
+    atomic_fetch_add_explicit(&grp_generation, 1, memory_order_release);
+}
+
+FLEETPROF_EXPORT void fleetprof__stopwatch_stop(fleetprof_group *g, uint64_t start_cycles)
+{
+    struct grp_thread *t = grp_self;
     struct grp_slot *s;
     uint32_t cpu;
     uint64_t end;
 
-    sw->group = NULL;
-    if (!t)
+    if (!t || g->index >= t->capacity)
         return;
     end = read_cycles_cpu(t, &cpu);
-    if (sw->iteration != t->iteration) { /* its event ended meanwhile */
-        add(&g->stale, 1);
-        atomic_fetch_add_explicit(&grp_generation, 1, memory_order_release);
+    s = &t->slots[g->index];
+    if (s->running_iteration != t->iteration || s->start_cycles != start_cycles) {
+        stop_stale(g); /* its event ended meanwhile (a nested event loop began, or a fork) */
         return;
     }
-    s = &t->slots[g->index];
     s->running_iteration = 0;
     if (s->touched_iteration != t->iteration) {
         s->touched_iteration = t->iteration;
@@ -590,15 +617,15 @@ FLEETPROF_EXPORT void fleetprof__stopwatch_stop(fleetprof_stopwatch *sw)
         t->touched[t->touched_count++] = g->index;
     }
     s->activations++;
-    if (cpu != sw->cpu)
+    if (cpu != s->start_cpu)
         s->migrated++; /* the two counters may not be in step */
-    else if (end < sw->start_cycles)
+    else if (end < start_cycles)
         s->backwards++;
     else {
-        s->cycles += end - sw->start_cycles;
+        s->cycles += end - start_cycles;
         s->measured++;
     }
-    if (sw->flags & GRP_IMPLICIT)
+    if (s->implicit)
         commit_event(t);
 }
 

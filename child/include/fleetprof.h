@@ -154,41 +154,45 @@ FLEETPROF_EXPORT fleetprof_group *fleetprof_group_get(const char *name);
 FLEETPROF_EXPORT void fleetprof_event_begin(void);
 FLEETPROF_EXPORT void fleetprof_event_end(void);
 
-/* A running measure; a plain value on the caller's stack. group is NULL when the stopwatch
- * measures nothing (profiler off, the group already running, a NULL group). */
+/* A running measure; a plain value on the caller's stack (two registers: the rest lives in
+ * the thread's state). group is NULL when the stopwatch measures nothing (profiler off, the
+ * group already running, a NULL group). Stop it on the thread that started it. */
 typedef struct fleetprof_stopwatch {
     fleetprof_group *group;
     uint64_t start_cycles;
-    uint64_t iteration;
-    uint32_t cpu;
-    uint32_t flags;
 } fleetprof_stopwatch;
 
 /* The part of every group these inline functions read: whether groups are measured now. */
 struct fleetprof__group_head {
     int on;
 };
-FLEETPROF_EXPORT void fleetprof__stopwatch_start(fleetprof_stopwatch *sw, fleetprof_group *group);
-FLEETPROF_EXPORT void fleetprof__stopwatch_stop(fleetprof_stopwatch *sw);
+FLEETPROF_EXPORT fleetprof_stopwatch fleetprof__stopwatch_start(fleetprof_group *group);
+FLEETPROF_EXPORT void fleetprof__stopwatch_stop(fleetprof_group *group, uint64_t start_cycles);
 
 /* Starts timing group on the calling thread. With no event open, the stopwatch's span is an
  * event of its own (two CPU-time reads). When no profiler runs this is one test. */
 static inline fleetprof_stopwatch fleetprof_stopwatch_start(fleetprof_group *group)
 {
-    fleetprof_stopwatch sw = {0, 0, 0, 0, 0};
-
+    /* Returned by value on both paths, so that the caller's variable is written once and
+     * read whole (a copy of a partly written struct stalls store forwarding). */
     if (group &&
         __atomic_load_n(&((const struct fleetprof__group_head *)(const void *)group)->on,
                         __ATOMIC_RELAXED))
-        fleetprof__stopwatch_start(&sw, group);
-    return sw;
+        return fleetprof__stopwatch_start(group);
+    {
+        fleetprof_stopwatch off = {0, 0};
+
+        return off;
+    }
 }
 
 /* Stops sw (started on this thread) and charges its cycles to the current event. */
 static inline void fleetprof_stopwatch_stop(fleetprof_stopwatch *sw)
 {
-    if (sw->group)
-        fleetprof__stopwatch_stop(sw);
+    if (sw->group) {
+        fleetprof__stopwatch_stop(sw->group, sw->start_cycles);
+        sw->group = 0; /* stopping twice measures once */
+    }
 }
 
 /* A group's totals in this process (since it started; a forked child starts from zero). */
