@@ -140,7 +140,8 @@ FLEETPROF_EXPORT void fleetprof_counter_add(int counter_id, int64_t delta);
  * each group running in the event is charged the event's CPU time x its share of the
  * event's cycles. A group already running on the thread in the current event starts no
  * second stopwatch (A calls B calls A charges A once); a stopwatch still running when its
- * event ends (a nested event loop began) is dropped. docs/groups.md has the design. */
+ * event ends (a nested event loop began) is dropped. docs/groups.md has the design.
+ * Events and stopwatches are per thread and not async-signal-safe. */
 typedef struct fleetprof_group fleetprof_group;
 
 /* The group named name (1..128 bytes of UTF-8, no control characters), made on first use
