@@ -36,6 +36,7 @@ struct region_segment {
 
 struct buf_region {
     int fd;
+    uint8_t *head; /* mapping of [0, header_bytes): the header and the description areas */
     uint32_t chunk_bytes;
     uint32_t slot_bytes;
     uint32_t slot_count;
@@ -66,44 +67,51 @@ static uint32_t slot_bytes_for(uint32_t chunk_bytes)
 
 int buf_region_new(uint32_t chunk_bytes, const char *path, struct buf_region **ret_region)
 {
-    struct buf_region_header h = {
-            .magic = BUF_REGION_MAGIC,
-            .version = BUF_REGION_VERSION,
-            .header_bytes = BUF_REGION_HEADER_BYTES,
-            .chunk_bytes = chunk_bytes,
-            .pid = (int32_t)getpid(),
-            .created_ns = now_ns(),
-    };
+    struct buf_region_header *h;
     struct buf_region *r;
+    void *head;
     int fd, e;
 
     if (chunk_bytes == 0 || chunk_bytes > BUF_CHUNK_MAX_BYTES / 2)
         return -EINVAL;
-    if (sysconf(_SC_PAGESIZE) > (long)BUF_REGION_HEADER_BYTES)
+    if (sysconf(_SC_PAGESIZE) > (long)BUF_REGION_PAGE_BYTES)
         return -EINVAL; /* the header must be a whole number of pages */
-    h.slot_bytes = slot_bytes_for(chunk_bytes);
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
     if (path)
         fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     else
         fd = memfd_create("fleetprof-chunks", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0)
-        return -errno;
-    /* The header goes in by write(), not a mapping, so that a reader never sees a file
-     * without it and the region keeps no mapping of its own for it. */
-    if (ftruncate(fd, BUF_REGION_HEADER_BYTES) < 0 || pwrite(fd, &h, sizeof(h), 0) != sizeof(h))
+    if (fd < 0) {
+        e = errno;
+        free(r);
+        return -e;
+    }
+    /* Sparse: the description areas cost only the pages a description fills. */
+    if (ftruncate(fd, BUF_REGION_HEADER_BYTES) < 0)
         goto fail;
     /* The reader may rely on the file never shrinking under it (a mapping past its end
      * would fault); growing stays allowed. */
     if (!path && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) < 0)
         goto fail;
-    r = calloc(1, sizeof(*r));
-    if (!r) {
-        errno = ENOMEM;
+    head = mmap(NULL, BUF_REGION_HEADER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (head == MAP_FAILED)
         goto fail;
-    }
+    h = head;
+    h->version = BUF_REGION_VERSION;
+    h->header_bytes = BUF_REGION_HEADER_BYTES;
+    h->slot_bytes = slot_bytes_for(chunk_bytes);
+    h->chunk_bytes = chunk_bytes;
+    h->pid = (int32_t)getpid();
+    h->created_ns = now_ns();
+    h->meta_bytes = BUF_REGION_META_BYTES;
+    /* Last: a reader that sees the magic sees a whole header. */
+    __atomic_store_n(&h->magic, BUF_REGION_MAGIC, __ATOMIC_RELEASE);
     r->fd = fd;
+    r->head = head;
     r->chunk_bytes = chunk_bytes;
-    r->slot_bytes = h.slot_bytes;
+    r->slot_bytes = h->slot_bytes;
     r->size = BUF_REGION_HEADER_BYTES;
     *ret_region = r;
     return 0;
@@ -113,7 +121,33 @@ fail:
     (void)close(fd);
     if (path)
         (void)unlink(path);
+    free(r);
     return -e;
+}
+
+static uint64_t fnv1a(const uint8_t *p, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325u;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001b3u;
+    return h;
+}
+
+int buf_region_set_meta(struct buf_region *r, const void *bytes, size_t len)
+{
+    struct buf_region_header *h = (struct buf_region_header *)r->head;
+    uint64_t seq = h->meta_seq + 1;
+    unsigned area = (unsigned)(seq & 1);
+
+    if (len > BUF_REGION_META_BYTES)
+        return -E2BIG;
+    /* The other area is not read until meta_seq names it. */
+    memcpy(r->head + BUF_REGION_PAGE_BYTES + (size_t)area * BUF_REGION_META_BYTES, bytes, len);
+    h->meta_len[area] = (uint32_t)len;
+    h->meta_hash[area] = fnv1a(bytes, len);
+    __atomic_store_n(&h->meta_seq, seq, __ATOMIC_RELEASE);
+    return 0;
 }
 
 struct buf_region *buf_region_free(struct buf_region *r)
@@ -122,7 +156,9 @@ struct buf_region *buf_region_free(struct buf_region *r)
         return NULL;
     for (uint32_t i = 0; i < r->segment_count; i++)
         (void)munmap(r->segments[i].base, (size_t)r->segments[i].slots * r->slot_bytes);
-    (void)close(r->fd);
+    (void)munmap(r->head, BUF_REGION_HEADER_BYTES);
+    if (r->fd >= 0)
+        (void)close(r->fd);
     free(r->free_slots);
     free(r);
     return NULL;
@@ -131,6 +167,11 @@ struct buf_region *buf_region_free(struct buf_region *r)
 int buf_region_fd(const struct buf_region *r)
 {
     return r->fd;
+}
+
+void buf_region_set_fd(struct buf_region *r, int fd)
+{
+    r->fd = fd;
 }
 
 uint64_t buf_region_size(const struct buf_region *r)
@@ -163,7 +204,8 @@ static int grow(struct buf_region *r)
 
     if (slots > BUF_REGION_MAX_SEGMENT_SLOTS)
         slots = BUF_REGION_MAX_SEGMENT_SLOTS;
-    if (r->segment_count == BUF_REGION_MAX_SEGMENTS || r->slot_count + slots > BUF_REGION_MAX_SLOTS)
+    if (r->fd < 0 || r->segment_count == BUF_REGION_MAX_SEGMENTS ||
+        r->slot_count + slots > BUF_REGION_MAX_SLOTS)
         return -ENOSPC;
     bytes = (uint64_t)slots * r->slot_bytes;
     /* Pages of a memfd or sparse file cost nothing until written. */
@@ -231,17 +273,24 @@ int buf__region_chunk_new(struct buf_region *r, struct buf_chunk **ret_chunk)
 
 void buf__region_chunk_free(struct buf_region *r, struct buf_chunk *c)
 {
-    struct buf_region_slot *slot =
-            (struct buf_region_slot *)((uint8_t *)c - BUF_REGION_SLOT_PREFIX);
-    uint32_t index = slot->index;
-    off_t offset = (off_t)(BUF_REGION_HEADER_BYTES + (uint64_t)index * r->slot_bytes);
+    uint8_t *slot = (uint8_t *)c - BUF_REGION_SLOT_PREFIX;
 
-    /* Gives the pages back (they read as zeros after), as free() of a big block would. If
-     * the file system cannot punch holes, at least the slot stops looking like a chunk. */
-    if (fallocate(r->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, r->slot_bytes) < 0)
-        __atomic_store_n(&slot->magic, 0, __ATOMIC_RELEASE);
-    /* A slot whose index cannot be remembered is leaked, not reused twice. */
-    (void)push_free(r, index);
+    /* The index from the address, not from the slot's header: the pages are shared. */
+    for (uint32_t i = 0; i < r->segment_count; i++) {
+        const struct region_segment *s = &r->segments[i];
+        size_t at = (size_t)(slot - s->base);
+
+        if (slot < s->base || at >= (size_t)s->slots * r->slot_bytes)
+            continue;
+        /* Gives the pages back (they read as zeros after), as free() of a big block would.
+         * Where the file system cannot punch holes, the slot at least stops looking like a
+         * chunk. */
+        if (madvise(slot, r->slot_bytes, MADV_REMOVE) < 0)
+            __atomic_store_n((uint32_t *)slot, 0, __ATOMIC_RELEASE);
+        /* A slot whose index cannot be remembered is leaked, not reused twice. */
+        (void)push_free(r, s->first_slot + (uint32_t)(at / r->slot_bytes));
+        return;
+    }
 }
 
 uint32_t buf__region_chunk_bytes(const struct buf_region *r)
@@ -279,6 +328,45 @@ static int count_block(struct buf_entry_reader *reader, uint64_t block_index, vo
     return ctx->cb(reader, block_index, ctx->userdata);
 }
 
+static bool header_usable(const struct buf_region_header *h, size_t len)
+{
+    return h->magic == BUF_REGION_MAGIC && h->version == BUF_REGION_VERSION &&
+           h->meta_bytes <= BUF_REGION_META_BYTES &&
+           h->header_bytes >= BUF_REGION_PAGE_BYTES + 2 * (uint64_t)h->meta_bytes &&
+           h->header_bytes <= len && h->chunk_bytes > 0 &&
+           h->chunk_bytes <= BUF_CHUNK_MAX_BYTES / 2 &&
+           h->slot_bytes >=
+                   (uint64_t)BUF_REGION_CHUNK_OFFSET + BUF_CHUNK_HEADER_BYTES + h->chunk_bytes;
+}
+
+int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_bytes, size_t *ret_len)
+{
+    struct buf_region_header h;
+
+    if (len < sizeof(h))
+        return -EBADMSG;
+    memcpy(&h, mem, sizeof(h));
+    if (!header_usable(&h, len))
+        return -EBADMSG;
+    if (h.meta_seq == 0)
+        return -ENOENT;
+    /* The current area, else the previous one (the writer died before publishing, or the
+     * current one was damaged): an older description beats none. */
+    for (unsigned k = 0; k < 2; k++) {
+        unsigned area = (unsigned)((h.meta_seq - k) & 1);
+        const uint8_t *p = mem + BUF_REGION_PAGE_BYTES + (size_t)area * h.meta_bytes;
+
+        if (h.meta_len[area] > h.meta_bytes || (k == 1 && h.meta_seq == 1))
+            continue;
+        if (fnv1a(p, h.meta_len[area]) != h.meta_hash[area])
+            continue;
+        *ret_bytes = p;
+        *ret_len = h.meta_len[area];
+        return 0;
+    }
+    return -ENOENT;
+}
+
 int buf_region_read_each(const uint8_t *mem, size_t len, buf_read_cb cb, void *userdata,
                          struct buf_region_stats *ret_stats)
 {
@@ -294,12 +382,10 @@ int buf_region_read_each(const uint8_t *mem, size_t len, buf_read_cb cb, void *u
     if (len < sizeof(h))
         return -EBADMSG;
     memcpy(&h, mem, sizeof(h));
-    if (h.magic != BUF_REGION_MAGIC || h.version != BUF_REGION_VERSION ||
-        h.header_bytes < sizeof(h) || h.header_bytes > len || h.chunk_bytes == 0 ||
-        h.chunk_bytes > BUF_CHUNK_MAX_BYTES / 2 ||
-        h.slot_bytes < (uint64_t)BUF_REGION_CHUNK_OFFSET + BUF_CHUNK_HEADER_BYTES + h.chunk_bytes)
+    if (!header_usable(&h, len))
         return -EBADMSG;
     stats.pid = h.pid;
+    stats.created_ns = h.created_ns;
     slots = (len - h.header_bytes) / h.slot_bytes;
     if (slots > BUF_REGION_MAX_SLOTS)
         slots = BUF_REGION_MAX_SLOTS; /* a writer never makes more */
