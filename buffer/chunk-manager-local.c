@@ -121,7 +121,10 @@ static int local_get_chunk(struct buf_chunk_manager *m, struct buf_chunk **ret_c
         c->next = NULL;
         l->recycled_count--;
     } else {
-        r = l->region ? buf__region_chunk_new(l->region, &c) : buf_chunk_new(m->chunk_bytes, &c);
+        r = l->region ? buf__region_chunk_new(l->region, &c) : -ENOSPC;
+        /* A full region (or a file size limit) costs crash-survival, never samples. */
+        if (r < 0)
+            r = buf_chunk_new(m->chunk_bytes, &c);
         if (r < 0)
             return r;
     }

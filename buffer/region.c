@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,6 +58,17 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* ftruncate() past RLIMIT_FSIZE (memfds included) fails with EFBIG and raises SIGXFSZ,
+ * whose default action kills the program: never go there. */
+static int check_file_size_limit(uint64_t size)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && size > rl.rlim_cur)
+        return -EFBIG;
+    return 0;
+}
+
 static uint32_t slot_bytes_for(uint32_t chunk_bytes)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -76,6 +88,9 @@ int buf_region_new(uint32_t chunk_bytes, const char *path, struct buf_region **r
         return -EINVAL;
     if (sysconf(_SC_PAGESIZE) > (long)BUF_REGION_PAGE_BYTES)
         return -EINVAL; /* the header must be a whole number of pages */
+    e = check_file_size_limit(BUF_REGION_HEADER_BYTES);
+    if (e < 0)
+        return e;
     r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
@@ -208,6 +223,8 @@ static int grow(struct buf_region *r)
         r->slot_count + slots > BUF_REGION_MAX_SLOTS)
         return -ENOSPC;
     bytes = (uint64_t)slots * r->slot_bytes;
+    if (check_file_size_limit(r->size + bytes) < 0)
+        return -EFBIG;
     /* Pages of a memfd or sparse file cost nothing until written. */
     if (ftruncate(r->fd, (off_t)(r->size + bytes)) < 0)
         return -errno;
