@@ -149,6 +149,41 @@ static uint64_t fnv1a(const uint8_t *p, size_t len)
     return h;
 }
 
+void buf_region_record_crash(struct buf_region *r, const struct buf_region_crash *crash)
+{
+    struct buf_region_crash *at = (struct buf_region_crash *)(r->head + BUF_REGION_CRASH_OFFSET);
+    uint32_t expected = 0;
+
+    /* Claimed by the first thread to crash (a second fatal signal may come on another). */
+    if (!__atomic_compare_exchange_n(&at->reserved, &expected, 1, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return;
+    at->signal = crash->signal;
+    at->code = crash->code;
+    at->tid = crash->tid;
+    at->address = crash->address;
+    at->time_ns = crash->time_ns;
+    at->frame_count = crash->frame_count < BUF_REGION_CRASH_FRAMES ? crash->frame_count
+                                                                   : BUF_REGION_CRASH_FRAMES;
+    for (uint32_t i = 0; i < at->frame_count; i++)
+        at->frames[i] = crash->frames[i];
+    __atomic_store_n(&at->magic, BUF_REGION_CRASH_MAGIC, __ATOMIC_RELEASE);
+}
+
+void buf_region_record_crash_frames(struct buf_region *r, const uint64_t *frames,
+                                    uint32_t frame_count)
+{
+    struct buf_region_crash *at = (struct buf_region_crash *)(r->head + BUF_REGION_CRASH_OFFSET);
+
+    if (frame_count > BUF_REGION_CRASH_FRAMES)
+        frame_count = BUF_REGION_CRASH_FRAMES;
+    if (at->tid != (int32_t)gettid())
+        return; /* another thread's crash was recorded first */
+    for (uint32_t i = 0; i < frame_count; i++)
+        at->frames[i] = frames[i];
+    __atomic_store_n(&at->frame_count, frame_count, __ATOMIC_RELEASE);
+}
+
 int buf_region_set_meta(struct buf_region *r, const void *bytes, size_t len)
 {
     struct buf_region_header *h = (struct buf_region_header *)r->head;
@@ -382,6 +417,23 @@ int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_byt
         return 0;
     }
     return -ENOENT;
+}
+
+int buf_region_read_crash(const uint8_t *mem, size_t len, struct buf_region_crash *ret)
+{
+    struct buf_region_header h;
+
+    if (len < sizeof(h))
+        return -EBADMSG;
+    memcpy(&h, mem, sizeof(h));
+    if (!header_usable(&h, len))
+        return -EBADMSG;
+    memcpy(ret, mem + BUF_REGION_CRASH_OFFSET, sizeof(*ret));
+    if (ret->magic != BUF_REGION_CRASH_MAGIC)
+        return -ENOENT;
+    if (ret->frame_count > BUF_REGION_CRASH_FRAMES)
+        ret->frame_count = BUF_REGION_CRASH_FRAMES;
+    return 0;
 }
 
 int buf_region_read_each(const uint8_t *mem, size_t len, buf_read_cb cb, void *userdata,

@@ -15,8 +15,10 @@
  *    +-------------------+-------------------+-------------------+-------------------+
  *    | meta_seq (u64, 0 = no description yet)| meta_hash[0] (u64)                    |
  *    +---------------------------------------+---------------------------------------+
- *    | meta_hash[1] (u64)                    | ... zeros up to 4096
+ *    | meta_hash[1] (u64)                    | ... zeros up to 1024
  *    +---------------------------------------+
+ *    1024: the crash record (struct buf_region_crash), magic "FPCR" stored last, by the
+ *          owner's fatal signal handler; zeros up to 4096
  *    4096: meta area 0 (meta_bytes), then meta area 1 (meta_bytes): the process description,
  *          written by the owner in the area that is not current, then published by
  *          meta_seq + 1 (area = meta_seq & 1); meta_hash is FNV-1a 64 of its bytes
@@ -79,6 +81,26 @@ _Static_assert(sizeof(struct buf_region_header) == 72, "region header is a file 
 _Static_assert(sizeof(struct buf_region_slot) == BUF_REGION_SLOT_PREFIX,
                "slot header is a file format");
 
+/* What the owner's fatal signal handler saw (the first fatal signal only). */
+#define BUF_REGION_CRASH_MAGIC  0x52435046u /* "FPCR" */
+#define BUF_REGION_CRASH_OFFSET 1024u
+#define BUF_REGION_CRASH_FRAMES 128u
+struct buf_region_crash {
+    uint32_t magic; /* BUF_REGION_CRASH_MAGIC once the record is whole */
+    int32_t signal;
+    int32_t code;     /* si_code */
+    int32_t tid;      /* the crashing thread */
+    uint64_t address; /* si_addr: the faulting address */
+    uint64_t time_ns; /* CLOCK_MONOTONIC */
+    uint32_t frame_count;
+    uint32_t reserved;
+    uint64_t frames[BUF_REGION_CRASH_FRAMES]; /* innermost first: the faulting pc, then
+                                               * return addresses */
+};
+
+_Static_assert(BUF_REGION_CRASH_OFFSET + sizeof(struct buf_region_crash) <= BUF_REGION_PAGE_BYTES,
+               "the crash record lives in the header page");
+
 struct buf_region; /* opaque */
 struct buf_chunk_manager;
 
@@ -105,6 +127,15 @@ uint64_t buf_region_size(const struct buf_region *region);
  * BUF_REGION_META_BYTES): a reader sees either it or the previous one whole, even if the
  * owner dies while writing. One writer at a time (the caller's lock). Returns 0 or -E2BIG. */
 int buf_region_set_meta(struct buf_region *region, const void *bytes, size_t len);
+
+/* Records a crash (first call only; later ones are ignored). Async-signal-safe: plain
+ * stores into the mapping, no lock, no allocation. */
+void buf_region_record_crash(struct buf_region *region, const struct buf_region_crash *crash);
+
+/* Replaces the recorded crash's stack (the first crash's thread only: call it right after
+ * buf_region_record_crash() on the same thread). frame_count is written last. */
+void buf_region_record_crash_frames(struct buf_region *region, const uint64_t *frames,
+                                    uint32_t frame_count);
 
 /* Makes a local-limit manager allocate its chunks from region from now on (chunks it already
  * has stay on the heap until destroyed). The region must outlive the manager. -EINVAL if the
@@ -136,5 +167,9 @@ int buf_region_read_each(const uint8_t *mem, size_t len, buf_read_cb cb, void *u
  * -ENOENT (none was published, or none is intact) or -EBADMSG (not a region). */
 int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_bytes,
                          size_t *ret_len);
+
+/* The crash record of the region image mem[0..len), checked (frame_count bounded): 0, or
+ * -ENOENT (the owner did not crash, or died while writing it), -EBADMSG (not a region). */
+int buf_region_read_crash(const uint8_t *mem, size_t len, struct buf_region_crash *ret);
 
 #endif /* FLEETPROF_BUFFER_REGION_H */

@@ -289,6 +289,42 @@ void rt_region_tick(uint64_t now_ns)
     (void)pthread_mutex_unlock(&reg.lock);
 }
 
+bool rt_region_active(void)
+{
+    return __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE) != NULL;
+}
+
+/* Async-signal-safe: called from the crash handler, perhaps while this very thread holds
+ * reg.lock, so it takes none; the region is only freed in a forked child. */
+void rt_region_record_crash(int sig, int code, uint64_t address, int32_t tid,
+                            const uint64_t *frames, uint32_t frame_count)
+{
+    struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+    struct buf_region_crash c;
+
+    if (!region)
+        return;
+    c.magic = 0;
+    c.signal = sig;
+    c.code = code;
+    c.tid = tid;
+    c.address = address;
+    c.time_ns = rt_now_ns();
+    c.frame_count = frame_count < BUF_REGION_CRASH_FRAMES ? frame_count : BUF_REGION_CRASH_FRAMES;
+    c.reserved = 0;
+    for (uint32_t i = 0; i < c.frame_count; i++)
+        c.frames[i] = frames[i];
+    buf_region_record_crash(region, &c);
+}
+
+void rt_region_record_crash_frames(const uint64_t *frames, uint32_t frame_count)
+{
+    struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+
+    if (region)
+        buf_region_record_crash_frames(region, frames, frame_count);
+}
+
 bool rt_region_yield_fd(int fd)
 {
     int copy;

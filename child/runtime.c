@@ -157,6 +157,7 @@ static int start_locked(void)
     if (r < 0)
         rt_debug("cannot register the main thread: %s", strerror(-r));
     rt_region_tick(rt_now_ns()); /* the first description, before any sample */
+    rt_crash_arm();
     r = rt_sampler_start();
     if (r < 0) {
         rt_groups_stop();
@@ -618,6 +619,7 @@ FLEETPROF_EXPORT void fleetprof_shutdown(void)
         write_exit_profile();
         rt_ipc_stop();
         rt_groups_stop();
+        rt_crash_disarm();
         atomic_store(&rt.running, 0);
         buf_chunked_buffer_clear(rt.buffer);
     }

@@ -114,6 +114,8 @@ struct daemon_recovery {
     uint64_t torn_bytes;     /* bytes dropped after the last good entry of such chunks */
     uint64_t skipped_tails;  /* entries cut at a chunk's end whose rest was gone */
     uint64_t dropped_blocks; /* entries too big to be real */
+    int crash_signal;        /* the fatal signal the process recorded (0: none; killed) */
+    int32_t crash_tid;       /* the thread it hit */
 };
 
 /* Writes the profile of the process that left the chunk file at path to out_path (through a

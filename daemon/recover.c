@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "buffer/chunked-buffer.h"
 #include "buffer/json-writer.h"
 #include "buffer/region.h"
+#include "child/profile/entries.h"
 #include "child/profile/gecko.h"
 #include "child/profile/libs.h"
 #include "child/profile/symbolize-local.h"
@@ -38,15 +40,115 @@
 /* A region file bigger than this is not a region a runtime made (4096 slots of 1 MiB). */
 #define MAX_REGION_BYTES ((uint64_t)5 << 30)
 
+/* The Crash marker's schema: what the fatal signal handler recorded (child/crash.c). */
+static const struct prof_schema_field crash_fields[] = {
+        {"signal", "Signal", "string", true},
+        {"address", "Fault address", "string", true},
+        {"reason", "Reason", "string", true},
+};
+
 struct recovered_info {
     struct prof_process_info info;
     struct prof_thread_info *threads;
     struct prof_counter_info *counters;
-    struct prof_marker_schema *schemas;
+    struct prof_marker_schema *schemas;      /* described ones, and room for Crash */
+    struct prof_marker_schema crash_only[1]; /* the schemas of an undescribed process */
     struct prof_schema_field *fields;
     struct prof_libs libs;
     Fleetprof__ProcessDescription *desc; /* owns the strings the above borrow */
 };
+
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGILL:
+        return "SIGILL";
+    case SIGFPE:
+        return "SIGFPE";
+    case SIGABRT:
+        return "SIGABRT";
+    default:
+        return "signal";
+    }
+}
+
+/* si_code in words, for the fatal signals' common codes; "" when sent by a process. */
+static const char *crash_reason(int sig, int code)
+{
+    if (code <= 0)
+        return code == SI_TKILL || code == SI_USER ? "sent by a process (kill, raise, abort)" : "";
+    switch (sig) {
+    case SIGSEGV:
+        return code == SEGV_MAPERR   ? "address not mapped"
+               : code == SEGV_ACCERR ? "access not allowed"
+                                     : "";
+    case SIGBUS:
+        return code == BUS_ADRALN   ? "misaligned address"
+               : code == BUS_ADRERR ? "address past the end of a file"
+                                    : "";
+    case SIGFPE:
+        return code == FPE_INTDIV ? "integer divide by zero" : "";
+    case SIGILL:
+        return code == ILL_ILLOPC ? "illegal opcode" : "";
+    default:
+        return "";
+    }
+}
+
+/* Adds the Crash marker (and its schema) when the process recorded a fatal signal. */
+static int add_crash(const uint8_t *mem, size_t len, struct recovered_info *ri,
+                     struct buf_chunked_buffer *buffer, struct daemon_recovery *rec)
+{
+    struct buf_region_crash crash;
+    struct prof_marker_schema *schemas = ri->schemas ? ri->schemas : ri->crash_only;
+    struct prof_field fields[3];
+    struct prof_marker m = {0};
+    char address[32];
+    const char *name, *reason;
+    uint32_t id = 0;
+
+    if (buf_region_read_crash(mem, len, &crash) < 0)
+        return 0;
+    /* The schemas array has room for one more (info_from() or a static one). */
+    for (size_t i = 0; i < ri->info.schema_count; i++)
+        if (schemas[i].id >= id)
+            id = schemas[i].id + 1;
+    schemas[ri->info.schema_count++] =
+            (struct prof_marker_schema){id,
+                                        "Crash",
+                                        "Crash: {marker.data.signal} at {marker.data.address}",
+                                        "{marker.data.signal} {marker.data.reason}",
+                                        "{marker.data.signal}",
+                                        crash_fields,
+                                        sizeof(crash_fields) / sizeof(crash_fields[0])};
+    name = signal_name(crash.signal);
+    reason = crash_reason(crash.signal, crash.code);
+    if (crash.code > 0)
+        (void)snprintf(address, sizeof(address), "0x%" PRIx64, crash.address);
+    else
+        (void)snprintf(address, sizeof(address), "-");
+    fields[0] = (struct prof_field){.kind = PROF_FIELD_STRING, .v.s = {name, strlen(name)}};
+    fields[1] = (struct prof_field){.kind = PROF_FIELD_STRING, .v.s = {address, strlen(address)}};
+    fields[2] = (struct prof_field){.kind = PROF_FIELD_STRING, .v.s = {reason, strlen(reason)}};
+    m.tid = crash.tid;
+    m.category = PROF_CATEGORY_OTHER;
+    m.phase = PROF_PHASE_INSTANT;
+    m.start_ns = crash.time_ns;
+    m.name = (struct prof_string){"Crash", 5};
+    m.payload_kind = PROF_PAYLOAD_TYPED;
+    m.schema_id = id;
+    m.field_count = 3;
+    m.fields = fields;
+    m.frame_count = crash.frame_count;
+    m.frames = crash.frames;
+    rec->crash_signal = crash.signal;
+    rec->crash_tid = crash.tid;
+    return prof_entry_put_marker(buffer, &m);
+}
 
 static void recovered_info_done(struct recovered_info *ri)
 {
@@ -120,6 +222,7 @@ static int info_from(const uint8_t *meta, size_t meta_len, const struct buf_regi
     int r;
 
     ri->info.pid = rs->pid;
+    ri->info.schemas = ri->crash_only;
     ri->info.name = "unknown";
     ri->info.process_type = "default";
     ri->info.interval_ns = 1000000;
@@ -139,7 +242,7 @@ static int info_from(const uint8_t *meta, size_t meta_len, const struct buf_regi
     }
     ri->threads = calloc(d->n_threads + 1, sizeof(*ri->threads));
     ri->counters = calloc(d->n_counters + 1, sizeof(*ri->counters));
-    ri->schemas = calloc(d->n_schemas + 1, sizeof(*ri->schemas));
+    ri->schemas = calloc(d->n_schemas + 2, sizeof(*ri->schemas)); /* + Crash */
     ri->fields = calloc(fields + 1, sizeof(*ri->fields));
     if (!ri->threads || !ri->counters || !ri->schemas || !ri->fields)
         return -ENOMEM;
@@ -268,12 +371,16 @@ int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
         goto out;
     if (!rec.described)
         ri.info.start_ns = rs.created_ns;
+    r = add_crash(mem, len, &ri, ctx.buffer, &rec);
+    if (r < 0)
+        goto out;
     ri.info.recovered = how;
     (void)snprintf(log, sizeof(log),
-                   "{\"recovered\":{\"from\":\"%s\",\"described\":%s,\"chunks\":%" PRIu64
-                   ",\"blocks\":%" PRIu64 ",\"corruptChunks\":%" PRIu64 ",\"tornBytes\":%" PRIu64
-                   ",\"skippedTails\":%" PRIu64 ",\"droppedBlocks\":%" PRIu64 "}}",
-                   how, rec.described ? "true" : "false", rec.chunks, rec.blocks,
+                   "{\"recovered\":{\"from\":\"%s\",\"described\":%s,\"crashSignal\":%d"
+                   ",\"chunks\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"corruptChunks\":%" PRIu64
+                   ",\"tornBytes\":%" PRIu64 ",\"skippedTails\":%" PRIu64
+                   ",\"droppedBlocks\":%" PRIu64 "}}",
+                   how, rec.described ? "true" : "false", rec.crash_signal, rec.chunks, rec.blocks,
                    rec.corrupt_chunks, rec.torn_bytes, rec.skipped_tails, rec.dropped_blocks);
     ri.info.runtime_log_json = log;
     r = prof_gecko_write_process(w, NULL, &ri.info, ctx.buffer, symbolizer, NULL);

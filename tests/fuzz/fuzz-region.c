@@ -1,6 +1,7 @@
-/* Fuzz target: a shared chunk region (its description and chunks) as the daemon or `fleetprof
- * recover` reads what a dead (or hostile) child left (buf_region_read_each). Every block handed to
- * the callback must lie inside the input, which the callback checks by reading it whole. */
+/* Fuzz target: a shared chunk region (its description, crash record and chunks) as the daemon or
+ * `fleetprof recover` reads what a dead (or hostile) child left (buf_region_read_each). Every block
+ * handed to the callback must lie inside the input, which the callback checks by reading it whole.
+ */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -31,11 +32,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct bounds b = {data, data + size};
     struct buf_region_stats st;
+    struct buf_region_crash crash;
     const uint8_t *meta;
     size_t meta_len;
 
     if (buf_region_read_meta(data, size, &meta, &meta_len) == 0 &&
         (meta < data || meta_len > size || meta + meta_len > data + size))
+        abort();
+    if (buf_region_read_crash(data, size, &crash) == 0 &&
+        crash.frame_count > BUF_REGION_CRASH_FRAMES)
         abort();
     (void)buf_region_read_each(data, size, read_block, &b, &st);
     if (st.blocks > size || st.chunks > st.slots)

@@ -201,10 +201,97 @@ def test_damaged_files_are_survived(tmp):
     assert r.returncode == 1 and "No such file" in r.stderr, r.stderr
 
 
+def marker_stack_names(t, marker_data):
+    """Function names of a marker's stack, innermost first."""
+    st = t["stackTable"]
+    ss, fs = st["schema"], t["frameTable"]["schema"]
+    stack = marker_data["stack"]["samples"]["data"][0][0]
+    names = []
+    while stack is not None:
+        frame = st["data"][stack][ss["frame"]]
+        names.append(t["stringTable"][t["frameTable"]["data"][frame][fs["location"]]])
+        stack = st["data"][stack][ss["prefix"]]
+    return names
+
+
+def crash_markers(doc):
+    out = []
+    for _, t in pc.all_threads(doc):
+        ms = t["markers"]["schema"]
+        for m in t["markers"]["data"]:
+            if t["stringTable"][m[ms["name"]]] == "Crash":
+                out.append((t, m[ms["data"]]))
+    return out
+
+
+def crash_and_recover(tmp, mode, seconds, want_signal):
+    """Runs workload MODE without, then with the profiler: the same death both times; the
+    recovered profile's Crash marker, on the thread that crashed."""
+    plain = subprocess.run([WORKLOAD, mode, "0.05"], capture_output=True, timeout=60)
+    assert plain.returncode == -want_signal, f"without the profiler: {plain.returncode}"
+    p = subprocess.run([WORKLOAD, mode, str(seconds)], env=env_for(FLEETPROF_DIR=tmp),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == plain.returncode, \
+        f"died of {p.returncode} with the profiler, {plain.returncode} without: {p.stderr}"
+    files = glob.glob(os.path.join(tmp, "fleetprof-*.chunks"))
+    assert len(files) == 1, os.listdir(tmp)
+    out = os.path.join(tmp, "crashed.json")
+    recover(out, files[0])
+    doc = pc.load_valid(out)
+    crashes = crash_markers(doc)
+    assert len(crashes) == 1, f"{len(crashes)} Crash markers"
+    t, data = crashes[0]
+    assert t["name"] == "GeckoMain", t["name"]
+    assert data["type"] == "Crash", data
+    schemas = {s["name"]: s for s in doc["meta"]["markerSchema"]}
+    assert {f["key"] for f in schemas["Crash"]["data"]} >= {"signal", "address", "reason"}
+    fns = pc.functions(doc)
+    assert any("wl_recurse" in n for n in fns), "no samples of the work before the crash"
+    return data, marker_stack_names(t, data)
+
+
+def test_segfault_leaves_a_crash_marker(tmp):
+    """A segfault: killed by SIGSEGV exactly as without the profiler, and the recovered
+    profile has a Crash marker with the signal, the faulting address and the faulting
+    function on top of its stack."""
+    data, stack = crash_and_recover(tmp, "segv", 0.3, signal.SIGSEGV)
+    assert data["signal"] == "SIGSEGV" and data["address"] == "0x0", data
+    assert data["reason"] == "address not mapped", data
+    assert "wl_crash_here" in stack[0], stack[:5]
+    assert any("main" in n for n in stack[1:]), stack
+
+
+def test_abort_leaves_a_crash_marker(tmp):
+    """abort(): killed by SIGABRT as without the profiler, Crash marker from abort's caller."""
+    data, stack = crash_and_recover(tmp, "abort", 0.3, signal.SIGABRT)
+    assert data["signal"] == "SIGABRT" and data["address"] == "-", data
+    assert any("wl_abort_here" in n for n in stack), stack[:8]
+
+
+def test_a_program_with_its_own_segv_handler_keeps_running(tmp):
+    """A program that handles SIGSEGV itself (a JIT's guard page): it finds the default
+    action, its handler is called for each fault and read back, and it carries on, exactly
+    as without the profiler; nothing is recorded as a crash."""
+    plain = subprocess.run([WORKLOAD, "segv-handled", "5"], capture_output=True, text=True,
+                           timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    prof = subprocess.run([WORKLOAD, "segv-handled", "5"], env=env_for(FLEETPROF_DIR=tmp),
+                          capture_output=True, text=True, timeout=60)
+    assert prof.returncode == 0, prof.stderr
+    assert prof.stdout == plain.stdout == "segv_before=default\nsegv_handled=5\nsegv_after=own\n", \
+        (plain.stdout, prof.stdout)
+    profiles = glob.glob(os.path.join(tmp, "*.json"))
+    assert len(profiles) == 1 and not glob.glob(os.path.join(tmp, "*.chunks")), os.listdir(tmp)
+    assert not crash_markers(pc.load_valid(profiles[0]))
+
+
 taplib.run([
     test_sigkill_keeps_samples,
     test_normal_exit_leaves_no_chunk_file,
     test_forked_workers_each_keep_their_own,
     test_exec_leaves_no_chunk_file,
     test_damaged_files_are_survived,
+    test_segfault_leaves_a_crash_marker,
+    test_abort_leaves_a_crash_marker,
+    test_a_program_with_its_own_segv_handler_keeps_running,
 ])
