@@ -38,7 +38,7 @@
 #include "proto/fleetprof-protocol.h"
 
 #define EXIT_WAIT_NS          (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */
-#define GROUP_STATS_PERIOD_NS (1000ull * 1000 * 1000) /* GroupStats at most this often */
+#define GROUP_STATS_PERIOD_NS (1000ull * 1000 * 1000)     /* GroupStats at most this often */
 
 static struct {
     uv_loop_t loop;
