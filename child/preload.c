@@ -885,6 +885,7 @@ static void before_exec(struct exec_state *st)
     if ((int32_t)syscall(SYS_getpid) == rt.pid) {
         atomic_fetch_add(&rt.exec_pending, 1);
         st->counted = true;
+        rt_region_before_exec();
         wait_for_sampler_signals();
     }
     (void)sigemptyset(&prof);

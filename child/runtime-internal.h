@@ -321,6 +321,26 @@ int rt_symbolizer_resolve(struct rt_symbolizer *s, const struct prof_frame_reque
 struct prof_symbols_stats rt_symbolizer_local_stats(const struct rt_symbolizer *s);
 void rt_symbolizer_done(struct rt_symbolizer *s);
 
+/* region.c: the chunks in a file that outlives the process (buffer/region.h), without a
+ * daemon when FLEETPROF_DIR or FLEETPROF_OUTPUT is set. Attaches it to manager before the
+ * buffer takes a chunk; 0 when no region is wanted. */
+struct buf_chunk_manager;
+int rt_region_open(struct buf_chunk_manager *manager);
+/* Sampler: rewrites the process description when threads, modules, counters or schemas
+ * changed (at most every 10 ms). */
+void rt_region_tick(uint64_t now_ns);
+/* threads.c: a thread was registered or ended. */
+void rt_region_threads_changed(void);
+/* The program takes fd: true if it was the region's (which moved to another number). */
+bool rt_region_yield_fd(int fd);
+/* After the exit profile: the file goes if the profile was written, else it stays and
+ * says so. */
+void rt_region_done(bool profile_written);
+/* Async-signal-safe; the calling process's own exec (not a vfork child's). */
+void rt_region_before_exec(void);
+void rt_region_forget_after_fork(void);
+const char *rt_product(void);
+
 /* preload.c: changes with every dlopen/dlclose through our wrappers (module lists). */
 unsigned rt_loader_generation(void);
 /* preload.c: threads of our own, never registered for sampling, all signals blocked. */

@@ -1,4 +1,5 @@
-/* tools/fleetprof.c - the fleetprof command: record, capture, status, summary, merge.
+/* tools/fleetprof.c - the fleetprof command: record, capture, status, summary, merge,
+ * recover.
  *
  * Just another client of the daemon's socket: it sends a request, waits for the reply with
  * a timeout, prints it for people (a table) or scripts (--json). Errors say what to do.
@@ -314,6 +315,8 @@ static void usage(FILE *out)
                  "  status [--json]   processes connected to the daemon, buffer memory, groups\n"
                  "  summary FILE      top functions per process, gathering log (--json, --top N)\n"
                  "  merge -o OUT IN... process profiles into one fleet profile\n"
+                 "  recover -o OUT FILE.chunks...\n"
+                 "                    profiles of processes killed or crashed without a daemon\n"
                  "Run `fleetprof COMMAND --help` for a command's options.\n");
 }
 
@@ -346,6 +349,8 @@ int main(int argc, char **argv)
         return cmd_summary(argc - i, argv + i);
     if (!strcmp(argv[i], "merge"))
         return cmd_merge(argc - i, argv + i);
+    if (!strcmp(argv[i], "recover"))
+        return cmd_recover(argc - i, argv + i);
     /* record runs its own daemon; CMD's arguments (even a --socket) are CMD's. */
     if (!strcmp(argv[i], "record")) {
         (void)signal(SIGPIPE, SIG_IGN); /* a child gone mid-write costs the daemon an EPIPE */
