@@ -171,6 +171,24 @@ static void print_duration(char *out, size_t size, uint64_t ns)
         (void)snprintf(out, size, "%.0f us", (double)ns / 1e3);
 }
 
+/* Prints a UTF-8 name in a column of width characters: cut between characters, never inside
+ * one (a byte cut would print an invalid sequence), then padded. */
+static void print_name_column(const char *name, int width)
+{
+    int chars = 0;
+    const char *p = name;
+
+    while (*p && chars < width) {
+        const char *start = p++;
+
+        while ((*p & 0xc0) == 0x80)
+            p++;
+        (void)fwrite(start, 1, (size_t)(p - start), stdout);
+        chars++;
+    }
+    printf("%*s", width - chars, "");
+}
+
 /* The fleet's performance groups in a status report: a table, or a JSON array. */
 static void print_status_groups(const Fleetprof__StatusReport *rep, bool json)
 {
@@ -207,8 +225,9 @@ static void print_status_groups(const Fleetprof__StatusReport *rep, bool json)
         else
             (void)snprintf(procs, sizeof(procs), "%u (%u live)", g->processes, g->live_processes);
         /* Names are checked by the daemon (UTF-8, no control characters): safe to print. */
-        printf("%-24.24s %10.3f %10" PRIu64 " %8" PRIu64 " %10s  %s\n", t->name,
-               (double)t->cpu_ns / 1e9, t->events, t->slow_events, worst, procs);
+        print_name_column(t->name, 24);
+        printf(" %10.3f %10" PRIu64 " %8" PRIu64 " %10s  %s\n", (double)t->cpu_ns / 1e9, t->events,
+               t->slow_events, worst, procs);
     }
 }
 
