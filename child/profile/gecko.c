@@ -22,6 +22,7 @@
 #include "buffer/json-writer.h"
 #include "buffer/progress.h"
 #include "child/profile/entries.h"
+#include "child/profile/groups.h"
 #include "child/profile/libs.h"
 
 #define GECKO_VERSION 36
@@ -956,6 +957,53 @@ static void write_marker_schemas(struct json_writer *w, const struct prof_proces
     json_writer_array_end(w);
 }
 
+/* meta.fleetprof.groups: the process's performance group totals (groups.h), cumulative since
+ * it started, so that `fleetprof summary` and `merge` can sum them over a fleet. The
+ * histogram's bucket bounds are written too: a reader needs no copy of the layout.
+ *
+ *   "groups": {"slowEventNs": 16000000,            threshold of a slow event; null: unknown
+ *              "bucketLowerUs": [0, 1, 2, 4, ...],  bucket b holds events charged
+ *                                                   [lower[b], lower[b+1]) us; the last: more
+ *              "totals": [{"name", "cpuNs", "cycles", "activations", "events", "worstEventNs",
+ *                          "slowEvents", "discarded", "migrated", "stale",
+ *                          "durations": [count per bucket]}, ...]}
+ */
+static void write_groups(struct json_writer *w, const struct prof_process_info *info)
+{
+    json_writer_object_begin(w, "groups");
+    if (info->slow_event_ns)
+        json_writer_uint(w, "slowEventNs", info->slow_event_ns);
+    else
+        json_writer_null(w, "slowEventNs");
+    json_writer_array_begin(w, "bucketLowerUs");
+    for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
+        json_writer_uint(w, NULL, prof_group_bucket_lower_ns(b) / 1000);
+    json_writer_array_end(w);
+    json_writer_array_begin(w, "totals");
+    for (size_t i = 0; i < info->group_count; i++) {
+        const struct prof_group_totals *t = &info->groups[i];
+
+        json_writer_object_begin(w, NULL);
+        json_writer_string(w, "name", t->name ? t->name : "?");
+        json_writer_uint(w, "cpuNs", t->cpu_ns);
+        json_writer_uint(w, "cycles", t->cycles);
+        json_writer_uint(w, "activations", t->activations);
+        json_writer_uint(w, "events", t->events);
+        json_writer_uint(w, "worstEventNs", t->worst_event_ns);
+        json_writer_uint(w, "slowEvents", t->slow_events);
+        json_writer_uint(w, "discarded", t->discarded);
+        json_writer_uint(w, "migrated", t->migrated);
+        json_writer_uint(w, "stale", t->stale);
+        json_writer_array_begin(w, "durations");
+        for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
+            json_writer_uint(w, NULL, t->durations[b]);
+        json_writer_array_end(w);
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+    json_writer_object_end(w);
+}
+
 static void write_meta(struct gecko *g, struct json_writer *w)
 {
     const struct prof_process_info *info = g->info;
@@ -1001,6 +1049,8 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_int(w, "ppid", info->ppid);
     json_writer_string(w, "stackwalk", info->stackwalk ? info->stackwalk : "dwarf");
     json_writer_bool(w, "exit", info->exit_profile);
+    if (info->group_count > 0)
+        write_groups(w, info);
     json_writer_object_end(w);
     json_writer_object_end(w);
 }

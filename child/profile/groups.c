@@ -43,7 +43,11 @@ uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q)
         return 0;
     if (q > 1)
         q = 1;
-    rank = (uint64_t)((double)total * q + 0.999999);
+    /* The ceiling of total x q, without letting rounding (100 x 0.98 = 98.00000000000001)
+     * push it one event up. */
+    rank = (uint64_t)((double)total * q);
+    if ((double)rank < (double)total * q - 1e-6)
+        rank++;
     if (rank == 0)
         rank = 1;
     for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++) {
@@ -51,7 +55,7 @@ uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q)
         if (seen >= rank) {
             uint64_t upper = prof_group_bucket_upper_ns(b);
             /* No bound above the last bucket, and none above the worst event either. */
-            return upper < t->worst_event_ns || upper == UINT64_MAX ? t->worst_event_ns : upper;
+            return upper > t->worst_event_ns ? t->worst_event_ns : upper;
         }
     }
     return t->worst_event_ns;
