@@ -84,13 +84,13 @@ struct prof_process_info {
     size_t counter_count;
     const struct prof_marker_schema *schemas;
     size_t schema_count;
-    const struct prof_libs *libs; /* loaded modules: address lookup and `libs` */
-    const char *runtime_log_json; /* optional JSON object: profilingLog[pid].runtime */
+    const struct prof_libs *libs;           /* loaded modules: address lookup and `libs` */
+    const char *runtime_log_json;           /* optional JSON object: profilingLog[pid].runtime */
     const struct prof_group_totals *groups; /* performance groups' totals (groups.h):
                                              * meta.fleetprof.groups, when group_count > 0 */
     size_t group_count;
-    uint64_t slow_event_ns;                 /* groups' slow-event threshold; 0 = unknown */
-    bool exit_profile;            /* written as the process ends: meta.fleetprof.exit */
+    uint64_t slow_event_ns; /* groups' slow-event threshold; 0 = unknown */
+    bool exit_profile;      /* written as the process ends: meta.fleetprof.exit */
 };
 
 /* Symbolization in batches: one call per profile with every unique address, so that a

@@ -5,7 +5,6 @@
 
 __extension__ typedef unsigned __int128 u128; /* cpu ns x cycles needs 128 bits */
 
-
 unsigned prof_group_bucket(uint64_t ns)
 {
     uint64_t us = ns / 1000;
@@ -61,8 +60,8 @@ uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q)
     return t->worst_event_ns;
 }
 
-int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles,
-                      uint64_t event_end_cycles, uint64_t group_cycles, uint64_t *ret_ns)
+int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles, uint64_t event_end_cycles,
+                      uint64_t group_cycles, uint64_t *ret_ns)
 {
     uint64_t event_cycles;
 

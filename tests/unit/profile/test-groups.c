@@ -38,9 +38,8 @@ static void test_charge(void **state)
     assert_int_equal(prof_group_charge(10000000, 1000, 5000, 0, &ns), 0);
     assert_int_equal(ns, 0);
     /* Exact where 64 bits would overflow: an hour of CPU x 2^40 cycles. */
-    assert_int_equal(prof_group_charge(3600000000000u, 0, UINT64_C(1) << 41, UINT64_C(1) << 40,
-                                       &ns),
-                     0);
+    assert_int_equal(
+            prof_group_charge(3600000000000u, 0, UINT64_C(1) << 41, UINT64_C(1) << 40, &ns), 0);
     assert_int_equal(ns, 1800000000000u);
     /* The counter ran backwards, or stood still (a zero-length event): share < 0 or 0/0. */
     assert_int_equal(prof_group_charge(10000000, 5000, 1000, 10, &ns), -ERANGE);
@@ -94,9 +93,9 @@ static void test_quantiles(void **state)
     t.durations[prof_group_bucket(3000)] = 1;
     t.durations[prof_group_bucket(40000000)] = 1;
     t.worst_event_ns = 40000000;
-    assert_int_equal(prof_group_quantile_ns(&t, 0.5), 2000);   /* bucket [1, 2) us */
-    assert_int_equal(prof_group_quantile_ns(&t, 0.98), 2000);  /* the 98th event */
-    assert_int_equal(prof_group_quantile_ns(&t, 0.99), 4000);  /* the 99th: [2, 4) us */
+    assert_int_equal(prof_group_quantile_ns(&t, 0.5), 2000);     /* bucket [1, 2) us */
+    assert_int_equal(prof_group_quantile_ns(&t, 0.98), 2000);    /* the 98th event */
+    assert_int_equal(prof_group_quantile_ns(&t, 0.99), 4000);    /* the 99th: [2, 4) us */
     assert_int_equal(prof_group_quantile_ns(&t, 1.0), 40000000); /* capped by the worst */
     assert_int_equal(prof_group_quantile_ns(&t, 2.0), 40000000);
     assert_int_equal(prof_group_quantile_ns(&t, 0), 0);
@@ -135,9 +134,13 @@ static const struct prof_schema_field slow_fields[] = {
         {"share", "Share of the event", "percentage", false},
 };
 static const struct prof_marker_schema slow_schema = {
-        1, "GroupSlowEvent", "{marker.data.group}: {marker.data.cpu} of CPU",
+        1,
+        "GroupSlowEvent",
         "{marker.data.group}: {marker.data.cpu} of CPU",
-        "{marker.data.group}: {marker.data.cpu} of CPU", slow_fields, 4};
+        "{marker.data.group}: {marker.data.cpu} of CPU",
+        "{marker.data.group}: {marker.data.cpu} of CPU",
+        slow_fields,
+        4};
 
 struct parsed {
     struct json_doc *doc;
@@ -166,7 +169,11 @@ static void write_group_profile(bool with_main, struct parsed *ret)
              .discarded = 2,
              .migrated = 3,
              .stale = 4},
-            {.name = "search", .cpu_ns = 5000000, .cycles = 1, .activations = 5, .events = 5,
+            {.name = "search",
+             .cpu_ns = 5000000,
+             .cycles = 1,
+             .activations = 5,
+             .events = 5,
              .worst_event_ns = 1500000},
     };
     struct prof_process_info info = {
@@ -300,8 +307,7 @@ static void test_profile_has_group_totals(void **state)
 
         for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++) {
             assert_int_equal(
-                    json_value_int64(p.doc, json_array_at(p.doc, get(&p, t, "durations"), b),
-                                     &v),
+                    json_value_int64(p.doc, json_array_at(p.doc, get(&p, t, "durations"), b), &v),
                     0);
             sum += v;
         }
@@ -367,12 +373,27 @@ static void test_profile_group_counters(void **state)
 /* Formats the front-end accepts for a marker field (shared/gecko-format.md section 8). */
 static bool valid_format(const char *f)
 {
-    static const char *const formats[] = {
-            "url",          "file-path",    "sanitized-string", "string",  "unique-string",
-            "flow-id",      "terminating-flow-id", "duration",   "time",    "seconds",
-            "milliseconds", "microseconds", "nanoseconds",      "bytes",   "percentage",
-            "integer",      "decimal",      "hexadecimal",      "pid",     "tid",
-            "list"};
+    static const char *const formats[] = {"url",
+                                          "file-path",
+                                          "sanitized-string",
+                                          "string",
+                                          "unique-string",
+                                          "flow-id",
+                                          "terminating-flow-id",
+                                          "duration",
+                                          "time",
+                                          "seconds",
+                                          "milliseconds",
+                                          "microseconds",
+                                          "nanoseconds",
+                                          "bytes",
+                                          "percentage",
+                                          "integer",
+                                          "decimal",
+                                          "hexadecimal",
+                                          "pid",
+                                          "tid",
+                                          "list"};
 
     for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++)
         if (!strcmp(f, formats[i]))
@@ -444,8 +465,8 @@ static void test_profile_slow_event_marker(void **state)
     }
     assert_non_null(marker);
     for (size_t i = 0; i < json_value_len(fields); i++)
-        assert_non_null(json_object_get(
-                p.doc, marker, get_str(&p, json_array_at(p.doc, fields, i), "key")));
+        assert_non_null(json_object_get(p.doc, marker,
+                                        get_str(&p, json_array_at(p.doc, fields, i), "key")));
     assert_string_equal(get_str(&p, marker, "group"), "checkout");
     json_doc_free(p.doc);
 }
