@@ -162,6 +162,7 @@ struct gprefix_label {
 struct gthread {
     int32_t tid;
     const struct prof_thread_info *info; /* NULL: seen only in entries */
+    bool stand_in_main; /* an empty "GeckoMain" made so that the counters show (see below) */
     struct json_unique_strings *strings;
     struct u64map frame_map;
     struct gframe *frames;
@@ -1228,7 +1229,7 @@ static int write_thread(struct gecko *g, struct gthread *t, struct json_writer *
     int r;
 
     json_writer_object_begin(w, NULL);
-    if (ti && ti->is_main) {
+    if ((ti && ti->is_main) || t->stand_in_main) {
         json_writer_string(w, "name", "GeckoMain");
     } else if (ti) {
         json_writer_string(w, "name", ti->name ? ti->name : "thread");
@@ -1355,6 +1356,29 @@ static void write_tail(struct gecko *g, struct json_writer *w)
     json_writer_array_end(w);
 }
 
+/* The front-end attaches a process's counters (memory, performance groups) to its GeckoMain
+ * thread and silently drops them when there is none: a process whose profiler was started
+ * from another thread than the main one. Such a process gets an empty GeckoMain thread, with
+ * the process's pid as its tid (the main thread's id), to carry them. */
+static int ensure_main_for_counters(struct gecko *g)
+{
+    bool rows = false;
+    struct gthread *t;
+
+    for (size_t i = 0; i < g->thread_count; i++)
+        if (g->threads[i].info && g->threads[i].info->is_main)
+            return 0;
+    for (size_t i = 0; i < g->info->counter_count; i++)
+        rows = rows || g->counters[i].rows;
+    if (!rows)
+        return 0;
+    t = thread_for(g, g->info->pid);
+    if (!t)
+        return -ENOMEM;
+    t->stand_in_main = true;
+    return 0;
+}
+
 static void gecko_done(struct gecko *g)
 {
     for (size_t i = 0; i < g->thread_count; i++) {
@@ -1430,6 +1454,9 @@ int prof_gecko_write_process(struct json_writer *w, const char *key,
             memset(g->results, 0, g->request_count * sizeof(*g->results));
     }
     r = find_vdso_callers(g);
+    if (r < 0)
+        goto out;
+    r = ensure_main_for_counters(g);
     if (r < 0)
         goto out;
 

@@ -471,6 +471,33 @@ static void test_profile_slow_event_marker(void **state)
     json_doc_free(p.doc);
 }
 
+/* A process whose main thread is not registered (the profiler started from another thread)
+ * still shows its group counters: the front-end drops the counters of a process without a
+ * GeckoMain thread, so the writer makes an empty one with the process's pid as tid. */
+static void test_profile_without_main_thread_keeps_counters(void **state)
+{
+    struct parsed p;
+    const struct json_value *threads;
+    int mains = 0;
+
+    (void)state;
+    write_group_profile(false, &p);
+    threads = get(&p, p.root, "threads");
+    for (size_t i = 0; i < json_value_len(threads); i++) {
+        const struct json_value *t = json_array_at(p.doc, threads, i);
+
+        if (strcmp(get_str(&p, t, "name"), "GeckoMain"))
+            continue;
+        mains++;
+        assert_int_equal(get_int(&p, t, "pid"), PID);
+        assert_int_equal(get_int(&p, t, "tid"), PID);
+        assert_int_equal(json_value_len(get(&p, get(&p, t, "samples"), "data")), 0);
+    }
+    assert_int_equal(mains, 1);
+    assert_true(json_value_len(get(&p, p.root, "counters")) >= 2);
+    json_doc_free(p.doc);
+}
+
 /* A process without group totals writes no "groups" key: profiles without groups stay as
  * they were. */
 static void test_profile_without_groups(void **state)
@@ -513,6 +540,7 @@ int main(void)
             cmocka_unit_test(test_profile_has_group_totals),
             cmocka_unit_test(test_profile_group_counters),
             cmocka_unit_test(test_profile_slow_event_marker),
+            cmocka_unit_test(test_profile_without_main_thread_keeps_counters),
             cmocka_unit_test(test_profile_without_groups),
     };
 
