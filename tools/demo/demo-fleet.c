@@ -303,6 +303,8 @@ static void usage(FILE *out)
             "Usage: demo-fleet [--workers N] [--helpers-per-sec R] [--seconds S] [--hang-worker K]\n"
             "A master, N CPU-bound workers (demo_worker_compress, _hash, _parse, _render,\n"
             "cycling) and R short-lived helpers a second (alternately fork+exec and fork-only).\n"
+            "Workers serve search, checkout (calling auth) and report requests, timed by\n"
+            "fleetprof performance groups when libfleetprof is preloaded.\n"
             "  --workers N          workers to fork (default 4, at most %d)\n"
             "  --helpers-per-sec R  helpers started per second (default 5; 0: none)\n"
             "  --seconds S          how long the fleet runs (default 5)\n"
