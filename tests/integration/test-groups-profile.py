@@ -261,6 +261,80 @@ def test_merged_profiles_keep_groups(tmp):
     check_summary(out, list(merged.values()))
 
 
+def hand_made_process(pid, groups, cpu_deltas):
+    """A one-thread process with group totals (name -> (cpuNs, events, worstNs, durations))
+    and samples carrying threadCPUDelta (ns)."""
+    lower = [0] + [1 << (b - 1) for b in range(1, 22)]
+    totals_ = [{"name": n, "cpuNs": cpu, "cycles": cpu * 3, "activations": ev, "events": ev,
+                "worstEventNs": worst, "slowEvents": 0, "discarded": 0, "migrated": 1,
+                "stale": 0, "durations": d}
+               for n, (cpu, ev, worst, d) in groups.items()]
+    return {
+        "meta": {"version": 36, "startTime": 1.7e12, "shutdownTime": None, "interval": 1,
+                 "presymbolicated": True, "markerSchema": [],
+                 "sampleUnits": {"time": "ms", "eventDelay": "ms", "threadCPUDelta": "ns"},
+                 "categories": [{"name": "Other", "color": "grey", "subcategories": ["Other"]}],
+                 "fleetprof": {"pid": pid, "groups": {"slowEventNs": 16000000,
+                                                      "bucketLowerUs": lower,
+                                                      "totals": totals_}}},
+        "libs": [], "pausedRanges": [], "processes": [],
+        "threads": [{
+            "name": "GeckoMain", "processType": "default", "processName": "p", "pid": pid,
+            "tid": pid, "registerTime": 0, "unregisterTime": None, "stringTable": ["main"],
+            "frameTable": {"schema": {"location": 0, "relevantForJS": 1, "innerWindowID": 2,
+                                      "implementation": 3, "line": 4, "column": 5,
+                                      "category": 6, "subcategory": 7},
+                           "data": [[0, False, 0, None, None, None, 0, 0]]},
+            "stackTable": {"schema": {"prefix": 0, "frame": 1}, "data": [[None, 0]]},
+            "samples": {"schema": {"stack": 0, "time": 1, "eventDelay": 2, "threadCPUDelta": 3},
+                        "data": [[0, float(i), 0, d] for i, d in enumerate(cpu_deltas)]},
+            "markers": {"schema": {"name": 0, "startTime": 1, "endTime": 2, "phase": 3,
+                                   "category": 4, "data": 5}, "data": []}}],
+    }
+
+
+def hist(**buckets):
+    d = [0] * 22
+    for b, n in buckets.items():
+        d[int(b[1:])] = n
+    return d
+
+
+def test_summary_sums_hand_made_groups(tmp):
+    """Two processes with known totals: the table's sums, shares and quantiles follow from
+    them exactly (p50/p99: upper bound of the bucket holding the rank in the summed histogram,
+    capped by the worst event). A malformed total is skipped, not trusted."""
+    a = hand_made_process(101, {"a": (6_000_000, 3, 2_500_000, hist(b11=3)),
+                                "b": (1_000_000, 1, 1_000_000, hist(b10=1))},
+                          [None, 4_000_000, 4_000_000])
+    b = hand_made_process(102, {"a": (4_000_000, 97, 3_900_000, hist(b10=96, b12=1))},
+                          [None, 2_000_000])
+    b["meta"]["fleetprof"]["groups"]["totals"].append({"name": 7, "cpuNs": "x"})
+    b["meta"]["fleetprof"]["groups"]["totals"].append({"name": "c", "cpuNs": "lots",
+                                                       "events": -3, "durations": "no"})
+    top = dict(a)
+    top["processes"] = [b]
+    path = os.path.join(tmp, "hand.json")
+    with open(path, "w") as f:
+        json.dump(top, f)
+    check_file(path)
+    g = summary_groups(path)
+    got = {x["name"]: x for x in g["list"]}
+    assert [x["name"] for x in g["list"]] == ["a", "b", "c"], g
+    assert g["cpuNs"] == 11_000_000 and g["fleetCpuNs"] == 10_000_000, g
+    a_ = got["a"]
+    assert (a_["cpuNs"], a_["events"], a_["worstEventNs"], a_["processes"], a_["migrated"]) \
+        == (10_000_000, 100, 3_900_000, 2, 2), a_
+    assert abs(a_["groupsPercent"] - 100 * 10 / 11) < 0.01 and a_["fleetPercent"] == 100, a_
+    # Summed histogram of a: 96 in [512, 1024) us, 3 in [1024, 2048) us, 1 in [2048, 4096).
+    assert a_["p50Ns"] == 1_024_000 and a_["p99Ns"] == 2_048_000, a_
+    assert got["b"]["p50Ns"] == got["b"]["p99Ns"] == 1_000_000, got["b"]  # capped by worst
+    assert got["c"]["cpuNs"] == 0 and got["c"]["events"] == 0, got["c"]
+    r = run([CLI, "summary", path])
+    assert r.returncode == 0, r.stderr
+    assert "Measures dropped (share outside 0..100 %" in r.stdout and ": 3." in r.stdout, r.stdout
+
+
 def test_no_groups_no_table(tmp):
     """A program that uses no group: no groups in its profile, no table in the summary."""
     out = os.path.join(tmp, "busy.json")
@@ -277,5 +351,6 @@ if __name__ == "__main__":
     taplib.run([
         test_record_demo_groups,
         test_merged_profiles_keep_groups,
+        test_summary_sums_hand_made_groups,
         test_no_groups_no_table,
     ])
