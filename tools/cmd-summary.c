@@ -298,8 +298,9 @@ struct group_sum {
 };
 
 struct group_table {
-    struct group_sum *v; /* owned */
+    struct group_sum *v; /* owned, indexed by the name's id in names */
     size_t n, cap;
+    struct func_table names; /* group names (no library), interned in order: ids are dense */
     uint64_t lower_us[MAX_GROUP_BUCKETS]; /* bucket lower bounds, from the first process */
     size_t buckets;                       /* 0 until a process gave its bounds */
     uint64_t cpu_ns;                      /* all groups */
@@ -421,10 +422,14 @@ static void count_thread_cpu(struct summary *s, const struct json_value *t, uint
 static struct group_sum *group_find(struct summary *s, const char *name, size_t len)
 {
     struct group_table *g = &s->groups;
+    uint32_t id = func_intern(&g->names, name, len, NULL, 0);
 
-    for (size_t i = 0; i < g->n; i++)
-        if (g->v[i].name_len == len && !memcmp(g->v[i].name, name, len))
-            return &g->v[i];
+    if (id == NO_FUNC) {
+        s->oom = true;
+        return NULL;
+    }
+    if (id < g->n)
+        return &g->v[id];
     if (g->n == g->cap) {
         size_t cap = g->cap ? g->cap * 2 : 16;
         struct group_sum *v = realloc(g->v, cap * sizeof(*v));
@@ -1712,6 +1717,7 @@ out:
     free(s.procs);
     free(s.touched);
     free(s.groups.v);
+    func_table_done(&s.groups.names);
     func_table_done(&s.funcs);
     json_doc_free(doc);
     return status;
