@@ -811,4 +811,8 @@ void rt_sampler_stop(void)
         (void)pthread_join(rt.sampler, NULL);
     rt.sampler_started = false;
     harvest_last_captures();
+    /* The counters' last deltas (a performance group charged since the last tick), so that
+     * the exit profile's counter tracks add up to the totals it carries. The sampler is gone:
+     * its state is ours now. */
+    sample_counters(rt_now_ns());
 }

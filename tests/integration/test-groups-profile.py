@@ -31,6 +31,7 @@ PROFILE_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profil
 
 WORKER_GROUPS = {"search", "checkout", "auth", "report"}
 MASTER_GROUPS = {"housekeeping"}
+FIRST_REQUEST = {"checkout", "auth"}  # a worker's first request: checkout calling auth
 SLOW_FIELDS = {"group", "cpu", "eventCpu", "share"}
 TOTAL_KEYS = ("cpuNs", "cycles", "activations", "events", "worstEventNs", "slowEvents",
               "discarded", "migrated", "stale")
@@ -93,12 +94,14 @@ def slow_markers(p):
     return out
 
 
-def check_group_process(p, expected):
-    """One process that used groups: its totals, counters and slow markers agree."""
+def check_group_process(p, allowed, required):
+    """One process that used groups: its totals, counters and slow markers agree. How many
+    requests a worker served in its time is the machine's business: required are the groups
+    of its first request (checkout calling auth), allowed all it may use."""
     pid = pid_of(p)
     g = p["meta"]["fleetprof"]["groups"]
     tot = totals(p)
-    assert set(tot) == expected, f"pid {pid}: groups {sorted(tot)}, expected {sorted(expected)}"
+    assert required <= set(tot) <= allowed, f"pid {pid}: groups {sorted(tot)}"
     assert len(g["bucketLowerUs"]) == 22 and g["bucketLowerUs"][:3] == [0, 1, 2], g
     assert g["slowEventNs"] == 16_000_000, f"pid {pid}: threshold {g['slowEventNs']}"
     for name, t in tot.items():
@@ -123,10 +126,10 @@ def check_group_process(p, expected):
         rows = c["samples"]["data"]
         charged = sum(r[s["count"]] for r in rows)
         assert rows and all(r[s["count"]] >= 0 for r in rows), f"pid {pid} {name}: {rows[:5]}"
-        # The counter carries the charges the sampler saw: those of the last tick before the
-        # exit profile may be missing, none may be extra.
-        assert 0 < charged <= t["cpuNs"], f"pid {pid} {name}: counter {charged}, {t['cpuNs']}"
-        assert sum(r[s["number"]] for r in rows) <= t["events"]
+        # An exit profile's counters add up to its totals: the sampler takes a last sample
+        # of the counters when it stops, before the exit profile is written.
+        assert charged == t["cpuNs"], f"pid {pid} {name}: counter {charged}, {t['cpuNs']}"
+        assert sum(r[s["number"]] for r in rows) == t["events"]
 
     # One marker per slow event, each with every field of the schema and its group's name.
     markers = slow_markers(p)
@@ -221,16 +224,17 @@ def test_record_demo_groups(tmp):
             assert "groups" not in p["meta"]["fleetprof"], f"helper {pid_of(p)} has groups"
     slow = []
     for p in workers:
-        slow += check_group_process(p, WORKER_GROUPS)
+        slow += check_group_process(p, WORKER_GROUPS, FIRST_REQUEST)
         t = totals(p)
         # Each checkout calls auth inside it: both run and are charged (a measure may be
         # dropped when the thread moved to another CPU meanwhile, so events may differ).
         assert t["checkout"]["activations"] == t["auth"]["activations"] > 0, t
         assert t["checkout"]["cpuNs"] > t["auth"]["cpuNs"], t
-        # Only the 20 ms reports reach the 16 ms threshold (the others cost <= 4 ms).
-        assert t["search"]["slowEvents"] == t["auth"]["slowEvents"] == 0, t
-    check_group_process(masters[0], MASTER_GROUPS)
-    assert slow, "no slow-event marker in the fleet (every 40th request is a 20 ms report)"
+        # Only the 20 ms reports reach the 16 ms threshold (the others cost about 4 ms at most).
+        assert all(t[n]["slowEvents"] == 0 for n in ("search", "auth") if n in t), t
+    check_group_process(masters[0], MASTER_GROUPS, MASTER_GROUPS)
+    assert set().union(*(totals(p) for p in workers)) == WORKER_GROUPS
+    assert slow, "no slow-event marker in the fleet (a worker's third request is a report)"
     assert all(d["group"] == "report" for _, _, d in slow), [d for _, _, d in slow]
     assert check_schema(doc) >= 1
     check_summary(out, procs)
@@ -248,8 +252,10 @@ def test_merged_profiles_keep_groups(tmp):
     assert len(inputs) == 3, inputs  # the master and two workers
     singles = [check_file(path) for path in inputs]
     for p in singles:
-        check_group_process(p, MASTER_GROUPS if totals(p).keys() & MASTER_GROUPS
-                            else WORKER_GROUPS)
+        if totals(p).keys() & MASTER_GROUPS:
+            check_group_process(p, MASTER_GROUPS, MASTER_GROUPS)
+        else:
+            check_group_process(p, WORKER_GROUPS, FIRST_REQUEST)
     out = os.path.join(tmp, "fleet.json")
     m = run([CLI, "merge", "-o", out, *inputs])
     assert m.returncode == 0, m.stderr
