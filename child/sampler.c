@@ -650,12 +650,13 @@ static int64_t resident_bytes(void)
     return (int64_t)pages_resident * sysconf(_SC_PAGESIZE);
 }
 
-/* Step 3: counters whose value changed get a COUNTER entry with the delta. */
-static void sample_counters(uint64_t now)
+/* Step 3: counters whose value changed get a COUNTER entry with the delta; with memory, the
+ * memory counter is read first (at most every 10 ms). */
+static void sample_counters(uint64_t now, bool memory)
 {
     uint32_t count = atomic_load(&rt.counter_count);
 
-    if (now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
+    if (memory && now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
         int64_t rss;
 
         rt_fds_check(); /* as often, and first: a few fstat() calls */
@@ -767,7 +768,7 @@ static void *sampler_main(void *arg)
             idle_wakes++;
         (void)pthread_mutex_unlock(&rt.registry_lock);
         t2 = rt_now_ns();
-        sample_counters(t2);
+        sample_counters(t2, true);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);
         rt_ipc_tick();
         t3 = rt_now_ns();
@@ -813,6 +814,7 @@ void rt_sampler_stop(void)
     harvest_last_captures();
     /* The counters' last deltas (a performance group charged since the last tick), so that
      * the exit profile's counter tracks add up to the totals it carries. The sampler is gone:
-     * its state is ours now. */
-    sample_counters(rt_now_ns());
+     * its state is ours now. Not the memory counter: the sampler closed /proc/self/statm as
+     * it ended, and reading it would open it again. */
+    sample_counters(rt_now_ns(), false);
 }
