@@ -24,6 +24,10 @@ INDEX_FORMATS = {"unique-string", "flow-id", "terminating-flow-id"}
 NUMBER_FORMATS = {"duration", "time", "seconds", "milliseconds", "microseconds", "nanoseconds",
                   "bytes", "percentage", "integer", "decimal", "hexadecimal", "pid", "tid"}
 FIELD_FORMATS = STRING_FORMATS | INDEX_FORMATS | NUMBER_FORMATS | {"list"}
+# Marker types the front-end handles itself (moved to allocation tables, special tracks):
+# a schema of ours must not take one of these names ("Text" is ours to redefine).
+RESERVED_MARKER_TYPES = {"JS allocation", "Native allocation", "GCMajor", "GCSlice", "IPC",
+                         "CompositorScreenshot", "Network", "FileIO", "Log"}
 
 
 def load(path):
@@ -106,6 +110,8 @@ def check_marker_schemas(meta, where, problems):
             problems.append(f"{w} has no name")
             continue
         w = f"{where}: markerSchema {s['name']}"
+        if s["name"] in RESERVED_MARKER_TYPES:
+            problems.append(f"{w}: a marker type the front-end handles specially")
         display = s.get("display")
         if not isinstance(display, list) or not set(display) <= DISPLAY_LOCATIONS:
             problems.append(f"{w}: display {display!r} not a list of known locations")
