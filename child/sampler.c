@@ -674,7 +674,7 @@ static void sample_counters(uint64_t now, bool memory)
         if (v == c->last_sampled && ops == c->last_ops)
             continue;
         if (i > 0 && counters_prev_ns && counter_row_ns[i] != counters_prev_ns &&
-            strcmp(c->category, "Memory") != 0) {
+            (!c->category || strcmp(c->category, "Memory") != 0)) {
             /* Idle since its last row (or new): a zero row at the previous step first. The
              * front-end spreads a row's delta over the time since the row before it, so
              * without it a burst would be drawn as a trickle over the whole idle time. */
