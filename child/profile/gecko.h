@@ -3,8 +3,10 @@
  * Pure function of its inputs: the entries (read from a chunked buffer), a description of
  * the process, and a symbolizer. No runtime state, no threads: the child's gather thread
  * calls it for its own profile, the daemon for a crashed child's chunks. Output follows
- * shared/gecko-format.md (version 36): full meta, libs, threads (main thread "GeckoMain"),
- * counters, profilerOverhead, pausedRanges, sources, profilingLog, processes: [].
+ * shared/gecko-format.md (version 36): full meta (with meta.fleetprof: pid, exit, the
+ * performance groups' totals), libs, threads (main thread "GeckoMain"; an empty one when
+ * none is registered but counters exist, which the front-end shows only with one), counters,
+ * profilerOverhead, pausedRanges, sources, profilingLog, processes: [].
  */
 #ifndef FLEETPROF_CHILD_PROFILE_GECKO_H
 #define FLEETPROF_CHILD_PROFILE_GECKO_H
