@@ -47,6 +47,8 @@ struct conn {
     size_t exit_len, exit_cap;
     bool exit_profile_received;
     struct fleet_groups_proc *groups; /* borrowed from d->groups until the connection ends */
+    int region_fd;             /* the child's chunk region (memfd, sealed), -1 if none */
+    bool final_update;         /* its manager said goodbye: its chunks are gone */
     uint32_t groups_refused;          /* GroupStats refused (logged up to a few) */
     struct conn *next;
 };
@@ -58,6 +60,7 @@ struct departure {
     int32_t pid;
     char name[64];
     uint64_t time_ns;
+    char recovered[200]; /* how its profile was recovered from its chunks ("" = it was not) */
 };
 
 /* A child's whole profile, sent as it exited, kept until the next capture. */
@@ -119,12 +122,20 @@ void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest 
 /* Stores a complete exit profile (takes ownership of json). */
 void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len);
 /* Remembers a child that ended without an exit profile. */
-void daemon__departure_add(struct daemon *d, const struct conn *c);
+void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered);
 /* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
 void daemon__exit_profiles_free(struct daemon *d);
 
 /* recover.c */
+/* Hello came with a descriptor: keeps it as c's chunk region if it is one the daemon can
+ * read safely (a memfd sealed against shrinking, of a sane size), else logs why not and
+ * closes it. */
+void daemon__region_accept(struct conn *c, int fd);
+/* c ended with neither a final update nor an exit profile: its profile from its region, kept
+ * as an exit profile. Writes what happened into how (for the gathering log); 0 when
+ * recovered. */
+int daemon__region_recover(struct conn *c, char *how, size_t how_size);
 struct json_writer;
 struct prof_symbolizer;
 struct daemon_recovery;
@@ -141,5 +152,7 @@ void daemon__symbolize(struct conn *c, const Fleetprof__Symbolize *m);
 /* Modules the service's cache opened so far (each build once, unless evicted). */
 struct prof_symbols_stats daemon__symbols_stats(const struct daemon *d);
 void daemon__symbols_free(struct daemon *d);
+/* The service's cache, made on first use (0 or a negative errno). */
+int daemon__symbols_cache(struct daemon *d, struct prof_symbols **ret);
 
 #endif /* FLEETPROF_DAEMON_DAEMON_INTERNAL_H */

@@ -72,7 +72,7 @@ struct gather {
     void *userdata;
     struct pending *pending;
     size_t count;
-    uint32_t done_count, exit_profiles, processes, given_up;
+    uint32_t done_count, exit_profiles, processes, given_up, recovered;
     uint64_t bytes;
     int fd;                  /* tmp_path, owned (the worker's during the final sync); or -1 */
     uint64_t out_len;        /* bytes in fd: where the next write goes */
@@ -183,7 +183,7 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
         daemon__apply_actions(d, &a);
 }
 
-void daemon__departure_add(struct daemon *d, const struct conn *c)
+void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered)
 {
     struct departure *dep;
 
@@ -202,8 +202,9 @@ void daemon__departure_add(struct daemon *d, const struct conn *c)
     dep->pid = c->pid;
     (void)snprintf(dep->name, sizeof(dep->name), "%s", c->name);
     dep->time_ns = daemon__now_ns();
-    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) ended without sending an exit profile",
-                (int)c->pid, c->name);
+    (void)snprintf(dep->recovered, sizeof(dep->recovered), "%s", recovered ? recovered : "");
+    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) ended without sending an exit profile%s%s",
+                (int)c->pid, c->name, recovered ? "; recovered: " : "", recovered ? recovered : "");
 }
 
 /* Capture */
@@ -822,6 +823,7 @@ static void complete(struct gather *g)
     res.bytes = g->file_bytes;
     res.processes = g->processes;
     res.given_up = g->given_up;
+    res.recovered = g->recovered;
     daemon__log(g->d, g->write_error ? DAEMON_LOG_WARNING : DAEMON_LOG_INFO,
                 g->write_error ? "capture failed: %s" : "capture written to %s (%u processes)",
                 g->write_error ? g->message : g->path, g->processes);
@@ -1090,6 +1092,14 @@ static int start(struct gather *g)
     }
 
     for (size_t i = 0; i < d->departure_count; i++) {
+        if (d->departures[i].recovered[0]) {
+            g->recovered++;
+            event(g, d->departures[i].pid,
+                  "recovered the profile of child %d (%s) from its shared chunks, as it died "
+                  "without one: %s",
+                  (int)d->departures[i].pid, d->departures[i].name, d->departures[i].recovered);
+            continue;
+        }
         /* An exec'd process drops its connection (close-on-exec) and reconnects with the
          * same pid: it did not end, its new image reports for it. */
         if (pid_reported_since(d, d->departures[i].pid))

@@ -36,7 +36,7 @@
  *     no progress "no progress", "gave up", "give up", "giving up", "timed out", "timeout",
  *                 "unresponsive"
  *     answered    "received", "replied", "reply from", "answered", "arrived", "complete",
- *                 "spliced", "added", "got "
+ *                 "spliced", "added", "got ", "recovered"
  *     waited for  "asked", "ask ", "request", "waiting", "waited", "pending"
  *   and attributes it to the event's pids. "no answer" lists those waited for that neither
  *   answered nor were dropped. Example events:
@@ -704,7 +704,7 @@ static enum event_class classify(const char *message)
               "unresponsive"}},
             {EV_ANSWER,
              {"received", "replied", "reply from", "answered", "arrived", "complete", "spliced",
-              "added", "got "}},
+              "added", "got ", "recovered"}},
             {EV_WAIT, {"asked", "ask ", "request", "waiting", "waited", "pending"}},
     };
 
@@ -1300,9 +1300,11 @@ static void print_text(const struct summary *s, const char *path)
             (void)printf("%lld ", (long long)pr->info.pid);
         print_cleans(pr->info.name);
         (void)printf(" (%s, %zu thread%s, %llu samples)%s\n",
-                     pr->info.exit ? "exit profile" : "live", pr->info.threads,
-                     pr->info.threads == 1 ? "" : "s", (unsigned long long)pr->samples,
-                     pr->n_top ? ":" : "");
+                     pr->info.recovered ? "recovered after it died"
+                     : pr->info.exit    ? "exit profile"
+                                        : "live",
+                     pr->info.threads, pr->info.threads == 1 ? "" : "s",
+                     (unsigned long long)pr->samples, pr->n_top ? ":" : "");
         print_top(s, pr->top, pr->n_top, pr->samples);
         if (pr->bad_samples)
             (void)printf("  warning: %llu samples have invalid stack, frame or string indexes\n",
@@ -1513,6 +1515,7 @@ static int write_json(const struct summary *s, const char *path, const uint32_t 
             json_writer_null(w, "pid");
         json_writer_string(w, "name", pr->info.name);
         json_writer_bool(w, "exit", pr->info.exit);
+        json_writer_bool(w, "recovered", pr->info.recovered != NULL);
         json_writer_uint(w, "threads", pr->info.threads);
         json_writer_uint(w, "samples", pr->samples);
         json_writer_uint(w, "invalidSamples", pr->bad_samples);
