@@ -114,8 +114,10 @@ void daemon__apply_actions(struct daemon *d, struct ctl_actions *a);
 /* A ProfileData or GatherProgress from a child; returns true if the gather used it. */
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m);
 void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress *m);
-/* A child left: its partial data is dropped and logged. */
-void daemon__gather_on_child_gone(struct conn *c);
+/* A child left: its partial data is dropped and logged. When a capture was waiting for it
+ * and its profile was recovered from its chunks (recovered, len; how says how), that is its
+ * answer: returns true, and the capture took recovered (freed with it). */
+bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, const char *how);
 /* A tool left: its capture goes on, the result is just not sent. */
 void daemon__gather_on_tool_gone(struct conn *c);
 void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req);
@@ -132,10 +134,11 @@ void daemon__exit_profiles_free(struct daemon *d);
  * read safely (a memfd sealed against shrinking, of a sane size), else logs why not and
  * closes it. */
 void daemon__region_accept(struct conn *c, int fd);
-/* c ended with neither a final update nor an exit profile: its profile from its region, kept
- * as an exit profile. Writes what happened into how (for the gathering log); 0 when
- * recovered. */
-int daemon__region_recover(struct conn *c, char *how, size_t how_size);
+/* c ended with neither a final update nor an exit profile: its profile from its region, in
+ * *ret_json (malloc'd, the caller's) and *ret_len. Writes what happened into how (for the
+ * gathering log); 0 when recovered. */
+int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
+                           size_t *ret_len);
 struct json_writer;
 struct prof_symbolizer;
 struct daemon_recovery;

@@ -669,23 +669,62 @@ void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress 
               m->location && *m->location ? m->location : "?");
 }
 
-void daemon__gather_on_child_gone(struct conn *c)
+bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, const char *how)
 {
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
+    int r;
 
     if (!p)
-        return;
+        return false;
     /* A child that completed before going keeps its profile (possibly still spooled). */
     p->conn = NULL;
-    if (!p->done) {
+    if (p->done)
+        return false;
+    if (!recovered) {
         event(g, p->pid,
               "child %d (%s) went away during the capture; its partial data (%zu "
               "bytes) was dropped",
               (int)p->pid, p->name, p->len);
         drop_data(g, p);
         mark_done(g, p);
+        return false;
     }
+    /* It died mid-capture: what it sent so far goes, its chunks answer in its place. */
+    drop_data(g, p);
+    g->bytes -= p->len < g->bytes ? p->len : g->bytes;
+    p->len = 0;
+    r = store_piece(g, p, recovered, len, len);
+    free(recovered);
+    if (r < 0 && g->write_error) {
+        finish(g);
+        return true;
+    }
+    if (r < 0) {
+        event(g, p->pid, "child %d (%s) dropped: no spool file for its recovered profile: %s",
+              (int)p->pid, p->name, strerror(-r));
+        drop_data(g, p);
+        mark_done(g, p);
+        return true;
+    }
+    p->len = len;
+    g->bytes += len;
+    g->recovered++;
+    event(g, p->pid,
+          "recovered the profile of child %d (%s) from its shared chunks, as it died during "
+          "the capture: %s",
+          (int)p->pid, p->name, how);
+    if (p->total) {
+        p->total = 0;
+        (void)add_element(g, p->region);
+    } else if (p == g->current) {
+        g->current = NULL;
+        (void)add_element(g, g->current_start);
+    } else {
+        p->complete = true;
+    }
+    mark_done(g, p);
+    return true;
 }
 
 void daemon__gather_on_tool_gone(struct conn *c)

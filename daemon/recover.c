@@ -537,7 +537,8 @@ void daemon__region_accept(struct conn *c, int fd)
     c->region_fd = fd;
 }
 
-int daemon__region_recover(struct conn *c, char *how, size_t how_size)
+int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
+                           size_t *ret_len)
 {
     struct daemon *d = c->d;
     struct buf_region_header h;
@@ -587,7 +588,8 @@ int daemon__region_recover(struct conn *c, char *how, size_t how_size)
                    rec.blocks, rec.chunks, rec.corrupt_chunks, rec.torn_bytes);
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s): profile recovered from its chunks: %s",
                 (int)c->pid, c->name, how);
-    daemon__exit_profile_add(d, c, json, json_writer_length(w));
+    *ret_json = json;
+    *ret_len = json_writer_length(w);
     json_writer_free(w);
     free(mem);
     return 0;

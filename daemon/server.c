@@ -86,17 +86,26 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
     struct conn *c = userdata;
     struct daemon *d = c->d;
 
-    (void)ipc;
-    if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid))
-        daemon__gather_on_child_gone(c);
-    else
-        daemon__gather_on_tool_gone(c);
-    if (c->pid && !c->exit_profile_received && !d->closing) {
-        char how[200];
-        bool recovered = c->region_fd >= 0 && !c->final_update &&
-                         daemon__region_recover(c, how, sizeof(how)) == 0;
+    char how[200];
+    char *recovered = NULL; /* the profile read back from its chunks, if it died without one */
+    size_t recovered_len = 0;
 
-        daemon__departure_add(d, c, recovered ? how : NULL);
+    (void)ipc;
+    if (c->pid && !c->exit_profile_received && !d->closing && c->region_fd >= 0 &&
+        !c->final_update)
+        (void)daemon__region_recover(c, how, sizeof(how), &recovered, &recovered_len);
+    if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid)) {
+        /* A capture waiting for it takes the recovered profile as its answer. */
+        if (daemon__gather_on_child_gone(c, recovered, recovered_len, how))
+            recovered = NULL;
+        else if (!recovered && c->pid && !c->exit_profile_received && !d->closing)
+            daemon__departure_add(d, c, NULL);
+    } else {
+        daemon__gather_on_tool_gone(c);
+    }
+    if (recovered) { /* kept for the next capture, as an exit profile */
+        daemon__departure_add(d, c, how);
+        daemon__exit_profile_add(d, c, recovered, recovered_len);
     }
     if (c->region_fd >= 0) {
         (void)close(c->region_fd);
