@@ -49,9 +49,9 @@ struct rt_config {
     char output[4096]; /* FLEETPROF_OUTPUT, "" = none */
     bool startup;
     bool debug;
-    char socket[4096];    /* FLEETPROF_SOCKET, "" = none */
-    char dir[4096];       /* FLEETPROF_DIR: exit profiles when no daemon is reachable */
-    bool symbolize_local; /* FLEETPROF_SYMBOLIZE=local: never ask the daemon's service */
+    char socket[4096];      /* FLEETPROF_SOCKET, "" = none */
+    char dir[4096];         /* FLEETPROF_DIR: exit profiles when no daemon is reachable */
+    bool symbolize_local;   /* FLEETPROF_SYMBOLIZE=local: never ask the daemon's service */
     uint64_t slow_event_ns; /* FLEETPROF_SLOW_EVENT_MS: performance groups' slow events */
 };
 

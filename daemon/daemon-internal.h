@@ -47,8 +47,8 @@ struct conn {
     size_t exit_len, exit_cap;
     bool exit_profile_received;
     struct fleet_groups_proc *groups; /* borrowed from d->groups until the connection ends */
-    int region_fd;             /* the child's chunk region (memfd, sealed), -1 if none */
-    bool final_update;         /* its manager said goodbye: its chunks are gone */
+    int region_fd;                    /* the child's chunk region (memfd, sealed), -1 if none */
+    bool final_update;                /* its manager said goodbye: its chunks are gone */
     uint32_t groups_refused;          /* GroupStats refused (logged up to a few) */
     struct conn *next;
 };

@@ -91,8 +91,7 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
     size_t recovered_len = 0;
 
     (void)ipc;
-    if (c->pid && !c->exit_profile_received && !d->closing && c->region_fd >= 0 &&
-        !c->final_update)
+    if (c->pid && !c->exit_profile_received && !d->closing && c->region_fd >= 0 && !c->final_update)
         (void)daemon__region_recover(c, how, sizeof(how), &recovered, &recovered_len);
     if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid)) {
         /* A capture waiting for it takes the recovered profile as its answer. */

@@ -176,9 +176,8 @@ static inline fleetprof_stopwatch fleetprof_stopwatch_start(fleetprof_group *gro
 {
     /* Returned by value on both paths, so that the caller's variable is written once and
      * read whole (a copy of a partly written struct stalls store forwarding). */
-    if (group &&
-        __atomic_load_n(&((const struct fleetprof__group_head *)(const void *)group)->on,
-                        __ATOMIC_RELAXED))
+    if (group && __atomic_load_n(&((const struct fleetprof__group_head *)(const void *)group)->on,
+                                 __ATOMIC_RELAXED))
         return fleetprof__stopwatch_start(group);
     {
         fleetprof_stopwatch off = {0, 0};
@@ -216,9 +215,9 @@ FLEETPROF_EXPORT int fleetprof_group_stats(const fleetprof_group *group,
                                            struct fleetprof_group_stats *stats);
 
 /* Times group for the rest of the enclosing scope. */
-#define FLEETPROF_GROUP(group)                                                         \
-    fleetprof_stopwatch FLEETPROF__CAT(fleetprof_stopwatch_, __LINE__)                 \
-            __attribute__((cleanup(fleetprof_stopwatch_stop), unused)) =               \
+#define FLEETPROF_GROUP(group)                                           \
+    fleetprof_stopwatch FLEETPROF__CAT(fleetprof_stopwatch_, __LINE__)   \
+            __attribute__((cleanup(fleetprof_stopwatch_stop), unused)) = \
                     fleetprof_stopwatch_start(group)
 
 #ifdef __cplusplus

@@ -238,8 +238,7 @@ int main(void)
 
         if (fleetprof_group_stats(g, &s) < 0 || s.activations != (uint64_t)RUNS * STOPWATCHES) {
             fprintf(stderr, "bench-groups: %llu of %llu stopwatches measured: not comparable\n",
-                    (unsigned long long)s.activations,
-                    (unsigned long long)RUNS * STOPWATCHES);
+                    (unsigned long long)s.activations, (unsigned long long)RUNS * STOPWATCHES);
             return 1;
         }
     }

@@ -10,8 +10,8 @@
  * workers use earlier ones; a writer thread calls fleetprof_write_profile() repeatedly;
  * the main thread pauses and resumes. Each worker round is an event timing performance
  * groups shared by all workers (nested, re-entered, slow events at a 0.05 ms threshold),
- * while the writers read the groups' totals into profiles. After the joins another thread writes the final
- * profile, then fleetprof_shutdown(). Exit 0 when every profile written is a non-empty
+ * while the writers read the groups' totals into profiles. After the joins another thread writes
+ * the final profile, then fleetprof_shutdown(). Exit 0 when every profile written is a non-empty
  * JSON object; the test passes under TSan only with zero reports (TSAN_OPTIONS
  * halt_on_error=1). Registered as the 'threads-api' test (suites child, tsan).
  */
