@@ -314,10 +314,6 @@ int buf__region_chunk_new(struct buf_region *r, struct buf_chunk **ret_chunk)
     if (!slot)
         return -EFAULT; /* not reached: free indices are all mapped */
     c = (struct buf_chunk *)((uint8_t *)slot + BUF_REGION_SLOT_PREFIX);
-    /* A slot's pages were given back when its last chunk was destroyed: one call maps them
-     * all again, instead of a fault per page under the writer's puts (shared-memory faults
-     * cost more than anonymous ones). Old kernels lack it: then the faults it is. */
-    (void)madvise(slot, r->slot_bytes, MADV_POPULATE_WRITE);
     memset(c, 0, sizeof(*c));
     c->state = BUF_CHUNK_CREATED;
     c->origin = BUF_CHUNK_ORIGIN_REGION;

@@ -537,6 +537,34 @@ void daemon__region_accept(struct conn *c, int fd)
     c->region_fd = fd;
 }
 
+/* Whether pid is dead or dying. A connection also ends in a process that lives on: one that
+ * lost its descriptors to the program and reconnects, one in exec. The kernel closes a
+ * dying process's descriptors after it marks it exiting (PF_EXITING in stat's flags), so a
+ * death is seen as such even before the process is a zombie. Only the process's own entry is
+ * read, and its absence means it is gone. */
+static bool process_gone(int32_t pid)
+{
+    char path[64], buf[1024], state;
+    unsigned long flags;
+    ssize_t n;
+    int fd;
+    const char *p;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return true;
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void)close(fd);
+    if (n <= 0)
+        return true;
+    buf[n] = '\0';
+    p = strrchr(buf, ')'); /* the name may hold anything, even ") " */
+    if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
+        return false;
+    return state == 'Z' || state == 'X' || (flags & 0x4u /* PF_EXITING */);
+}
+
 int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
                            size_t *ret_len)
 {
@@ -551,6 +579,13 @@ int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **re
     size_t len = 0;
     int r;
 
+    if (!process_gone(c->pid)) {
+        daemon__log(d, DAEMON_LOG_DEBUG,
+                    "child %d (%s) left but lives on (it reconnects, or execs): nothing to "
+                    "recover",
+                    (int)c->pid, c->name);
+        return -EAGAIN;
+    }
     /* Copied whole first: the process is gone, but whoever else holds the memfd is not. */
     r = read_whole(c->region_fd, region_limit(d), &mem, &len);
     if (r == 0 && buf_region_read_header(mem, len, &h) < 0)

@@ -522,6 +522,9 @@ static void on_capture_done(void *userdata, const struct daemon_capture_result *
         if (res->recovered)
             fprintf(stderr, ", %" PRIu32 " recovered after %s killed or crashed", res->recovered,
                     res->recovered == 1 ? "it was" : "they were");
+        if (res->recovered && !rec->cmd_running && rec->cmd_status > 128)
+            fprintf(stderr, " (%s was killed by signal %d, %s)", rec->cmd_name,
+                    rec->cmd_status - 128, strsignal(rec->cmd_status - 128));
         fputc('\n', stderr);
     }
     if (rec->cmd_running) {

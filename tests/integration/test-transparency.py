@@ -91,13 +91,17 @@ def test_the_programs_first_descriptor_is_3_as_without_the_profiler(tmp):
     assert r.stdout == bare.stdout, f"first descriptor {r.stdout!r}, {bare.stdout!r} without us"
 
 
-def test_a_lost_profile_is_reported_with_its_true_cause(tmp):
-    # Killed before it could write a profile: record says so, not that the preload failed.
-    # (Some work first, so that the daemon has taken its connection.)
+def test_a_killed_process_is_recovered_and_reported_with_its_true_cause(tmp):
+    # Killed before it could write a profile: its chunks are read back, and record says so
+    # with the true cause, not that the preload failed. (Some work first, so that the daemon
+    # has taken its connection.)
     r, out = record(tmp, "/bin/sh", "-c",
                     "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; kill -KILL $$")
-    assert not os.path.exists(out), "a profile was written for a process that sent none"
-    assert "connected, then ended the connection without sending a profile" in r.stderr and \
+    assert os.path.exists(out), f"the killed process's profile was not recovered: {r.stderr}"
+    doc = pc.load_valid(out)
+    (proc,) = [p for p in pc.all_processes(doc) if p["meta"]["fleetprof"].get("recovered")]
+    assert any(n for t in proc["threads"] for n in pc.frame_names(t)), "no frames recovered"
+    assert "1 recovered after it was killed or crashed" in r.stderr and \
         "killed by signal 9" in r.stderr, r.stderr
     assert "statically linked" not in r.stderr, r.stderr
 
@@ -107,5 +111,5 @@ taplib.run([
     test_a_program_that_closes_every_descriptor_by_raw_close_range,
     test_a_program_that_dup2s_onto_the_profilers_descriptors,
     test_the_programs_first_descriptor_is_3_as_without_the_profiler,
-    test_a_lost_profile_is_reported_with_its_true_cause,
+    test_a_killed_process_is_recovered_and_reported_with_its_true_cause,
 ])
