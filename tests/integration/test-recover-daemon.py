@@ -267,9 +267,52 @@ def test_hostile_regions_never_hurt_the_daemon(tmp):
         d.stop()
 
 
+def test_recovered_profiles_count_in_the_global_budget(tmp):
+    """Children with full shared buffers, all killed: every one is recovered, and the
+    recovered profiles are held like exit profiles, under the global limit (the oldest
+    evicted first), with the children's chunks gone."""
+    limit, chunk = 4 * MiB, 64 * 1024
+    d = Daemon(tmp, "--global-limit", "4M", "--process-limit", "4M")
+    procs = []
+    try:
+        for _ in range(4):
+            procs.append(subprocess.Popen(
+                [WORKLOAD, "flood", "120", "20000"],
+                env=env(d, FLEETPROF_CHUNK_KB=64, FLEETPROF_BUFFER_MB=4),
+                stdout=subprocess.DEVNULL))
+
+        def full():
+            st = d.status()
+            return len(st["children"]) == 4 and \
+                st["unreleased_bytes"] + st["released_bytes"] >= limit // 2
+        wait_until(full, "the children to fill half the global limit")
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+        for p in procs:
+            p.wait()
+        for p in procs:
+            wait_log(d, f"child {p.pid} (workload): profile recovered from its chunks")
+        wait_until(lambda: not d.status()["children"], "the children to be gone")
+        st = d.status()
+        total = st["unreleased_bytes"] + st["released_bytes"]
+        assert st["exit_profiles"] >= 1, st
+        assert st["exit_profile_bytes"] > 0, st
+        assert total <= limit + 2 * chunk, f"the fleet holds {total} bytes > {limit} (invariant 1)"
+        log = d.log()
+        kept = log.count("kept the exit profile of child")
+        assert kept == 4, f"{kept} of 4 recovered profiles kept:\n{log[-3000:]}"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        d.stop()
+
+
 taplib.run([
     test_a_sigkilled_child_is_recovered_by_the_daemon,
     test_a_segfault_under_the_daemon_shows_the_crash,
     test_a_child_killed_during_a_capture_is_in_it,
     test_hostile_regions_never_hurt_the_daemon,
+    test_recovered_profiles_count_in_the_global_budget,
 ])
