@@ -13,4 +13,8 @@ int cmd_summary(int argc, char **argv);
 /* fleetprof merge -o OUT IN... */
 int cmd_merge(int argc, char **argv);
 
+/* fleetprof top [--interval S] [--once] [--json] [--group NAME]: socket_path (borrowed) is
+ * the daemon's socket. */
+int cmd_top(const char *socket_path, int argc, char **argv);
+
 #endif /* FLEETPROF_TOOLS_COMMANDS_H */
