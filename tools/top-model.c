@@ -12,11 +12,12 @@
 static int copy_totals(struct top_totals *dst, const Fleetprof__GroupTotals *src)
 {
     memset(dst, 0, sizeof(*dst));
-    if (!src)
-        return 0; /* an empty message on the wire: all zero, named "" */
-    dst->name = strdup(src->name ? src->name : "");
+    /* An empty message on the wire: all zero, named "" (names are never NULL here). */
+    dst->name = strdup(src && src->name ? src->name : "");
     if (!dst->name)
         return -ENOMEM;
+    if (!src)
+        return 0;
     dst->cpu_ns = src->cpu_ns;
     dst->cycles = src->cycles;
     dst->activations = src->activations;
@@ -121,10 +122,12 @@ uint64_t top_quantile_ns(const struct top_totals *t, double q)
     for (unsigned b = 0; b < TOP_BUCKETS; b++) {
         seen += t->durations[b];
         if (seen >= rank) {
-            /* The last bucket has no upper bound; none lies above the worst event either. */
+            /* The last bucket has no upper bound, and no event took more than the worst. */
             uint64_t upper = b + 1 < TOP_BUCKETS ? (UINT64_C(1) << b) * 1000 : UINT64_MAX;
 
-            return upper < t->worst_event_ns || upper == UINT64_MAX ? t->worst_event_ns : upper;
+            if (upper == UINT64_MAX || (t->worst_event_ns && upper > t->worst_event_ns))
+                return t->worst_event_ns;
+            return upper;
         }
     }
     return t->worst_event_ns;
