@@ -18,7 +18,8 @@
 /* Every allocation carries its size in front, so frees can be accounted for. 16 bytes keep
  * the max_align_t alignment protobuf-c expects of malloc. */
 #define ALLOC_HEADER_BYTES 16
-/* Nesting of our messages is at most 3 (Envelope > StatusReport > ChildStatus). */
+/* Nesting of our messages is at most 5 (Envelope > GroupsReport > FleetGroup > GroupProcess >
+ * GroupTotals). */
 #define WIRE_MAX_DEPTH     8
 #define CHUNK_MIN_BYTES    ((uint64_t)64 << 10)
 
@@ -416,6 +417,61 @@ static int check_symbols(const Fleetprof__Symbols *m, const char **reason)
     return 0;
 }
 
+/* GroupStats: only what keeps the daemon safe is checked here (bounded counts, no missing
+ * entries); names, bucket counts and monotonic totals are the daemon's to judge
+ * (daemon/groups.c), which refuses the message and keeps the child. */
+static int check_group_stats(const Fleetprof__GroupStats *m, const char **reason)
+{
+    if (!m)
+        INVALID(MISSING);
+    if (m->n_groups > IPC_REPEATED_MAX)
+        INVALID("group_stats: too many groups");
+    for (size_t i = 0; i < m->n_groups; i++) {
+        const Fleetprof__GroupTotals *g = m->groups[i];
+
+        if (!g || !g->name)
+            INVALID("group_stats: group without a name");
+        if (g->n_durations > IPC_REPEATED_MAX)
+            INVALID("group_stats: too many histogram buckets");
+    }
+    return 0;
+}
+
+static int check_group_totals(const Fleetprof__GroupTotals *t, const char *what,
+                              const char **reason)
+{
+    if (!t || !text_ok(t->name, IPC_TEXT_MAX_BYTES) || t->n_durations > IPC_REPEATED_MAX)
+        INVALID(what);
+    return 0;
+}
+
+/* Fleet groups as the daemon reports them (GroupsReport, StatusReport.groups). */
+static int check_fleet_groups(Fleetprof__FleetGroup *const *groups, size_t n, const char **reason)
+{
+    if (n > IPC_REPEATED_MAX)
+        INVALID("groups report: too many groups");
+    for (size_t i = 0; i < n; i++) {
+        const Fleetprof__FleetGroup *g = groups[i];
+
+        if (!g)
+            INVALID("groups report: missing group");
+        if (check_group_totals(g->totals, "groups report: group without totals or name", reason))
+            return -EBADMSG;
+        if (g->n_per_process > IPC_REPEATED_MAX)
+            INVALID("groups report: too many processes");
+        for (size_t k = 0; k < g->n_per_process; k++) {
+            const Fleetprof__GroupProcess *p = g->per_process[k];
+
+            if (!p || p->pid <= 0 || !text_ok(p->name, IPC_NAME_MAX_BYTES))
+                INVALID("groups report: process entry with a bad pid or name");
+            if (check_group_totals(p->totals, "groups report: process entry without totals",
+                                   reason))
+                return -EBADMSG;
+        }
+    }
+    return 0;
+}
+
 static int check_status_report(const Fleetprof__StatusReport *m, const char **reason)
 {
     if (!m)
@@ -434,7 +490,7 @@ static int check_status_report(const Fleetprof__StatusReport *m, const char **re
         if ((unsigned)c->state > FLEETPROF__CHILD_STATE__CHILD_STATE_EXITING)
             INVALID("status_report: unknown child state");
     }
-    return 0;
+    return check_fleet_groups(m->groups, m->n_groups, reason);
 }
 
 /* A request's id must be nonzero: replies name it. */
@@ -550,6 +606,28 @@ int ipc_envelope_validate(const Fleetprof__Envelope *env, const char **ret_reaso
                         reason);
     case FLEETPROF__ENVELOPE__MSG_STATUS_REPORT:
         return check_status_report(env->status_report, reason);
+    case FLEETPROF__ENVELOPE__MSG_GROUP_STATS:
+        return check_group_stats(env->group_stats, reason);
+    case FLEETPROF__ENVELOPE__MSG_GROUPS_REQUEST: {
+        const Fleetprof__GroupsRequest *m = env->groups_request;
+
+        if (!m)
+            INVALID(MISSING);
+        if (m->id == 0)
+            INVALID("groups_request: id is 0");
+        if (!text_ok(m->per_process_group, IPC_TEXT_MAX_BYTES))
+            INVALID("groups_request: group name too long");
+        return 0;
+    }
+    case FLEETPROF__ENVELOPE__MSG_GROUPS_REPORT: {
+        const Fleetprof__GroupsReport *m = env->groups_report;
+
+        if (!m)
+            INVALID(MISSING);
+        if (m->request_id == 0)
+            INVALID("groups_report: request_id is 0");
+        return check_fleet_groups(m->groups, m->n_groups, reason);
+    }
     case FLEETPROF__ENVELOPE__MSG_CAPTURE_PROGRESS: {
         const Fleetprof__CaptureProgress *m = env->capture_progress;
 

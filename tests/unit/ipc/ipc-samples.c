@@ -1,4 +1,6 @@
 /* tests/unit/ipc/ipc-samples.c - see ipc-samples.h. */
+#include <stdbool.h>
+
 #include "ipc-samples.h"
 
 #include "common/macros.h"
@@ -192,6 +194,48 @@ static Fleetprof__StatusTotals totals = {
         15,
         16,
         17};
+static uint64_t durations_a[22] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                   12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+static Fleetprof__GroupTotals group_a = {
+        .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__group_totals__descriptor),
+        .name = "tenant-a",
+        .cpu_ns = 5000000,
+        .cycles = 15000000,
+        .activations = 40,
+        .events = 20,
+        .worst_event_ns = 900000,
+        .slow_events = 1,
+        .discarded = 2,
+        .migrated = 3,
+        .stale = 4,
+        .n_durations = ARRAY_SIZE(durations_a),
+        .durations = durations_a,
+};
+static Fleetprof__GroupTotals *groups_a[] = {&group_a};
+static Fleetprof__GroupStats group_stats = {
+        .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__group_stats__descriptor),
+        .id = 25,
+        .process_cpu_ns = 9000000,
+        .slow_event_ns = 16000000,
+        .n_groups = ARRAY_SIZE(groups_a),
+        .groups = groups_a,
+        .final = true,
+};
+static Fleetprof__GroupsRequest groups_req = {
+        PROTOBUF_C_MESSAGE_INIT(&fleetprof__groups_request__descriptor), 26, "tenant-a"};
+static Fleetprof__GroupProcess group_proc = {
+        PROTOBUF_C_MESSAGE_INIT(&fleetprof__group_process__descriptor), 4242, "server", true,
+        &group_a};
+static Fleetprof__GroupProcess *group_procs[] = {&group_proc};
+static Fleetprof__FleetGroup fleet_group = {
+        .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__fleet_group__descriptor),
+        .totals = &group_a,
+        .processes = 2,
+        .live_processes = 1,
+        .n_per_process = ARRAY_SIZE(group_procs),
+        .per_process = group_procs,
+};
+static Fleetprof__FleetGroup *fleet_groups[] = {&fleet_group};
 static Fleetprof__StatusReport status_report = {
         .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__status_report__descriptor),
         .request_id = 23,
@@ -199,6 +243,8 @@ static Fleetprof__StatusReport status_report = {
         .children = children,
         .totals = &totals,
         .global_limit_bytes = 256ull << 20,
+        .n_groups = 1,
+        .groups = fleet_groups,
 };
 static Fleetprof__CaptureProgress capture_progress = {
         PROTOBUF_C_MESSAGE_INIT(&fleetprof__capture_progress__descriptor), 22, 3, 5, 1234567};
@@ -210,6 +256,16 @@ static Fleetprof__CaptureResult capture_result = {
         5,
         "1 child timed out",
         1};
+
+static Fleetprof__GroupsReport groups_report = {
+        .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__groups_report__descriptor),
+        .request_id = 26,
+        .time_ns = 123456789,
+        .fleet_cpu_ns = 99000000,
+        .processes = 3,
+        .n_groups = ARRAY_SIZE(fleet_groups),
+        .groups = fleet_groups,
+};
 
 #define ENV(field, member, value)                                          \
     {                                                                      \
@@ -242,6 +298,9 @@ static Fleetprof__Envelope envelopes[] = {
         ENV(STATUS_REPORT, status_report, status_report),
         ENV(CAPTURE_PROGRESS, capture_progress, capture_progress),
         ENV(CAPTURE_RESULT, capture_result, capture_result),
+        ENV(GROUP_STATS, group_stats, group_stats),
+        ENV(GROUPS_REQUEST, groups_request, groups_req),
+        ENV(GROUPS_REPORT, groups_report, groups_report),
 };
 
 static const Fleetprof__Envelope *pointers[ARRAY_SIZE(envelopes)];
