@@ -453,47 +453,110 @@ static int refresh(struct top *t, bool rotate)
     return 0;
 }
 
-enum key_action { KEY_NONE, KEY_QUIT, KEY_REDRAW, KEY_REFETCH };
+enum key { KEY_OTHER, KEY_QUIT, KEY_UP, KEY_DOWN, KEY_ENTER, KEY_TOP, KEY_BACK };
 
-static enum key_action handle_keys(struct top *t, const char *buf, size_t n)
+/* The next key of buf (n > 0 bytes); stores the bytes it took in *ret_len. Keys come in
+ * bursts (a held arrow), so one read may hold several. */
+static enum key next_key(const char *buf, size_t n, size_t *ret_len)
+{
+    *ret_len = 1;
+    if (buf[0] == '\033') {
+        if (n >= 3 && (buf[1] == '[' || buf[1] == 'O')) {
+            *ret_len = 3;
+            switch (buf[2]) {
+            case 'A':
+                return KEY_UP;
+            case 'B':
+                return KEY_DOWN;
+            case 'C':
+                return KEY_ENTER;
+            case 'D':
+                return KEY_BACK;
+            default:
+                return KEY_OTHER;
+            }
+        }
+        return n == 1 ? KEY_BACK : KEY_OTHER; /* Esc alone; else an unknown sequence */
+    }
+    switch (buf[0]) {
+    case 'q':
+    case 'Q':
+        return KEY_QUIT;
+    case 'k':
+        return KEY_UP;
+    case 'j':
+        return KEY_DOWN;
+    case '\r':
+    case '\n':
+        return KEY_ENTER;
+    case 'g':
+        return KEY_TOP;
+    case 'b':
+    case 0x7f: /* Backspace */
+    case 0x08:
+        return KEY_BACK;
+    default:
+        return KEY_OTHER;
+    }
+}
+
+enum key_action { KEY_NONE, KEY_EXIT, KEY_REDRAW, KEY_REFETCH };
+
+static enum key_action handle_key(struct top *t, enum key key)
 {
     long sel = selected_index(t);
     long count = (long)t->view.n_groups;
 
-    if (n == 0)
-        return KEY_NONE;
-    if (buf[0] == 'q' || buf[0] == 'Q')
-        return KEY_QUIT;
+    if (key == KEY_QUIT)
+        return KEY_EXIT;
     if (t->group) {
-        /* Esc alone, Backspace, Left, b: back to the groups. */
-        if ((n == 1 && (buf[0] == '\033' || buf[0] == 0x7f || buf[0] == 0x08 || buf[0] == 'b')) ||
-            (n >= 3 && !memcmp(buf, "\033[D", 3))) {
-            (void)set_string(&t->group, NULL);
-            return KEY_REFETCH;
-        }
-        return KEY_NONE;
-    }
-    if ((n >= 3 && !memcmp(buf, "\033[A", 3)) || buf[0] == 'k') {
-        sel = sel < 0 ? 0 : sel > 0 ? sel - 1 : 0;
-    } else if ((n >= 3 && !memcmp(buf, "\033[B", 3)) || buf[0] == 'j') {
-        sel = sel < 0 ? 0 : sel + 1 < count ? sel + 1 : sel;
-    } else if (buf[0] == '\r' || buf[0] == '\n' || buf[0] == 'g' ||
-               (n >= 3 && !memcmp(buf, "\033[C", 3))) {
-        /* g always takes the top group; Enter the marked one (the top one if none). */
-        if (!count)
+        if (key != KEY_BACK)
             return KEY_NONE;
-        if (buf[0] == 'g' || sel < 0)
-            sel = 0;
-        if (set_string(&t->group, t->view.groups[sel].totals->name) < 0)
-            return KEY_QUIT;
-        (void)set_string(&t->selected, t->group);
+        (void)set_string(&t->group, NULL);
         return KEY_REFETCH;
-    } else {
+    }
+    if (!count)
+        return KEY_NONE;
+    switch (key) {
+    case KEY_UP:
+        sel = sel > 0 ? sel - 1 : 0;
+        break;
+    case KEY_DOWN:
+        sel = sel < 0 ? 0 : sel + 1 < count ? sel + 1 : sel;
+        break;
+    case KEY_ENTER:
+    case KEY_TOP:
+        /* g always takes the top group; Enter the marked one (the top one if none). */
+        if (key == KEY_TOP || sel < 0)
+            sel = 0;
+        if (set_string(&t->group, t->view.groups[sel].totals->name) < 0 ||
+            set_string(&t->selected, t->group) < 0)
+            return KEY_EXIT;
+        return KEY_REFETCH;
+    default:
         return KEY_NONE;
     }
-    if (count && set_string(&t->selected, t->view.groups[sel].totals->name) < 0)
-        return KEY_QUIT;
+    if (set_string(&t->selected, t->view.groups[sel].totals->name) < 0)
+        return KEY_EXIT;
     return KEY_REDRAW;
+}
+
+static enum key_action handle_keys(struct top *t, const char *buf, size_t n)
+{
+    enum key_action result = KEY_NONE;
+    size_t used;
+
+    while (n > 0) {
+        enum key_action a = handle_key(t, next_key(buf, n, &used));
+
+        buf += used;
+        n -= used;
+        if (a == KEY_EXIT || a == KEY_REFETCH)
+            return a; /* the rest was typed for the view we are leaving */
+        if (a == KEY_REDRAW)
+            result = a;
+    }
+    return result;
 }
 
 static void top_usage(FILE *out)
@@ -619,7 +682,7 @@ static int wait_for(struct top *t, uint64_t deadline_ns, bool *rotate)
             ssize_t len = read(STDIN_FILENO, buf, sizeof(buf));
 
             switch (handle_keys(t, buf, len > 0 ? (size_t)len : 0)) {
-            case KEY_QUIT:
+            case KEY_EXIT:
                 return 0;
             case KEY_REDRAW:
                 (void)show(t);
