@@ -15,6 +15,7 @@
 #include "child/profile/symbols.h"
 #include "daemon/controller.h"
 #include "daemon/daemon.h"
+#include "daemon/groups.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
 
@@ -45,6 +46,8 @@ struct conn {
     char *exit_data;
     size_t exit_len, exit_cap;
     bool exit_profile_received;
+    struct fleet_groups_proc *groups; /* borrowed from d->groups until the connection ends */
+    uint32_t groups_refused;          /* GroupStats refused (logged up to a few) */
     struct conn *next;
 };
 
@@ -73,7 +76,8 @@ struct daemon {
     char *socket_path; /* owned copy */
     struct ipc_listener *listener;
     struct ctl *ctl;
-    struct conn *conns; /* owned list */
+    struct fleet_groups *groups; /* owned: the fleet's performance groups */
+    struct conn *conns;          /* owned list */
     uint64_t next_id;
     struct daemon_stats stats;
     uint64_t start_ns; /* when the daemon started: the time origin of captures */

@@ -100,6 +100,8 @@ struct daemon_stats {
     uint64_t symbol_requests;           /* Symbolize requests answered */
     uint64_t symbol_modules_loaded;     /* modules the symbol service opened */
     uint64_t symbol_modules_names_only; /* of those, resolved without file:line (cost rule) */
+    uint64_t group_stats;               /* GroupStats applied */
+    uint64_t group_stats_refused;       /* GroupStats refused (logged) */
 };
 void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret);
 

@@ -9,6 +9,7 @@
  * never affected. Memory per connection is bounded by the ipc layer's frame and queue caps.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +23,13 @@
 #include "daemon/controller.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
+#include "daemon/groups.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
 
 #define UNSOLICITED_UPDATES_MAX 16 /* updates without a poll before the child is dropped */
+#define GROUP_REFUSALS_LOGGED   8  /* refused GroupStats logged per child; the rest counted */
 
 uint64_t daemon__now_ns(void)
 {
@@ -96,6 +99,8 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
                     "%zu bytes of it",
                     (int)c->pid, c->name, c->exit_len);
     free(c->exit_data);
+    fleet_groups_leave(d->groups, c->groups); /* its totals stay in the fleet's */
+    c->groups = NULL;
     if (c->kind == CONN_CHILD) {
         ctl_remove(d->ctl, c->pid, daemon__now_ns());
         d->stats.children--;
@@ -223,6 +228,7 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     c->start_epoch_ms = (double)h->start_epoch_ms;
     (void)snprintf(c->name, sizeof(c->name), "%s", h->name && *h->name ? h->name : "?");
     c->state = FLEETPROF__CHILD_STATE__CHILD_STATE_RUNNING;
+    c->groups = fleet_groups_join(d->groups, c->pid, c->name);
     d->stats.children++;
     d->stats.children_total++;
 
@@ -299,8 +305,76 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
         send_poll(c);
 }
 
+/* CPU time of a live child that never sent GroupStats: utime + stime of /proc/PID/stat. */
+static uint64_t proc_cpu_ns(int32_t pid, void *userdata)
+{
+    char path[64], buf[1024];
+    unsigned long long utime, stime;
+    const char *p;
+    ssize_t n;
+    long hz = sysconf(_SC_CLK_TCK);
+    int fd;
+
+    (void)userdata;
+    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void)close(fd);
+    if (n <= 0 || hz <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* The name in parentheses may hold spaces and parentheses: fields follow the last ')'. */
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                     &stime) != 2)
+        return 0;
+    return (utime + stime) * (1000000000ull / (unsigned long long)hz);
+}
+
+/* A child's GroupStats: applied, or refused with a logged reason (the child stays: its
+ * profile is worth more than its groups). */
+static void on_group_stats(struct conn *c, const Fleetprof__GroupStats *m)
+{
+    struct daemon *d = c->d;
+    const char *why = NULL;
+    int r = fleet_groups_apply(d->groups, c->groups, m, &why);
+
+    if (r == 0) {
+        d->stats.group_stats++;
+        return;
+    }
+    d->stats.group_stats_refused++;
+    if (++c->groups_refused > GROUP_REFUSALS_LOGGED)
+        return;
+    daemon__log(d, DAEMON_LOG_WARNING, "child %d (%s): group stats refused: %s%s", (int)c->pid,
+                c->name, r == -EBADMSG ? why : strerror(-r),
+                c->groups_refused == GROUP_REFUSALS_LOGGED ? " (further refusals not logged)"
+                                                           : "");
+}
+
+static void on_groups_request(struct conn *c, const Fleetprof__GroupsRequest *req)
+{
+    struct daemon *d = c->d;
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    struct fleet_groups_report rep;
+
+    if (fleet_groups_report(d->groups, req->per_process_group, proc_cpu_ns, NULL, &rep) < 0) {
+        daemon__drop(c, "out of memory for a groups report");
+        return;
+    }
+    rep.msg.request_id = req->id;
+    rep.msg.time_ns = daemon__now_ns();
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_GROUPS_REPORT;
+    env.groups_report = &rep.msg;
+    (void)daemon__send(c, &env);
+    fleet_groups_report_done(&rep);
+}
+
 static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
 {
+    struct fleet_groups_report groups;
     struct daemon *d = c->d;
     Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     Fleetprof__StatusReport rep = FLEETPROF__STATUS_REPORT__INIT;
@@ -311,6 +385,10 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     size_t n = 0;
     uint64_t now = daemon__now_ns();
 
+    if (fleet_groups_report(d->groups, NULL, NULL, NULL, &groups) < 0) {
+        daemon__drop(c, "out of memory for a status report");
+        return;
+    }
     for (struct conn *k = d->conns; k; k = k->next)
         n += k->kind == CONN_CHILD;
     if (n) {
@@ -319,6 +397,7 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
         if (!items || !ptrs) {
             free(items);
             free(ptrs);
+            fleet_groups_report_done(&groups);
             daemon__drop(c, "out of memory for a status report");
             return;
         }
@@ -362,11 +441,14 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     rep.children = ptrs;
     rep.totals = &totals;
     rep.global_limit_bytes = t.global_limit;
+    rep.n_groups = groups.msg.n_groups;
+    rep.groups = groups.msg.groups;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_STATUS_REPORT;
     env.status_report = &rep;
     (void)daemon__send(c, &env);
     free(items);
     free(ptrs);
+    fleet_groups_report_done(&groups);
 }
 
 #define EXIT_PROFILE_MAX_BYTES (512u << 20) /* one process's JSON; beyond: "too large" */
@@ -470,6 +552,20 @@ static void on_message(struct ipc_conn *ipc, const Fleetprof__Envelope *env, voi
         else
             daemon__symbolize(c, env->symbolize);
         return;
+    case FLEETPROF__ENVELOPE__MSG_GROUP_STATS:
+        if (c->kind != CONN_CHILD)
+            daemon__drop(c, "group stats before Hello");
+        else
+            on_group_stats(c, env->group_stats);
+        return;
+    case FLEETPROF__ENVELOPE__MSG_GROUPS_REQUEST:
+        if (c->kind == CONN_CHILD) {
+            daemon__drop(c, "a child asked for the fleet's groups");
+            return;
+        }
+        c->kind = CONN_TOOL;
+        on_groups_request(c, env->groups_request);
+        return;
     case FLEETPROF__ENVELOPE__MSG_ACK:
     case FLEETPROF__ENVELOPE__MSG_ERROR:
         return; /* replies to Start/Stop/Pause/Resume: nothing to do yet */
@@ -558,6 +654,9 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     r = d->socket_path ? ctl_new(d->opt.global_limit_bytes, &d->ctl) : -ENOMEM;
     if (r < 0)
         goto err_free;
+    r = fleet_groups_new(&d->groups);
+    if (r < 0)
+        goto err_ctl;
     lo.allow_any_uid = d->opt.allow_any_uid;
     r = ipc_listener_open(loop, d->socket_path, &lo, &cbs, d, &d->listener);
     if (r < 0)
@@ -571,6 +670,7 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     return 0;
 
 err_ctl:
+    d->groups = fleet_groups_free(d->groups);
     d->ctl = ctl_free(d->ctl);
 err_free:
     free(d->socket_path);
@@ -590,6 +690,7 @@ void daemon__maybe_finish_close(struct daemon *d)
     daemon__exit_profiles_free(d);
     free(d->departures);
     daemon__symbols_free(d);
+    fleet_groups_free(d->groups);
     ctl_free(d->ctl);
     free(d->socket_path);
     free(d);

@@ -1,0 +1,648 @@
+/* daemon/groups.c - the fleet's performance groups (see groups.h).
+ *
+ * Names are interned once in an open-addressing table (a group id per name); each process
+ * keeps one slot per group it reported, found through its own small table of group ids.
+ * A message is checked in a first pass that changes nothing a report could see, then
+ * applied in a second pass that cannot fail, so a refused message leaves no trace.
+ */
+#include "daemon/groups.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "child/profile/groups.h"
+
+struct fg_group {
+    char *name; /* owned, NUL-terminated */
+    size_t len;
+    uint32_t hash;
+    struct prof_group_totals sum; /* over every process, exited ones included */
+    uint32_t processes;           /* processes that reported the group */
+    uint32_t live;                /* of those, not gone */
+    uint64_t stamp;               /* message serial that last named it (duplicates) */
+};
+
+struct fg_slot {
+    uint32_t gid;
+    struct prof_group_totals t; /* the process's latest totals; t.name unused */
+};
+
+struct fleet_groups_proc {
+    int32_t pid;
+    char name[64];
+    bool live;
+    bool reported;         /* sent a GroupStats that was accepted */
+    bool final;            /* that one was its last */
+    uint64_t cpu_reported; /* process_cpu_ns of its latest GroupStats */
+    uint64_t cpu_seen;     /* from cpu_fn, for a process that never reported */
+    struct fg_slot *slots; /* owned, n_slots used of cap_slots */
+    uint32_t n_slots, cap_slots;
+    uint32_t *index; /* owned: slot + 1 by group id hash; 0 = empty; index_cap entries */
+    uint32_t index_cap;
+    struct fleet_groups_proc *prev, *next; /* in the live or the exited list */
+};
+
+struct fg_list {
+    struct fleet_groups_proc *head, *tail;
+    size_t count;
+};
+
+/* Pass one's verdict on one group of a message. */
+struct fg_plan {
+    uint32_t gid;  /* existing id, or UINT32_MAX for a name to intern */
+    uint32_t slot; /* the process's slot, or UINT32_MAX for a new one */
+};
+
+struct fleet_groups {
+    struct fg_group **groups; /* owned, by id; n_groups used of cap_groups */
+    uint32_t n_groups, cap_groups, measured;
+    uint32_t *table; /* owned: id + 1; 0 = empty; table_cap entries, a power of two */
+    uint32_t table_cap;
+    struct fg_list live, exited;
+    uint64_t exited_cpu_ns; /* CPU of exited processes whose row was let go */
+    uint64_t serial;
+    struct fg_plan *plan; /* owned scratch, plan_cap entries: reused across messages */
+    size_t plan_cap;
+    struct fleet_groups_stats stats;
+    char why[FLEET_GROUPS_WHY_BYTES];
+};
+
+static uint32_t hash_name(const char *s, size_t len)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+static uint32_t hash_id(uint32_t id)
+{
+    return id * 2654435761u;
+}
+
+static void list_append(struct fg_list *l, struct fleet_groups_proc *p)
+{
+    p->next = NULL;
+    p->prev = l->tail;
+    if (l->tail)
+        l->tail->next = p;
+    else
+        l->head = p;
+    l->tail = p;
+    l->count++;
+}
+
+static void list_remove(struct fg_list *l, struct fleet_groups_proc *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        l->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        l->tail = p->prev;
+    p->prev = p->next = NULL;
+    l->count--;
+}
+
+static void proc_free(struct fleet_groups_proc *p)
+{
+    free(p->slots);
+    free(p->index);
+    free(p);
+}
+
+int fleet_groups_new(struct fleet_groups **ret)
+{
+    struct fleet_groups *fg = calloc(1, sizeof(*fg));
+
+    if (!fg)
+        return -ENOMEM;
+    *ret = fg;
+    return 0;
+}
+
+struct fleet_groups *fleet_groups_free(struct fleet_groups *fg)
+{
+    struct fleet_groups_proc *p, *next;
+
+    if (!fg)
+        return NULL;
+    for (p = fg->live.head; p; p = next) {
+        next = p->next;
+        proc_free(p);
+    }
+    for (p = fg->exited.head; p; p = next) {
+        next = p->next;
+        proc_free(p);
+    }
+    for (uint32_t i = 0; i < fg->n_groups; i++) {
+        free(fg->groups[i]->name);
+        free(fg->groups[i]);
+    }
+    free(fg->groups);
+    free(fg->table);
+    free(fg->plan);
+    free(fg);
+    return NULL;
+}
+
+/* ---- names ------------------------------------------------------------------------------ */
+
+static uint32_t find_group(const struct fleet_groups *fg, const char *name, size_t len,
+                           uint32_t hash)
+{
+    if (!fg->table_cap)
+        return UINT32_MAX;
+    for (uint32_t i = hash & (fg->table_cap - 1);; i = (i + 1) & (fg->table_cap - 1)) {
+        uint32_t v = fg->table[i];
+        const struct fg_group *g;
+
+        if (v == 0)
+            return UINT32_MAX;
+        g = fg->groups[v - 1];
+        if (g->hash == hash && g->len == len && memcmp(g->name, name, len) == 0)
+            return v - 1;
+    }
+}
+
+static void table_put(uint32_t *table, uint32_t cap, uint32_t hash, uint32_t id)
+{
+    uint32_t i = hash & (cap - 1);
+
+    while (table[i])
+        i = (i + 1) & (cap - 1);
+    table[i] = id + 1;
+}
+
+/* Interns a name (validated by the caller). Returns its id, or UINT32_MAX when out of memory
+ * or the fleet has FLEET_GROUPS_MAX names. */
+static uint32_t intern_group(struct fleet_groups *fg, const char *name, size_t len, uint32_t hash)
+{
+    struct fg_group *g;
+
+    if (fg->n_groups >= FLEET_GROUPS_MAX)
+        return UINT32_MAX;
+    /* Kept at most half full, so probes stay short. */
+    if ((fg->n_groups + 1) * 2 > fg->table_cap) {
+        uint32_t cap = fg->table_cap ? fg->table_cap * 2 : 64;
+        uint32_t *table = calloc(cap, sizeof(*table));
+
+        if (!table)
+            return UINT32_MAX;
+        for (uint32_t i = 0; i < fg->n_groups; i++)
+            table_put(table, cap, fg->groups[i]->hash, i);
+        free(fg->table);
+        fg->table = table;
+        fg->table_cap = cap;
+    }
+    if (fg->n_groups == fg->cap_groups) {
+        uint32_t cap = fg->cap_groups ? fg->cap_groups * 2 : 32;
+        struct fg_group **groups = realloc(fg->groups, cap * sizeof(*groups));
+
+        if (!groups)
+            return UINT32_MAX;
+        fg->groups = groups;
+        fg->cap_groups = cap;
+    }
+    g = calloc(1, sizeof(*g));
+    if (!g)
+        return UINT32_MAX;
+    g->name = malloc(len + 1);
+    if (!g->name) {
+        free(g);
+        return UINT32_MAX;
+    }
+    memcpy(g->name, name, len);
+    g->name[len] = '\0';
+    g->len = len;
+    g->hash = hash;
+    g->sum.name = g->name;
+    fg->groups[fg->n_groups] = g;
+    table_put(fg->table, fg->table_cap, hash, fg->n_groups);
+    return fg->n_groups++;
+}
+
+/* ---- processes -------------------------------------------------------------------------- */
+
+static uint32_t find_slot(const struct fleet_groups_proc *p, uint32_t gid)
+{
+    if (!p->index_cap)
+        return UINT32_MAX;
+    for (uint32_t i = hash_id(gid) & (p->index_cap - 1);; i = (i + 1) & (p->index_cap - 1)) {
+        uint32_t v = p->index[i];
+
+        if (v == 0)
+            return UINT32_MAX;
+        if (p->slots[v - 1].gid == gid)
+            return v - 1;
+    }
+}
+
+/* Room for extra more slots, in the slot array and its index. */
+static int reserve_slots(struct fleet_groups_proc *p, uint32_t extra)
+{
+    uint32_t want = p->n_slots + extra;
+
+    if (want > p->cap_slots) {
+        uint32_t cap = p->cap_slots ? p->cap_slots : 8;
+        struct fg_slot *slots;
+
+        while (cap < want)
+            cap *= 2;
+        slots = realloc(p->slots, cap * sizeof(*slots));
+        if (!slots)
+            return -ENOMEM;
+        p->slots = slots;
+        p->cap_slots = cap;
+    }
+    if (want * 2 > p->index_cap) {
+        uint32_t cap = p->index_cap ? p->index_cap : 16;
+        uint32_t *index;
+
+        while (cap < want * 2)
+            cap *= 2;
+        index = calloc(cap, sizeof(*index));
+        if (!index)
+            return -ENOMEM;
+        for (uint32_t s = 0; s < p->n_slots; s++)
+            table_put(index, cap, hash_id(p->slots[s].gid), s);
+        free(p->index);
+        p->index = index;
+        p->index_cap = cap;
+    }
+    return 0;
+}
+
+struct fleet_groups_proc *fleet_groups_join(struct fleet_groups *fg, int32_t pid, const char *name)
+{
+    struct fleet_groups_proc *p = calloc(1, sizeof(*p));
+
+    if (!p)
+        return NULL;
+    p->pid = pid;
+    (void)snprintf(p->name, sizeof(p->name), "%s", name ? name : "?");
+    p->live = true;
+    list_append(&fg->live, p);
+    fg->stats.processes++;
+    fg->stats.live++;
+    return p;
+}
+
+void fleet_groups_leave(struct fleet_groups *fg, struct fleet_groups_proc *p)
+{
+    if (!p || !p->live)
+        return;
+    list_remove(&fg->live, p);
+    p->live = false;
+    fg->stats.live--;
+    for (uint32_t s = 0; s < p->n_slots; s++)
+        fg->groups[p->slots[s].gid]->live--;
+    if (!p->reported) {
+        /* Nothing to break down: only its CPU time stays. */
+        fg->exited_cpu_ns += p->cpu_seen;
+        proc_free(p);
+        return;
+    }
+    list_append(&fg->exited, p);
+    if (fg->exited.count > FLEET_GROUPS_EXITED_KEPT) {
+        struct fleet_groups_proc *old = fg->exited.head;
+
+        list_remove(&fg->exited, old);
+        fg->exited_cpu_ns += old->cpu_reported; /* its group totals stay in the sums */
+        proc_free(old);
+    }
+}
+
+/* ---- GroupStats ------------------------------------------------------------------------- */
+
+static int refuse(struct fleet_groups *fg, const char **ret_why, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+static int refuse(struct fleet_groups *fg, const char **ret_why, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(fg->why, sizeof(fg->why), fmt, ap);
+    va_end(ap);
+    fg->stats.refused++;
+    if (ret_why)
+        *ret_why = fg->why;
+    return -EBADMSG;
+}
+
+static void from_wire(const Fleetprof__GroupTotals *w, struct prof_group_totals *t)
+{
+    t->cpu_ns = w->cpu_ns;
+    t->cycles = w->cycles;
+    t->activations = w->activations;
+    t->events = w->events;
+    t->worst_event_ns = w->worst_event_ns;
+    t->slow_events = w->slow_events;
+    t->discarded = w->discarded;
+    t->migrated = w->migrated;
+    t->stale = w->stale;
+    memcpy(t->durations, w->durations, sizeof(t->durations));
+}
+
+/* The first counter of now that is below before's, or NULL. */
+static const char *went_back(const struct prof_group_totals *before,
+                             const struct prof_group_totals *now)
+{
+    static const char *const names[] = {"cpu_ns",      "cycles",    "activations",
+                                        "events",      "worst_event_ns", "slow_events",
+                                        "discarded",   "migrated",  "stale"};
+    const uint64_t b[] = {before->cpu_ns,         before->cycles,      before->activations,
+                          before->events,         before->worst_event_ns, before->slow_events,
+                          before->discarded,      before->migrated,    before->stale};
+    const uint64_t n[] = {now->cpu_ns,         now->cycles,      now->activations,
+                          now->events,         now->worst_event_ns, now->slow_events,
+                          now->discarded,      now->migrated,    now->stale};
+
+    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+        if (n[i] < b[i])
+            return names[i];
+    for (unsigned k = 0; k < PROF_GROUP_BUCKETS; k++)
+        if (now->durations[k] < before->durations[k])
+            return "durations";
+    return NULL;
+}
+
+/* sum += now - before, counter by counter (now >= before: checked); worst is a maximum. */
+static void add_increase(struct prof_group_totals *sum, const struct prof_group_totals *before,
+                         const struct prof_group_totals *now)
+{
+    sum->cpu_ns += now->cpu_ns - before->cpu_ns;
+    sum->cycles += now->cycles - before->cycles;
+    sum->activations += now->activations - before->activations;
+    sum->events += now->events - before->events;
+    if (now->worst_event_ns > sum->worst_event_ns)
+        sum->worst_event_ns = now->worst_event_ns;
+    sum->slow_events += now->slow_events - before->slow_events;
+    sum->discarded += now->discarded - before->discarded;
+    sum->migrated += now->migrated - before->migrated;
+    sum->stale += now->stale - before->stale;
+    for (unsigned k = 0; k < PROF_GROUP_BUCKETS; k++)
+        sum->durations[k] += now->durations[k] - before->durations[k];
+}
+
+int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
+                       const Fleetprof__GroupStats *m, const char **ret_why)
+{
+    uint32_t new_slots = 0;
+    uint64_t serial;
+
+    if (!p)
+        return refuse(fg, ret_why, "the daemon had no memory for this process's groups");
+    if (p->final)
+        return refuse(fg, ret_why, "group stats after the final ones");
+    if (m->n_groups > FLEET_GROUPS_PER_PROCESS_MAX)
+        return refuse(fg, ret_why, "%zu groups, more than the %d a process may have",
+                      m->n_groups, FLEET_GROUPS_PER_PROCESS_MAX);
+    if (m->process_cpu_ns < p->cpu_reported)
+        return refuse(fg, ret_why, "process CPU time went backwards (%llu ns, was %llu ns)",
+                      (unsigned long long)m->process_cpu_ns,
+                      (unsigned long long)p->cpu_reported);
+    if (m->n_groups > fg->plan_cap) {
+        size_t cap = fg->plan_cap ? fg->plan_cap : 16;
+        struct fg_plan *plan;
+
+        while (cap < m->n_groups)
+            cap *= 2;
+        plan = realloc(fg->plan, cap * sizeof(*plan));
+        if (!plan)
+            return -ENOMEM;
+        fg->plan = plan;
+        fg->plan_cap = cap;
+    }
+
+    /* Pass one: judge every group; only interning a new name happens here, and a name
+     * nobody reported is invisible in reports. */
+    serial = ++fg->serial;
+    for (size_t i = 0; i < m->n_groups; i++) {
+        const Fleetprof__GroupTotals *w = m->groups[i];
+        size_t len = strnlen(w->name, PROF_GROUP_NAME_MAX + 1);
+        uint32_t hash, gid, slot = UINT32_MAX;
+
+        if (!prof_group_name_valid(w->name, len))
+            return refuse(fg, ret_why,
+                          "group %zu: name is not 1..%d bytes of UTF-8 without control "
+                          "characters",
+                          i, PROF_GROUP_NAME_MAX);
+        if (w->n_durations != PROF_GROUP_BUCKETS)
+            return refuse(fg, ret_why, "group '%s': %zu histogram buckets, expected %d",
+                          w->name, w->n_durations, PROF_GROUP_BUCKETS);
+        hash = hash_name(w->name, len);
+        gid = find_group(fg, w->name, len, hash);
+        if (gid != UINT32_MAX) {
+            if (fg->groups[gid]->stamp == serial)
+                return refuse(fg, ret_why, "group '%s' twice in one message", w->name);
+            slot = find_slot(p, gid);
+        } else {
+            gid = intern_group(fg, w->name, len, hash);
+            if (gid == UINT32_MAX)
+                return fg->n_groups >= FLEET_GROUPS_MAX
+                               ? refuse(fg, ret_why, "the fleet has %d group names already",
+                                        FLEET_GROUPS_MAX)
+                               : -ENOMEM;
+        }
+        fg->groups[gid]->stamp = serial;
+        if (slot != UINT32_MAX) {
+            struct prof_group_totals now;
+            const char *field;
+
+            from_wire(w, &now);
+            field = went_back(&p->slots[slot].t, &now);
+            if (field)
+                return refuse(fg, ret_why, "group '%s': %s went backwards (cumulative totals)",
+                              w->name, field);
+        } else {
+            new_slots++;
+        }
+        fg->plan[i] = (struct fg_plan){gid, slot};
+    }
+    if (p->n_slots + new_slots > FLEET_GROUPS_PER_PROCESS_MAX)
+        return refuse(fg, ret_why, "more than %d groups in all", FLEET_GROUPS_PER_PROCESS_MAX);
+    if (new_slots && reserve_slots(p, new_slots) < 0)
+        return -ENOMEM;
+
+    /* Pass two: cannot fail. */
+    for (size_t i = 0; i < m->n_groups; i++) {
+        struct fg_group *g = fg->groups[fg->plan[i].gid];
+        struct fg_slot *s;
+        struct prof_group_totals now;
+
+        if (fg->plan[i].slot == UINT32_MAX) {
+            s = &p->slots[p->n_slots];
+            memset(s, 0, sizeof(*s));
+            s->gid = fg->plan[i].gid;
+            table_put(p->index, p->index_cap, hash_id(s->gid), p->n_slots);
+            p->n_slots++;
+            if (g->processes++ == 0)
+                fg->measured++;
+            g->live++;
+        } else {
+            s = &p->slots[fg->plan[i].slot];
+        }
+        from_wire(m->groups[i], &now);
+        add_increase(&g->sum, &s->t, &now);
+        s->t = now;
+    }
+    p->cpu_reported = m->process_cpu_ns;
+    p->reported = true;
+    p->final = m->final;
+    fg->stats.accepted++;
+    return 0;
+}
+
+/* ---- reports ---------------------------------------------------------------------------- */
+
+static void to_wire(const struct prof_group_totals *t, const char *name, Fleetprof__GroupTotals *w)
+{
+    fleetprof__group_totals__init(w);
+    w->name = (char *)name;
+    w->cpu_ns = t->cpu_ns;
+    w->cycles = t->cycles;
+    w->activations = t->activations;
+    w->events = t->events;
+    w->worst_event_ns = t->worst_event_ns;
+    w->slow_events = t->slow_events;
+    w->discarded = t->discarded;
+    w->migrated = t->migrated;
+    w->stale = t->stale;
+    w->n_durations = PROF_GROUP_BUCKETS;
+    w->durations = (uint64_t *)t->durations;
+}
+
+static int by_cpu_desc(const void *a, const void *b)
+{
+    const Fleetprof__FleetGroup *x = *(Fleetprof__FleetGroup *const *)a;
+    const Fleetprof__FleetGroup *y = *(Fleetprof__FleetGroup *const *)b;
+
+    if (x->totals->cpu_ns != y->totals->cpu_ns)
+        return x->totals->cpu_ns < y->totals->cpu_ns ? 1 : -1;
+    return strcmp(x->totals->name, y->totals->name);
+}
+
+/* Rows of group gid by process, live ones first, into the report's breakdown. */
+static int add_breakdown(struct fleet_groups *fg, uint32_t gid, Fleetprof__FleetGroup *out,
+                         struct fleet_groups_report *r)
+{
+    const struct fg_group *g = fg->groups[gid];
+    const struct fg_list *lists[] = {&fg->live, &fg->exited};
+    size_t n = 0;
+
+    if (g->processes == 0)
+        return 0;
+    r->procs = calloc(g->processes, sizeof(*r->procs));
+    r->proc_ptrs = calloc(g->processes, sizeof(*r->proc_ptrs));
+    r->proc_totals = calloc(g->processes, sizeof(*r->proc_totals));
+    if (!r->procs || !r->proc_ptrs || !r->proc_totals)
+        return -ENOMEM;
+    for (size_t l = 0; l < 2; l++) {
+        for (const struct fleet_groups_proc *p = lists[l]->head; p && n < g->processes;
+             p = p->next) {
+            uint32_t s = find_slot(p, gid);
+            Fleetprof__GroupProcess *gp = &r->procs[n];
+
+            if (s == UINT32_MAX)
+                continue;
+            fleetprof__group_process__init(gp);
+            gp->pid = p->pid;
+            gp->name = (char *)p->name;
+            gp->exited = !p->live;
+            to_wire(&p->slots[s].t, g->name, &r->proc_totals[n]);
+            gp->totals = &r->proc_totals[n];
+            r->proc_ptrs[n++] = gp;
+        }
+    }
+    out->n_per_process = n;
+    out->per_process = r->proc_ptrs;
+    return 0;
+}
+
+int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
+                        fleet_groups_cpu_fn cpu_fn, void *cpu_userdata,
+                        struct fleet_groups_report *ret)
+{
+    struct fleet_groups_report r;
+    uint32_t want = UINT32_MAX;
+    uint64_t cpu = fg->exited_cpu_ns;
+    size_t n = 0;
+
+    memset(&r, 0, sizeof(r));
+    fleetprof__groups_report__init(&r.msg);
+    if (fg->measured) {
+        r.groups = calloc(fg->measured, sizeof(*r.groups));
+        r.group_ptrs = calloc(fg->measured, sizeof(*r.group_ptrs));
+        r.totals = calloc(fg->measured, sizeof(*r.totals));
+        if (!r.groups || !r.group_ptrs || !r.totals)
+            goto err;
+    }
+    if (per_process_group && *per_process_group) {
+        size_t len = strlen(per_process_group);
+
+        want = find_group(fg, per_process_group, len, hash_name(per_process_group, len));
+    }
+    for (uint32_t i = 0; i < fg->n_groups; i++) {
+        const struct fg_group *g = fg->groups[i];
+        Fleetprof__FleetGroup *out;
+
+        if (g->processes == 0)
+            continue; /* interned by a refused message */
+        out = &r.groups[n];
+        fleetprof__fleet_group__init(out);
+        to_wire(&g->sum, g->name, &r.totals[n]);
+        out->totals = &r.totals[n];
+        out->processes = g->processes;
+        out->live_processes = g->live;
+        if (i == want && add_breakdown(fg, i, out, &r) < 0)
+            goto err;
+        r.group_ptrs[n++] = out;
+    }
+    qsort(r.group_ptrs, n, sizeof(*r.group_ptrs), by_cpu_desc);
+    for (struct fleet_groups_proc *p = fg->live.head; p; p = p->next) {
+        if (!p->reported && cpu_fn) {
+            uint64_t now = cpu_fn(p->pid, cpu_userdata);
+
+            if (now > p->cpu_seen)
+                p->cpu_seen = now;
+        }
+        cpu += p->reported ? p->cpu_reported : p->cpu_seen;
+    }
+    for (const struct fleet_groups_proc *p = fg->exited.head; p; p = p->next)
+        cpu += p->cpu_reported;
+    r.msg.fleet_cpu_ns = cpu;
+    r.msg.processes = (uint32_t)fg->stats.processes;
+    r.msg.n_groups = n;
+    r.msg.groups = r.group_ptrs;
+    *ret = r;
+    return 0;
+
+err:
+    fleet_groups_report_done(&r);
+    return -ENOMEM;
+}
+
+void fleet_groups_report_done(struct fleet_groups_report *r)
+{
+    free(r->groups);
+    free(r->group_ptrs);
+    free(r->totals);
+    free(r->procs);
+    free(r->proc_ptrs);
+    free(r->proc_totals);
+    memset(r, 0, sizeof(*r));
+}
+
+void fleet_groups_get_stats(const struct fleet_groups *fg, struct fleet_groups_stats *ret)
+{
+    *ret = fg->stats;
+    ret->groups = fg->measured;
+}

@@ -1,0 +1,359 @@
+/* Unit tests for daemon/groups: fleet sums equal the per-process totals (exited processes
+ * included), the per-process breakdown, fleet CPU time, and every refusal of a hostile
+ * GroupStats leaving no trace. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "child/profile/groups.h"
+#include "daemon/groups.h"
+#include "testlib.h"
+
+/* A GroupStats under construction: up to 8 groups with their own storage. */
+struct msg {
+    Fleetprof__GroupStats m;
+    Fleetprof__GroupTotals g[8];
+    Fleetprof__GroupTotals *ptrs[8];
+    uint64_t durations[8][PROF_GROUP_BUCKETS];
+    char names[8][160];
+};
+
+static void msg_init(struct msg *x, uint64_t process_cpu_ns)
+{
+    memset(x, 0, sizeof(*x));
+    fleetprof__group_stats__init(&x->m);
+    x->m.id = 1;
+    x->m.process_cpu_ns = process_cpu_ns;
+    x->m.slow_event_ns = 16000000;
+    x->m.groups = x->ptrs;
+}
+
+/* Adds a group whose every counter is v (worst v too; bucket 3 holds v events). */
+static Fleetprof__GroupTotals *msg_add(struct msg *x, const char *name, uint64_t v)
+{
+    size_t i = x->m.n_groups++;
+    Fleetprof__GroupTotals *g = &x->g[i];
+
+    fleetprof__group_totals__init(g);
+    (void)snprintf(x->names[i], sizeof(x->names[i]), "%s", name);
+    g->name = x->names[i];
+    g->cpu_ns = g->cycles = g->activations = g->events = g->worst_event_ns = v;
+    g->slow_events = g->discarded = g->migrated = g->stale = v / 2;
+    x->durations[i][3] = v;
+    g->n_durations = PROF_GROUP_BUCKETS;
+    g->durations = x->durations[i];
+    x->ptrs[i] = g;
+    return g;
+}
+
+static const Fleetprof__FleetGroup *find(const Fleetprof__GroupsReport *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_groups; i++)
+        if (!strcmp(r->groups[i]->totals->name, name))
+            return r->groups[i];
+    return NULL;
+}
+
+static uint64_t fake_cpu(int32_t pid, void *userdata)
+{
+    (void)userdata;
+    return (uint64_t)pid * 1000;
+}
+
+static void test_sums_breakdown_and_exited(void **state)
+{
+    struct fleet_groups *fg;
+    struct fleet_groups_proc *a, *b, *idle;
+    struct fleet_groups_report r;
+    struct fleet_groups_stats st;
+    const Fleetprof__FleetGroup *g;
+    struct msg x;
+    const char *why = NULL;
+
+    (void)state;
+    assert_int_equal(fleet_groups_new(&fg), 0);
+    a = fleet_groups_join(fg, 10, "alpha");
+    b = fleet_groups_join(fg, 20, "beta");
+    idle = fleet_groups_join(fg, 30, "idle");
+
+    msg_init(&x, 500);
+    msg_add(&x, "tenant-a", 100);
+    msg_add(&x, "tenant-b", 10);
+    assert_int_equal(fleet_groups_apply(fg, a, &x.m, &why), 0);
+    msg_init(&x, 700);
+    msg_add(&x, "tenant-a", 40);
+    assert_int_equal(fleet_groups_apply(fg, b, &x.m, &why), 0);
+    /* Cumulative: a's second message replaces its first, the sums move by the difference. */
+    msg_init(&x, 900);
+    msg_add(&x, "tenant-b", 30); /* order changed, tenant-a absent: kept */
+    assert_int_equal(fleet_groups_apply(fg, a, &x.m, &why), 0);
+
+    assert_int_equal(fleet_groups_report(fg, "tenant-a", fake_cpu, NULL, &r), 0);
+    assert_int_equal(r.msg.n_groups, 2);
+    assert_int_equal(r.msg.processes, 3);
+    /* 900 (a) + 700 (b) reported; idle never reported: 30 * 1000 from /proc. */
+    assert_int_equal(r.msg.fleet_cpu_ns, 900 + 700 + 30000);
+    assert_string_equal(r.msg.groups[0]->totals->name, "tenant-a"); /* most CPU first */
+    g = find(&r.msg, "tenant-a");
+    assert_int_equal(g->totals->cpu_ns, 140);
+    assert_int_equal(g->totals->events, 140);
+    assert_int_equal(g->totals->worst_event_ns, 100);
+    assert_int_equal(g->totals->slow_events, 50 + 20);
+    assert_int_equal(g->totals->n_durations, PROF_GROUP_BUCKETS);
+    assert_int_equal(g->totals->durations[3], 140);
+    assert_int_equal(g->processes, 2);
+    assert_int_equal(g->live_processes, 2);
+    assert_int_equal(g->n_per_process, 2);
+    assert_int_equal(g->per_process[0]->pid + g->per_process[1]->pid, 30);
+    assert_int_equal(g->per_process[0]->totals->cpu_ns + g->per_process[1]->totals->cpu_ns, 140);
+    g = find(&r.msg, "tenant-b");
+    assert_int_equal(g->totals->cpu_ns, 30);
+    assert_int_equal(g->n_per_process, 0); /* only the asked group is broken down */
+    fleet_groups_report_done(&r);
+
+    /* b and idle exit: b's totals and last CPU stay, idle keeps its last known CPU. */
+    fleet_groups_leave(fg, b);
+    fleet_groups_leave(fg, idle);
+    assert_int_equal(fleet_groups_report(fg, "tenant-a", fake_cpu, NULL, &r), 0);
+    g = find(&r.msg, "tenant-a");
+    assert_int_equal(g->totals->cpu_ns, 140);
+    assert_int_equal(g->processes, 2);
+    assert_int_equal(g->live_processes, 1);
+    assert_int_equal(g->n_per_process, 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(g->per_process[i]->exited, g->per_process[i]->pid == 20);
+    assert_int_equal(r.msg.fleet_cpu_ns, 900 + 700 + 30000);
+    assert_int_equal(r.msg.processes, 3);
+    fleet_groups_report_done(&r);
+
+    fleet_groups_get_stats(fg, &st);
+    assert_int_equal(st.accepted, 3);
+    assert_int_equal(st.refused, 0);
+    assert_int_equal(st.groups, 2);
+    assert_int_equal(st.processes, 3);
+    assert_int_equal(st.live, 1);
+    fleet_groups_free(fg);
+}
+
+/* Every refusal leaves the report exactly as it was. */
+static void test_refuses_hostile_stats(void **state)
+{
+    struct fleet_groups *fg;
+    struct fleet_groups_proc *p;
+    struct fleet_groups_report before, after;
+    struct msg x;
+    struct msg *big;
+    const char *why = NULL;
+    uint64_t long_buckets[PROF_GROUP_BUCKETS + 1] = {0};
+
+    (void)state;
+    assert_int_equal(fleet_groups_new(&fg), 0);
+    p = fleet_groups_join(fg, 10, "alpha");
+    msg_init(&x, 500);
+    msg_add(&x, "tenant-a", 100);
+    assert_int_equal(fleet_groups_apply(fg, p, &x.m, &why), 0);
+    assert_int_equal(fleet_groups_report(fg, "tenant-a", NULL, NULL, &before), 0);
+
+#define REFUSED(fragment)                                                   \
+    do {                                                                    \
+        why = NULL;                                                         \
+        assert_int_equal(fleet_groups_apply(fg, p, &x.m, &why), -EBADMSG); \
+        assert_non_null(why);                                               \
+        if (!strstr(why, fragment))                                         \
+            fail_msg("reason '%s' lacks '%s'", why, fragment);              \
+    } while (0)
+
+    msg_init(&x, 600);
+    msg_add(&x, "new-one", 5);
+    msg_add(&x, "bad\xc3(", 5); /* invalid UTF-8 */
+    REFUSED("UTF-8");
+    msg_init(&x, 600);
+    msg_add(&x, "esc\x1b[2J", 5); /* a terminal escape */
+    REFUSED("control");
+    msg_init(&x, 600);
+    msg_add(&x, "", 5);
+    REFUSED("name");
+    msg_init(&x, 600);
+    {
+        char name[PROF_GROUP_NAME_MAX + 2];
+
+        memset(name, 'x', sizeof(name) - 1);
+        name[sizeof(name) - 1] = '\0';
+        msg_add(&x, name, 5);
+    }
+    REFUSED("name");
+    msg_init(&x, 600);
+    msg_add(&x, "tenant-a", 200)->n_durations = PROF_GROUP_BUCKETS - 1;
+    REFUSED("histogram buckets");
+    msg_init(&x, 600);
+    msg_add(&x, "tenant-a", 200);
+    x.g[0].n_durations = PROF_GROUP_BUCKETS + 1;
+    x.g[0].durations = long_buckets;
+    REFUSED("histogram buckets");
+    msg_init(&x, 600);
+    msg_add(&x, "fresh", 1);
+    msg_add(&x, "fresh", 1);
+    REFUSED("twice");
+    msg_init(&x, 600);
+    msg_add(&x, "tenant-a", 200);
+    msg_add(&x, "tenant-a", 200);
+    REFUSED("twice");
+    msg_init(&x, 600);
+    msg_add(&x, "tenant-a", 99); /* every counter below the last one */
+    REFUSED("cpu_ns went backwards");
+    msg_init(&x, 600);
+    msg_add(&x, "tenant-a", 200)->stale = 1; /* one counter below */
+    REFUSED("stale went backwards");
+    msg_init(&x, 600);
+    msg_add(&x, "tenant-a", 200);
+    x.durations[0][3] = 99;
+    REFUSED("durations went backwards");
+    msg_init(&x, 400);
+    msg_add(&x, "tenant-a", 200);
+    REFUSED("process CPU time went backwards");
+
+    /* More groups than a process may have: checked before anything is read. */
+    big = calloc(1, sizeof(*big));
+    assert_non_null(big);
+    msg_init(big, 600);
+    big->m.n_groups = FLEET_GROUPS_PER_PROCESS_MAX + 1;
+    why = NULL;
+    assert_int_equal(fleet_groups_apply(fg, p, &big->m, &why), -EBADMSG);
+    assert_non_null(strstr(why, "more than"));
+    free(big);
+
+    assert_int_equal(fleet_groups_report(fg, "tenant-a", NULL, NULL, &after), 0);
+    assert_int_equal(after.msg.n_groups, before.msg.n_groups); /* "new-one", "fresh" unseen */
+    assert_int_equal(after.msg.fleet_cpu_ns, before.msg.fleet_cpu_ns);
+    assert_int_equal(after.msg.groups[0]->totals->cpu_ns, 100);
+    assert_int_equal(after.msg.groups[0]->totals->stale, 50);
+    assert_int_equal(after.msg.groups[0]->per_process[0]->totals->cpu_ns, 100);
+    fleet_groups_report_done(&after);
+    fleet_groups_report_done(&before);
+
+    /* Still accepted afterwards; nothing after a final. */
+    msg_init(&x, 600);
+    msg_add(&x, "tenant-a", 200);
+    x.m.final = true;
+    assert_int_equal(fleet_groups_apply(fg, p, &x.m, &why), 0);
+    msg_init(&x, 700);
+    msg_add(&x, "tenant-a", 300);
+    REFUSED("after the final");
+    assert_int_equal(fleet_groups_apply(fg, NULL, &x.m, &why), -EBADMSG);
+    fleet_groups_free(fg);
+}
+
+/* The per-process cap counts groups across messages too. */
+static void test_group_cap_across_messages(void **state)
+{
+    struct fleet_groups *fg;
+    struct fleet_groups_proc *p;
+    Fleetprof__GroupStats m = FLEETPROF__GROUP_STATS__INIT;
+    Fleetprof__GroupTotals *g = calloc(FLEET_GROUPS_PER_PROCESS_MAX, sizeof(*g));
+    Fleetprof__GroupTotals **ptrs = calloc(FLEET_GROUPS_PER_PROCESS_MAX, sizeof(*ptrs));
+    char(*names)[16] = calloc(FLEET_GROUPS_PER_PROCESS_MAX + 1, sizeof(*names));
+    uint64_t durations[PROF_GROUP_BUCKETS] = {0};
+    struct fleet_groups_report r;
+    const char *why = NULL;
+
+    (void)state;
+    assert_true(g && ptrs && names);
+    assert_int_equal(fleet_groups_new(&fg), 0);
+    p = fleet_groups_join(fg, 10, "alpha");
+    for (size_t i = 0; i < FLEET_GROUPS_PER_PROCESS_MAX; i++) {
+        fleetprof__group_totals__init(&g[i]);
+        (void)snprintf(names[i], sizeof(names[i]), "g%zu", i);
+        g[i].name = names[i];
+        g[i].cpu_ns = 1;
+        g[i].n_durations = PROF_GROUP_BUCKETS;
+        g[i].durations = durations;
+        ptrs[i] = &g[i];
+    }
+    m.groups = ptrs;
+    m.n_groups = FLEET_GROUPS_PER_PROCESS_MAX;
+    assert_int_equal(fleet_groups_apply(fg, p, &m, &why), 0);
+    (void)snprintf(names[0], sizeof(names[0]), "one-more");
+    m.n_groups = 1;
+    assert_int_equal(fleet_groups_apply(fg, p, &m, &why), -EBADMSG);
+    assert_non_null(strstr(why, "in all"));
+    assert_int_equal(fleet_groups_report(fg, NULL, NULL, NULL, &r), 0);
+    assert_int_equal(r.msg.n_groups, FLEET_GROUPS_PER_PROCESS_MAX);
+    fleet_groups_report_done(&r);
+    fleet_groups_free(fg);
+    free(g);
+    free(ptrs);
+    free(names);
+}
+
+/* Random fleets: after any sequence of accepted messages, joins and exits, each group's sum
+ * is the sum of the latest totals of every process that reported it. */
+static void test_random_fleets_sum_up(void **state)
+{
+    enum { PROCS = 12, GROUPS = 6, ROUNDS = 400 };
+    static const char *const names[GROUPS] = {"a", "b", "c", "d", "e", "f"};
+    struct test_rng rng;
+    struct fleet_groups *fg;
+    struct fleet_groups_proc *p[PROCS];
+    uint64_t latest[PROCS][GROUPS] = {{0}}, cpu[PROCS] = {0};
+    bool gone[PROCS] = {false};
+    struct msg x;
+    const char *why;
+
+    (void)state;
+    test_rng_init(&rng, test_seed());
+    assert_int_equal(fleet_groups_new(&fg), 0);
+    for (int i = 0; i < PROCS; i++)
+        p[i] = fleet_groups_join(fg, 100 + i, "w");
+    for (int round = 0; round < ROUNDS; round++) {
+        int i = (int)test_rng_range(&rng, 0, PROCS - 1);
+        struct fleet_groups_report r;
+        uint64_t fleet_cpu = 0;
+
+        if (gone[i])
+            continue;
+        if (test_rng_range(&rng, 0, 30) == 0) {
+            fleet_groups_leave(fg, p[i]);
+            gone[i] = true;
+            continue;
+        }
+        cpu[i] += test_rng_range(&rng, 0, 1000);
+        msg_init(&x, cpu[i]);
+        for (int k = 0; k < GROUPS; k++) {
+            if (test_rng_range(&rng, 0, 2) == 0)
+                continue; /* absent: keeps its last totals */
+            latest[i][k] += test_rng_range(&rng, 0, 50);
+            msg_add(&x, names[k], latest[i][k]);
+        }
+        assert_int_equal(fleet_groups_apply(fg, p[i], &x.m, &why), 0);
+
+        assert_int_equal(fleet_groups_report(fg, NULL, NULL, NULL, &r), 0);
+        for (int k = 0; k < GROUPS; k++) {
+            const Fleetprof__FleetGroup *g = find(&r.msg, names[k]);
+            uint64_t want = 0;
+
+            for (int j = 0; j < PROCS; j++)
+                want += latest[j][k];
+            assert_int_equal(g ? g->totals->cpu_ns : 0, want);
+            if (g)
+                assert_int_equal(g->totals->durations[3], want);
+        }
+        for (int j = 0; j < PROCS; j++)
+            fleet_cpu += cpu[j];
+        assert_int_equal(r.msg.fleet_cpu_ns, fleet_cpu);
+        fleet_groups_report_done(&r);
+    }
+    fleet_groups_free(fg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_sums_breakdown_and_exited),
+            cmocka_unit_test(test_refuses_hostile_stats),
+            cmocka_unit_test(test_group_cap_across_messages),
+            cmocka_unit_test(test_random_fleets_sum_up),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
