@@ -342,6 +342,8 @@ static int show(struct top *t)
     struct tm tm;
     struct top_render_opts o = {.selected = -1};
 
+    if (!t->have_view)
+        return 0; /* a resize before the first report: nothing to show yet */
     if (localtime_r(&now, &tm))
         (void)strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
     o.clock = clock;
@@ -636,6 +638,29 @@ static int parse_args(struct top *t, int argc, char **argv)
     return -1;
 }
 
+/* Acts on the signals caught since the last call. Returns 0 to quit, 1 to go on. */
+static int drain_signals(struct top *t)
+{
+    char sig;
+
+    while (read(signal_pipe[0], &sig, 1) == 1) {
+        if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+            return 0;
+        if (sig == SIGTSTP) {
+            /* Catching it took the default stop away: stop ourselves, leaving the terminal
+             * as we found it while stopped. */
+            term_restore();
+            (void)raise(SIGSTOP);
+        } else if (sig == SIGCONT && t->tty && !term.active) {
+            term_enter();
+            (void)show(t);
+        } else if (sig == SIGWINCH && term.active) {
+            (void)show(t);
+        }
+    }
+    return 1;
+}
+
 /* Waits for the next refresh, a key or a signal. Returns 1 to refresh now, 0 to quit, or
  * a negative errno. */
 static int wait_for(struct top *t, uint64_t deadline_ns, bool *rotate)
@@ -656,25 +681,8 @@ static int wait_for(struct top *t, uint64_t deadline_ns, bool *rotate)
             return -errno;
         if (n <= 0)
             continue;
-        if (fds[0].revents & POLLIN) {
-            char sig;
-
-            while (read(signal_pipe[0], &sig, 1) == 1) {
-                if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
-                    return 0;
-                if (sig == SIGTSTP) {
-                    /* Catching it took the default stop away: stop ourselves, leaving the
-                     * terminal as we found it while stopped. */
-                    term_restore();
-                    (void)raise(SIGSTOP);
-                } else if (sig == SIGCONT && t->tty && !term.active) {
-                    term_enter();
-                    (void)show(t);
-                } else if (sig == SIGWINCH && term.active) {
-                    (void)show(t);
-                }
-            }
-        }
+        if ((fds[0].revents & POLLIN) && !drain_signals(t))
+            return 0;
         if (fds[1].revents & (POLLHUP | POLLERR)) {
             term.keys = false; /* stdin went away: keep refreshing until a signal */
         } else if (fds[1].revents & POLLIN) {
@@ -723,21 +731,21 @@ int cmd_top(const char *socket_path, int argc, char **argv)
     for (;;) {
         r = refresh(&t, rotate);
         if (r == -EINTR) {
-            /* A signal during the request: let wait_for() read it, right away. */
-            r = wait_for(&t, now_ns() + t.interval_ns, &rotate);
-            if (r <= 0) {
-                status = r < 0 ? 1 : 0;
+            /* A signal ended the request: act on it, then ask again at once. */
+            if (!drain_signals(&t))
                 break;
-            }
             continue;
         }
         if (r < 0) {
             status = 1;
             break;
         }
-        deadline += t.interval_ns;
-        if (deadline <= now_ns())
-            deadline = now_ns() + t.interval_ns; /* a slow request: no catch-up burst */
+        /* An extra refresh (another view) keeps the schedule. */
+        if (rotate) {
+            deadline += t.interval_ns;
+            if (deadline <= now_ns())
+                deadline = now_ns() + t.interval_ns; /* a slow request: no catch-up burst */
+        }
         if (t.once && (t.view.rated || t.interval_ns == 0)) {
             if (t.group && !t.view.group_found) {
                 fprintf(stderr, "fleetprof: no process has measured group \"%s\"\n", t.group);
