@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Integration tests of `fleetprof top` (issue 14) as people and scripts use it, against a
-real fleetprofd and real processes timing performance groups (tests/workloads/wl-groups.c:
-three groups splitting each process's CPU 50/30/20 by construction):
+real fleetprofd and real processes timing performance groups
+(tests/workloads/wl-groups-split.c: three groups splitting each process's CPU 50/30/20 by construction):
 
 - a fleet of 4: `top --once --json` fleet totals are the sum of what each process says it
   measured, within 1 %, and the split is within 2 points of the truth;
@@ -31,7 +31,7 @@ from daemon_helper import CLI, Daemon  # noqa: E402
 from wire import field, frame, read_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
-WL_GROUPS = os.path.join(BUILD, "tests", "workloads", "wl-groups")
+WL_SPLIT = os.path.join(BUILD, "tests", "workloads", "wl-groups-split")
 GROUPS = {"top-50": 50.0, "top-30": 30.0, "top-20": 20.0}
 GROUPS_REQUEST, ERROR = 36, 18
 
@@ -50,7 +50,7 @@ def start_fleet(d, n, rounds, idle_ms=0):
     env = dict(os.environ, FLEETPROF_SOCKET=d.sock, FLEETPROF_SLOW_EVENT_MS="2")
     for k in ("LD_PRELOAD", "FLEETPROF_STARTUP", "FLEETPROF_OUTPUT", "FLEETPROF_DIR"):
         env.pop(k, None)
-    return [subprocess.Popen([WL_GROUPS, str(rounds), str(idle_ms)], env=env,
+    return [subprocess.Popen([WL_SPLIT, str(rounds), str(idle_ms)], env=env,
                              stdout=subprocess.PIPE, text=True) for _ in range(n)]
 
 
@@ -113,7 +113,7 @@ def test_fleet_totals_are_the_sum_of_the_processes(tmp):
         own = {}
         for p in procs:
             out, _ = p.communicate(timeout=300)
-            assert p.returncode == 0, f"wl-groups {p.pid} exited {p.returncode}"
+            assert p.returncode == 0, f"wl-groups-split {p.pid} exited {p.returncode}"
             rec = json.loads(out)
             own[rec["pid"]] = rec["groups"]
 

@@ -1,7 +1,7 @@
-/* tests/workloads/wl-groups.c - a process whose three performance groups split its CPU
+/* tests/workloads/wl-groups-split.c - a process whose three performance groups split its CPU
  * 50/30/20 by construction, for `fleetprof top` (tests/integration/test-top.py).
  *
- *   wl-groups ROUNDS [IDLE_MS]    ROUNDS 0: until SIGTERM/SIGINT
+ *   wl-groups-split ROUNDS [IDLE_MS]    ROUNDS 0: until SIGTERM/SIGINT
  *
  * Linked with libfleetprof; fleetprof_init() joins the daemon of FLEETPROF_SOCKET. Three
  * threads, one group each ("top-50", "top-30", "top-20"); in each round every thread runs
@@ -87,7 +87,7 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_stop};
 
     if (argc < 2) {
-        fprintf(stderr, "usage: wl-groups ROUNDS [IDLE_MS]\n");
+        fprintf(stderr, "usage: wl-groups-split ROUNDS [IDLE_MS]\n");
         return 2;
     }
     rounds = strtol(argv[1], NULL, 10);
@@ -95,7 +95,7 @@ int main(int argc, char **argv)
     (void)sigaction(SIGTERM, &sa, NULL);
     (void)sigaction(SIGINT, &sa, NULL);
     if (fleetprof_init() < 0) {
-        fprintf(stderr, "wl-groups: fleetprof_init failed\n");
+        fprintf(stderr, "wl-groups-split: fleetprof_init failed\n");
         return 1;
     }
     for (int g = 0; g < GROUPS; g++)
