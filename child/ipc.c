@@ -8,7 +8,11 @@
  *     them; the sampler wakes this thread once per tick when the flag is up;
  *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once;
  *   - Stop/Start/Pause/Resume: sampling paused or resumed, then acknowledged.
- * At exit it sends a Final update and waits (bounded) for it to leave. Without a daemon,
+ * Performance groups: when their totals changed, at most once per GROUP_STATS_PERIOD_NS,
+ * the sampler's tick wakes this thread, which sends the cumulative totals (GroupStats); a
+ * process that never uses a group sends none and is never woken for them.
+ * At exit it sends its last GroupStats (final), its exit profile, then a Final update, and
+ * waits (bounded) for them to leave. Without a daemon,
  * or when it goes away, the process simply keeps profiling on its own.
  */
 #include <errno.h>
@@ -28,11 +32,13 @@
 #include "buffer/update.h"
 #include "child/include/fleetprof.h"
 #include "child/ipc-start.h"
+#include "child/profile/groups.h"
 #include "child/runtime-internal.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
 
-#define EXIT_WAIT_NS (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */
+#define EXIT_WAIT_NS          (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */
+#define GROUP_STATS_PERIOD_NS (1000ull * 1000 * 1000)     /* GroupStats at most this often */
 
 static struct {
     uv_loop_t loop;
@@ -67,6 +73,12 @@ static struct {
     int outbox_error;
     uint64_t gather_id;  /* gather thread's request (set before it starts) */
     bool exit_streaming; /* IPC thread: the exit profile is on its way */
+
+    /* Performance groups: the sampler asks (groups_pending), this thread sends. */
+    _Atomic int groups_pending; /* set by the sampler's tick, taken by the IPC thread */
+    uint64_t groups_gen_asked;  /* sampler only: rt_groups_generation() when it last asked */
+    uint64_t groups_asked_ns;   /* sampler only: when it last asked (CLOCK_MONOTONIC) */
+    bool groups_final_sent;     /* IPC thread only: nothing may follow the final GroupStats */
 
     /* Symbolization: a profile writer posts a batch and waits; this thread sends it and
      * fills it from the Symbols reply (rt_ipc_symbolize). */
@@ -103,8 +115,22 @@ static void on_chunk_update(const struct buf_update *u, void *userdata)
 
 void rt_ipc_tick(void)
 {
+    uint64_t gen = rt_groups_generation();
+
     if (atomic_load_explicit(&ipc.start_pending, memory_order_relaxed))
         rt_ipc_start_deferred();
+    /* Totals changed: one wake-up per period at most, and none while no group is used
+     * (the generation stays 0). The clock is read only when there is something to send. */
+    if (gen != ipc.groups_gen_asked && atomic_load(&ipc.connected)) {
+        uint64_t now = rt_now_ns();
+
+        if (ipc.groups_asked_ns == 0 || now - ipc.groups_asked_ns >= GROUP_STATS_PERIOD_NS) {
+            ipc.groups_gen_asked = gen;
+            ipc.groups_asked_ns = now;
+            atomic_store(&ipc.groups_pending, 1);
+            wake_ipc();
+        }
+    }
     if (atomic_load_explicit(&ipc.update_pending, memory_order_acquire) &&
         atomic_load(&ipc.connected)) {
         atomic_store(&ipc.update_pending, 0);
@@ -159,6 +185,62 @@ static void flush_update(void)
     free(items);
     free(ptrs);
     buf_update_done(&u);
+}
+
+/* Sends every measured group's cumulative totals; final marks the last one (at exit).
+ * Nothing when no group was ever used, or after the final one. */
+static void send_group_stats(bool final)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__GroupStats msg = FLEETPROF__GROUP_STATS__INIT;
+    Fleetprof__GroupTotals *items = NULL, **ptrs = NULL;
+    struct prof_group_totals *t = NULL;
+    struct timespec cpu;
+    size_t n;
+
+    if (ipc.groups_final_sent || !ipc.conn || rt_groups_generation() == 0)
+        return;
+    n = rt_groups_snapshot(&t);
+    /* Read right after the totals: the daemon divides by it for the process's share. */
+    (void)clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+    if (n == 0)
+        goto out;
+    items = calloc(n, sizeof(*items));
+    ptrs = calloc(n, sizeof(*ptrs));
+    if (!items || !ptrs)
+        goto out; /* the next change, or the final one, carries them */
+    for (size_t i = 0; i < n; i++) {
+        Fleetprof__GroupTotals *g = &items[i];
+
+        fleetprof__group_totals__init(g);
+        g->name = (char *)t[i].name;
+        g->cpu_ns = t[i].cpu_ns;
+        g->cycles = t[i].cycles;
+        g->activations = t[i].activations;
+        g->events = t[i].events;
+        g->worst_event_ns = t[i].worst_event_ns;
+        g->slow_events = t[i].slow_events;
+        g->discarded = t[i].discarded;
+        g->migrated = t[i].migrated;
+        g->stale = t[i].stale;
+        g->n_durations = PROF_GROUP_BUCKETS;
+        g->durations = t[i].durations;
+        ptrs[i] = g;
+    }
+    msg.id = ++ipc.next_id;
+    msg.process_cpu_ns = (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec;
+    msg.slow_event_ns = rt.cfg.slow_event_ns;
+    msg.n_groups = n;
+    msg.groups = ptrs;
+    msg.final = final;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_GROUP_STATS;
+    env.group_stats = &msg;
+    if (send_env(&env) == 0 && final)
+        ipc.groups_final_sent = true;
+out:
+    free(items);
+    free(ptrs);
+    free(t);
 }
 
 static void send_ack(uint64_t id)
@@ -537,6 +619,8 @@ static bool flush_outbox(void)
         atomic_store(&ipc.gathering, 0);
         return false;
     }
+    if (exit_profile) /* the groups' last totals go first: the exit profile may be long */
+        send_group_stats(true);
     r = ipc_conn_stream_profile_spans(ipc.conn, id, o->spans, o->span_count, exit_profile, NULL,
                                       on_stream_done, o);
     if (r < 0) {
@@ -625,6 +709,7 @@ static void send_final_and_close(void)
     Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
 
+    send_group_stats(true); /* when no exit profile went (it carries them otherwise) */
     /* Our chunks die with us: the daemon forgets them now, not at EOF. */
     msg.final = true;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
@@ -644,6 +729,8 @@ static void on_wake(uv_async_t *handle)
     if (!ipc.conn)
         return;
     flush_symbolize();
+    if (atomic_exchange(&ipc.groups_pending, 0))
+        send_group_stats(false);
     /* The exit profile goes first; the Final update and the close follow when it has left
      * (on_stream_done). */
     if (flush_outbox() || ipc.exit_streaming)

@@ -355,15 +355,15 @@ static void from_wire(const Fleetprof__GroupTotals *w, struct prof_group_totals 
 static const char *went_back(const struct prof_group_totals *before,
                              const struct prof_group_totals *now)
 {
-    static const char *const names[] = {"cpu_ns",      "cycles",    "activations",
-                                        "events",      "worst_event_ns", "slow_events",
-                                        "discarded",   "migrated",  "stale"};
-    const uint64_t b[] = {before->cpu_ns,         before->cycles,      before->activations,
-                          before->events,         before->worst_event_ns, before->slow_events,
-                          before->discarded,      before->migrated,    before->stale};
-    const uint64_t n[] = {now->cpu_ns,         now->cycles,      now->activations,
-                          now->events,         now->worst_event_ns, now->slow_events,
-                          now->discarded,      now->migrated,    now->stale};
+    static const char *const names[] = {"cpu_ns",    "cycles",         "activations",
+                                        "events",    "worst_event_ns", "slow_events",
+                                        "discarded", "migrated",       "stale"};
+    const uint64_t b[] = {before->cpu_ns,    before->cycles,         before->activations,
+                          before->events,    before->worst_event_ns, before->slow_events,
+                          before->discarded, before->migrated,       before->stale};
+    const uint64_t n[] = {now->cpu_ns,    now->cycles,         now->activations,
+                          now->events,    now->worst_event_ns, now->slow_events,
+                          now->discarded, now->migrated,       now->stale};
 
     for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
         if (n[i] < b[i])
@@ -403,12 +403,11 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
     if (p->final)
         return refuse(fg, ret_why, "group stats after the final ones");
     if (m->n_groups > FLEET_GROUPS_PER_PROCESS_MAX)
-        return refuse(fg, ret_why, "%zu groups, more than the %d a process may have",
-                      m->n_groups, FLEET_GROUPS_PER_PROCESS_MAX);
+        return refuse(fg, ret_why, "%zu groups, more than the %d a process may have", m->n_groups,
+                      FLEET_GROUPS_PER_PROCESS_MAX);
     if (m->process_cpu_ns < p->cpu_reported)
         return refuse(fg, ret_why, "process CPU time went backwards (%llu ns, was %llu ns)",
-                      (unsigned long long)m->process_cpu_ns,
-                      (unsigned long long)p->cpu_reported);
+                      (unsigned long long)m->process_cpu_ns, (unsigned long long)p->cpu_reported);
     if (m->n_groups > fg->plan_cap) {
         size_t cap = fg->plan_cap ? fg->plan_cap : 16;
         struct fg_plan *plan;
@@ -436,8 +435,8 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
                           "characters",
                           i, PROF_GROUP_NAME_MAX);
         if (w->n_durations != PROF_GROUP_BUCKETS)
-            return refuse(fg, ret_why, "group '%s': %zu histogram buckets, expected %d",
-                          w->name, w->n_durations, PROF_GROUP_BUCKETS);
+            return refuse(fg, ret_why, "group '%s': %zu histogram buckets, expected %d", w->name,
+                          w->n_durations, PROF_GROUP_BUCKETS);
         hash = hash_name(w->name, len);
         gid = find_group(fg, w->name, len, hash);
         if (gid != UINT32_MAX) {

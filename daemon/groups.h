@@ -18,9 +18,9 @@
 
 #include "proto/fleetprof-protocol.h"
 
-#define FLEET_GROUPS_PER_PROCESS_MAX 4096    /* groups one process may report (the runtime's cap) */
-#define FLEET_GROUPS_MAX             65536   /* distinct group names fleet-wide */
-#define FLEET_GROUPS_EXITED_KEPT     65536   /* exited processes whose breakdown is kept */
+#define FLEET_GROUPS_PER_PROCESS_MAX 4096  /* groups one process may report (the runtime's cap) */
+#define FLEET_GROUPS_MAX             65536 /* distinct group names fleet-wide */
+#define FLEET_GROUPS_EXITED_KEPT     65536 /* exited processes whose breakdown is kept */
 #define FLEET_GROUPS_WHY_BYTES       256
 
 struct fleet_groups;      /* opaque */

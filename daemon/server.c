@@ -350,8 +350,7 @@ static void on_group_stats(struct conn *c, const Fleetprof__GroupStats *m)
         return;
     daemon__log(d, DAEMON_LOG_WARNING, "child %d (%s): group stats refused: %s%s", (int)c->pid,
                 c->name, r == -EBADMSG ? why : strerror(-r),
-                c->groups_refused == GROUP_REFUSALS_LOGGED ? " (further refusals not logged)"
-                                                           : "");
+                c->groups_refused == GROUP_REFUSALS_LOGGED ? " (further refusals not logged)" : "");
 }
 
 static void on_groups_request(struct conn *c, const Fleetprof__GroupsRequest *req)

@@ -160,6 +160,57 @@ static void json_string(const char *s)
     putchar('"');
 }
 
+static void print_duration(char *out, size_t size, uint64_t ns)
+{
+    if (ns >= 1000000000u)
+        (void)snprintf(out, size, "%.2f s", (double)ns / 1e9);
+    else if (ns >= 1000000u)
+        (void)snprintf(out, size, "%.1f ms", (double)ns / 1e6);
+    else
+        (void)snprintf(out, size, "%.0f us", (double)ns / 1e3);
+}
+
+/* The fleet's performance groups in a status report: a table, or a JSON array. */
+static void print_status_groups(const Fleetprof__StatusReport *rep, bool json)
+{
+    if (json) {
+        printf(",\"groups\":[");
+        for (size_t i = 0; i < rep->n_groups; i++) {
+            const Fleetprof__FleetGroup *g = rep->groups[i];
+            const Fleetprof__GroupTotals *t = g->totals;
+
+            printf("%s{\"name\":", i ? "," : "");
+            json_string(t->name);
+            printf(",\"cpu_ns\":%" PRIu64 ",\"events\":%" PRIu64 ",\"slow_events\":%" PRIu64
+                   ",\"worst_event_ns\":%" PRIu64 ",\"activations\":%" PRIu64
+                   ",\"discarded\":%" PRIu64 ",\"migrated\":%" PRIu64 ",\"stale\":%" PRIu64
+                   ",\"processes\":%u,\"live_processes\":%u}",
+                   t->cpu_ns, t->events, t->slow_events, t->worst_event_ns, t->activations,
+                   t->discarded, t->migrated, t->stale, g->processes, g->live_processes);
+        }
+        printf("]");
+        return;
+    }
+    if (rep->n_groups == 0)
+        return;
+    printf("\n%-24s %10s %10s %8s %10s  %s\n", "GROUP", "CPU s", "EVENTS", "SLOW", "WORST",
+           "PROCESSES");
+    for (size_t i = 0; i < rep->n_groups; i++) {
+        const Fleetprof__FleetGroup *g = rep->groups[i];
+        const Fleetprof__GroupTotals *t = g->totals;
+        char worst[32], procs[32];
+
+        print_duration(worst, sizeof(worst), t->worst_event_ns);
+        if (g->live_processes == g->processes)
+            (void)snprintf(procs, sizeof(procs), "%u", g->processes);
+        else
+            (void)snprintf(procs, sizeof(procs), "%u (%u live)", g->processes, g->live_processes);
+        /* Names are checked by the daemon (UTF-8, no control characters): safe to print. */
+        printf("%-24.24s %10.3f %10" PRIu64 " %8" PRIu64 " %10s  %s\n", t->name,
+               (double)t->cpu_ns / 1e9, t->events, t->slow_events, worst, procs);
+    }
+}
+
 static int cmd_status(const char *socket_path, int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -177,7 +228,8 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
             json = true;
         } else {
             printf("Usage: fleetprof status [--socket PATH] [--json]\n"
-                   "Lists the processes connected to the daemon and their buffer memory.\n");
+                   "Lists the processes connected to the daemon and their buffer memory, and\n"
+                   "the fleet's performance groups (exited processes included).\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -218,7 +270,9 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
                    s->unreleased_bytes, s->released_bytes, s->chunks, s->last_update_age_ms,
                    state_name(s->state));
         }
-        printf("]}\n");
+        printf("]");
+        print_status_groups(rep, true);
+        printf("}\n");
     } else {
         char a[32], b[32], lim[32];
         uint64_t total =
@@ -245,6 +299,7 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
         if (rep->totals && rep->totals->dropped_children)
             printf(", %" PRIu64 " misbehaving children dropped", rep->totals->dropped_children);
         printf("\n");
+        print_status_groups(rep, false);
     }
     fleetprof__envelope__free_unpacked(x.reply, NULL);
     return 0;
@@ -256,7 +311,7 @@ static void usage(FILE *out)
                  "Commands:\n"
                  "  record -- CMD     profile CMD and every process it starts, into one file\n"
                  "  capture [-o FILE] gather a running fleetprofd's fleet into one file\n"
-                 "  status [--json]   processes connected to the daemon, buffer memory\n"
+                 "  status [--json]   processes connected to the daemon, buffer memory, groups\n"
                  "  top [--once]      the fleet's performance groups, live (--json, --group)\n"
                  "  summary FILE      top functions per process, gathering log (--json, --top N)\n"
                  "  merge -o OUT IN... process profiles into one fleet profile\n"

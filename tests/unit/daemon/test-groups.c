@@ -155,13 +155,13 @@ static void test_refuses_hostile_stats(void **state)
     assert_int_equal(fleet_groups_apply(fg, p, &x.m, &why), 0);
     assert_int_equal(fleet_groups_report(fg, "tenant-a", NULL, NULL, &before), 0);
 
-#define REFUSED(fragment)                                                   \
-    do {                                                                    \
-        why = NULL;                                                         \
+#define REFUSED(fragment)                                                  \
+    do {                                                                   \
+        why = NULL;                                                        \
         assert_int_equal(fleet_groups_apply(fg, p, &x.m, &why), -EBADMSG); \
-        assert_non_null(why);                                               \
-        if (!strstr(why, fragment))                                         \
-            fail_msg("reason '%s' lacks '%s'", why, fragment);              \
+        assert_non_null(why);                                              \
+        if (!strstr(why, fragment))                                        \
+            fail_msg("reason '%s' lacks '%s'", why, fragment);             \
     } while (0)
 
     msg_init(&x, 600);

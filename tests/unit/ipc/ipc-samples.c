@@ -1,7 +1,7 @@
 /* tests/unit/ipc/ipc-samples.c - see ipc-samples.h. */
-#include <stdbool.h>
-
 #include "ipc-samples.h"
+
+#include <stdbool.h>
 
 #include "common/macros.h"
 
@@ -194,7 +194,7 @@ static Fleetprof__StatusTotals totals = {
         15,
         16,
         17};
-static uint64_t durations_a[22] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+static uint64_t durations_a[22] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
                                    12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
 static Fleetprof__GroupTotals group_a = {
         .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__group_totals__descriptor),

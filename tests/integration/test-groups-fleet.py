@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Integration tests of the fleet view of performance groups (issue 14): real profiled
+processes (tests/workloads/wl-groups.c) send their cumulative group totals to a real
+fleetprofd; its GroupsReport (read with wire.py) and `fleetprof status` show fleet sums equal
+to the processes' own totals, exited processes included. Scripted children (forked processes
+speaking the protocol) send hostile GroupStats: each is refused or dropped with a clear log
+line, and the daemon keeps serving the others.
+
+Usage: test-groups-fleet.py BUILD_DIR   (TAP output)
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import taplib  # noqa: E402
+from daemon_helper import Daemon  # noqa: E402
+from wire import field, frame, parse_fields, read_frames, read_varint, varint  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1])
+WL_GROUPS = os.path.join(BUILD, "tests", "workloads", "wl-groups")
+CLI = os.path.join(BUILD, "tools", "fleetprof")
+HELLO, GROUP_STATS, GROUPS_REQUEST, GROUPS_REPORT = 1, 19, 36, 37
+BUCKETS = 22
+COUNTERS = ["cpu_ns", "cycles", "activations", "events", "worst_event_ns", "slow_events",
+            "discarded", "migrated", "stale"]  # GroupTotals fields 2..10
+
+
+def wait_for(what, check, timeout=30):
+    """Polls check() until it returns something true; a generous timeout (the fact tested
+    is what the daemon reports, not how fast)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def packed(values):
+    return b"".join(varint(v) for v in values)
+
+
+def unpack_varints(chunks):
+    out = []
+    for chunk in chunks:
+        i = 0
+        while i < len(chunk):
+            v, i = read_varint(chunk, i)
+            out.append(v)
+    return out
+
+
+def decode_totals(raw):
+    f = parse_fields(raw)
+    t = {"name": f.get(1, [b""])[0].decode()}
+    for k, name in enumerate(COUNTERS, 2):
+        t[name] = f.get(k, [0])[0]
+    t["durations"] = unpack_varints(f.get(11, []))
+    return t
+
+
+def groups_report(sock, per_process=""):
+    """The daemon's GroupsReport as {fleet_cpu_ns, processes, groups: {name: {...}}}."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock)
+    try:
+        s.sendall(frame(GROUPS_REQUEST, field(1, 7), field(2, per_process)))
+        for num, msg in read_frames(s, timeout=10):
+            if num != GROUPS_REPORT:
+                continue
+            assert msg[1] == [7], f"reply to another request: {msg}"
+            out = {"fleet_cpu_ns": msg.get(3, [0])[0], "processes": msg.get(4, [0])[0],
+                   "groups": {}}
+            for raw in msg.get(5, []):
+                g = parse_fields(raw)
+                totals = decode_totals(g[1][0])
+                rows = []
+                for rp in g.get(4, []):
+                    p = parse_fields(rp)
+                    rows.append({"pid": p.get(1, [0])[0], "name": p.get(2, [b""])[0].decode(),
+                                 "exited": bool(p.get(3, [0])[0]),
+                                 "totals": decode_totals(p[4][0])})
+                out["groups"][totals["name"]] = {"totals": totals,
+                                                 "processes": g.get(2, [0])[0],
+                                                 "live": g.get(3, [0])[0], "per_process": rows}
+            return out
+    finally:
+        s.close()
+    raise AssertionError("no GroupsReport from the daemon")
+
+
+def start_worker(d, events, *groups):
+    """A wl-groups process; returns (Popen, its own totals {group: totals})."""
+    env = dict(os.environ, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock)
+    p = subprocess.Popen([WL_GROUPS, str(events), *groups], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, env=env, text=True)
+    line = p.stdout.readline()
+    assert line, f"wl-groups ended early (exit {p.wait()})"
+    own = json.loads(line)
+    assert own["pid"] == p.pid
+    return p, own["groups"]
+
+
+def same_totals(reported, own):
+    return all(reported[k] == own[k] for k in COUNTERS) and \
+        reported["durations"] == own["durations"]
+
+
+def sum_totals(rows):
+    out = {k: 0 for k in COUNTERS}
+    out["durations"] = [0] * BUCKETS
+    for t in rows:
+        for k in COUNTERS:
+            out[k] = max(out[k], t[k]) if k == "worst_event_ns" else out[k] + t[k]
+        out["durations"] = [a + b for a, b in zip(out["durations"], t["durations"])]
+    return out
+
+
+def rows_match(d, group, own_by_pid):
+    """The report's rows of group, if they are exactly the processes' own totals."""
+    rep = groups_report(d.sock, group)
+    g = rep["groups"].get(group)
+    if not g or len(g["per_process"]) != len(own_by_pid):
+        return None
+    for row in g["per_process"]:
+        own = own_by_pid.get(row["pid"])
+        if own is None or not same_totals(row["totals"], own):
+            return None
+    return rep
+
+
+def test_fleet_sums_equal_process_totals_and_exited_stay(tmp):
+    d = Daemon(tmp)
+    workers = []
+    try:
+        workers = [start_worker(d, 150, "alpha", "beta"), start_worker(d, 100, "alpha", "beta"),
+                   start_worker(d, 120, "alpha", "gamma")]
+        own = {name: {p.pid: t[name] for p, t in workers if name in t}
+               for name in ("alpha", "beta", "gamma")}
+        for name in own:
+            wait_for(f"{name} of every process in the report", lambda: rows_match(d, name, own[name]))
+        rep = groups_report(d.sock)
+        assert set(rep["groups"]) == {"alpha", "beta", "gamma"}, rep["groups"].keys()
+        assert rep["processes"] == 3
+        for name, by_pid in own.items():
+            g = rep["groups"][name]
+            want = sum_totals(by_pid.values())
+            assert same_totals(g["totals"], want), f"{name}: {g['totals']} != {want}"
+            assert g["processes"] == g["live"] == len(by_pid)
+            assert g["per_process"] == [], "a breakdown nobody asked for"
+        charged = sum(g["totals"]["cpu_ns"] for g in rep["groups"].values())
+        assert rep["fleet_cpu_ns"] >= charged, (rep["fleet_cpu_ns"], charged)
+
+        # fleetprof status shows the same totals.
+        st = d.status()
+        by_name = {g["name"]: g for g in st["groups"]}
+        for name, by_pid in own.items():
+            want = sum_totals(by_pid.values())
+            assert by_name[name]["cpu_ns"] == want["cpu_ns"]
+            assert by_name[name]["events"] == want["events"]
+            assert by_name[name]["processes"] == len(by_pid)
+        table = subprocess.run([CLI, "status", "--socket", d.sock], capture_output=True,
+                               text=True, timeout=10).stdout
+        assert "GROUP" in table and "alpha" in table and "3" in table, table
+
+        # The first worker exits: its totals stay in the fleet's, its row says exited.
+        gone, _ = workers[0]
+        gone.stdin.close()
+        assert gone.wait(timeout=30) == 0
+        wait_for("the worker's departure", lambda: f"child {gone.pid} (wl-groups) left" in d.log())
+        rep = groups_report(d.sock, "alpha")
+        alpha = rep["groups"]["alpha"]
+        assert same_totals(alpha["totals"], sum_totals(own["alpha"].values()))
+        assert alpha["processes"] == 3 and alpha["live"] == 2, alpha
+        rows = {r["pid"]: r for r in alpha["per_process"]}
+        assert rows[gone.pid]["exited"] and rows[gone.pid]["name"] == "wl-groups"
+        assert same_totals(rows[gone.pid]["totals"], own["alpha"][gone.pid])
+        assert not any(r["exited"] for pid, r in rows.items() if pid != gone.pid)
+        assert rep["groups"]["beta"]["live"] == 1
+        assert rep["processes"] == 3
+        assert "group stats refused" not in d.log(), d.log()
+    finally:
+        for p, _ in workers:
+            if p.poll() is None:
+                p.stdin.close()
+                p.wait(timeout=30)
+        d.stop()
+
+
+def group_totals(name, value, buckets=BUCKETS):
+    durations = [0] * buckets
+    durations[3] = value
+    body = field(1, name)
+    for k in range(2, 11):
+        body += field(k, value)
+    return field(4, body + field(11, packed(durations)))
+
+
+def group_stats(process_cpu_ns, *groups):
+    return frame(GROUP_STATS, field(1, 1), field(2, process_cpu_ns), field(3, 16000000),
+                 *groups)
+
+
+def scripted_child(d, *frames):
+    """A forked process that says Hello, sends frames, then stays until the daemon closes
+    the connection (or 60 s). Returns its pid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.sock)
+            s.sendall(frame(HELLO, field(1, 1), field(2, 1), field(3, os.getpid()),
+                            field(5, "scripted")))
+            for f in frames:
+                s.sendall(f)
+            for _ in read_frames(s, timeout=60):
+                pass
+        except OSError:
+            pass  # the daemon dropped us mid-send: what some cases expect
+        finally:
+            os._exit(0)
+    return pid
+
+
+def test_hostile_group_stats_are_refused_and_the_daemon_serves_on(tmp):
+    d = Daemon(tmp)
+    workers, scripted = [], []
+    try:
+        workers.append(start_worker(d, 80, "alpha"))
+        own = {workers[0][0].pid: workers[0][1]["alpha"]}
+        wait_for("the worker's totals", lambda: rows_match(d, "alpha", own))
+
+        many = b"".join(group_totals(f"g{i}", 1) for i in range(5000))
+        huge = b"".join(group_totals(f"g{i}", 1) for i in range(1000000))
+        cases = {
+            # Invalid UTF-8 never reaches the daemon's logic: the envelope is undecodable.
+            "utf8": (group_stats(10, group_totals(b"bad\xff", 1)),
+                     "invalid UTF-8"),
+            "control": (group_stats(10, group_totals("esc\x1b[2J", 1)),
+                        "name is not 1..128 bytes of UTF-8 without control characters"),
+            "buckets": (group_stats(10, group_totals("short", 1, buckets=21)),
+                        "'short': 21 histogram buckets, expected 22"),
+            "backwards": (group_stats(10, group_totals("alpha", 1000)) +
+                          group_stats(20, group_totals("alpha", 500)),
+                          "'alpha': cpu_ns went backwards"),
+            "many": (group_stats(10, many), "5000 groups, more than the 4096"),
+            "huge": (group_stats(10, huge), "frame larger than the maximum frame size"),
+        }
+        for case, (frames, _) in cases.items():
+            scripted.append((case, scripted_child(d, frames)))
+        for case, pid in scripted:
+            line = cases[case][1]
+            wait_for(f"the log line of '{case}'",
+                     lambda: any(f"{pid}" in ln and line in ln for ln in d.log().splitlines()))
+
+        # Nothing of theirs entered the fleet's totals; the refused-but-connected children
+        # are still served, and the worker's totals are intact.
+        rep = groups_report(d.sock, "alpha")
+        alpha = rep["groups"]["alpha"]
+        names = set(rep["groups"])
+        # "backwards" sent one valid message (alpha = 1000 ns) before the bad one.
+        assert names == {"alpha"}, names
+        backwards_pid = dict(scripted)["backwards"]
+        rows = {r["pid"]: r["totals"] for r in alpha["per_process"]}
+        assert set(rows) == {workers[0][0].pid, backwards_pid}, rows
+        assert rows[backwards_pid]["cpu_ns"] == 1000
+        assert same_totals(rows[workers[0][0].pid], own[workers[0][0].pid])
+        assert alpha["totals"]["cpu_ns"] == own[workers[0][0].pid]["cpu_ns"] + 1000
+
+        # The daemon goes on serving others: a new worker's groups arrive.
+        workers.append(start_worker(d, 50, "delta"))
+        wait_for("a new worker's totals",
+                 lambda: rows_match(d, "delta", {workers[1][0].pid: workers[1][1]["delta"]}))
+        assert d.alive()
+        st = d.status()
+        assert {g["name"] for g in st["groups"]} == {"alpha", "delta"}
+    finally:
+        for _, pid in scripted:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+        for p, _ in workers:
+            if p.poll() is None:
+                p.stdin.close()
+                p.wait(timeout=30)
+        d.stop()
+
+
+taplib.run([
+    test_fleet_sums_equal_process_totals_and_exited_stay,
+    test_hostile_group_stats_are_refused_and_the_daemon_serves_on,
+])
