@@ -732,8 +732,10 @@ int cmd_top(const char *socket_path, int argc, char **argv)
         r = refresh(&t, rotate);
         if (r == -EINTR) {
             /* A signal ended the request: act on it, then ask again at once. */
-            if (!drain_signals(&t))
+            if (!drain_signals(&t)) {
+                status = t.once ? 1 : 0; /* --once printed nothing: not a success */
                 break;
+            }
             continue;
         }
         if (r < 0) {
@@ -759,7 +761,7 @@ int cmd_top(const char *socket_path, int argc, char **argv)
             break; /* stdout closed: the reader has seen enough */
         r = wait_for(&t, deadline, &rotate);
         if (r <= 0) {
-            status = r < 0 ? 1 : 0;
+            status = r < 0 || t.once ? 1 : 0;
             break;
         }
     }
