@@ -184,14 +184,12 @@ static const char *row_name(const struct top_row *r)
     return r->totals->name ? r->totals->name : "";
 }
 
-/* Rated: CPU/s over the interval; otherwise (first screen) cumulative CPU. */
-static bool rank_by_rate;
-
-static int compare_rows(const void *a, const void *b)
+/* by_rate (a bool *): CPU over the interval first; otherwise (first screen) cumulative CPU. */
+static int compare_rows(const void *a, const void *b, void *by_rate)
 {
     const struct top_row *x = a, *y = b;
 
-    if (rank_by_rate && x->interval_cpu_ns != y->interval_cpu_ns)
+    if (*(const bool *)by_rate && x->interval_cpu_ns != y->interval_cpu_ns)
         return x->interval_cpu_ns > y->interval_cpu_ns ? -1 : 1;
     if (x->totals->cpu_ns != y->totals->cpu_ns)
         return x->totals->cpu_ns > y->totals->cpu_ns ? -1 : 1;
@@ -200,12 +198,10 @@ static int compare_rows(const void *a, const void *b)
     return strcmp(row_name(x), row_name(y));
 }
 
-static void rank(struct top_row *rows, size_t n, bool rated)
+static void rank(struct top_row *rows, size_t n, bool by_rate)
 {
-    /* qsort has no context argument; one thread builds views. */
-    rank_by_rate = rated;
     if (n)
-        qsort(rows, n, sizeof(*rows), compare_rows);
+        qsort_r(rows, n, sizeof(*rows), compare_rows, &by_rate);
 }
 
 int top_view_build(const struct top_snapshot *prev, const struct top_snapshot *cur,
