@@ -51,7 +51,7 @@ uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q)
         if (seen >= rank) {
             uint64_t upper = prof_group_bucket_upper_ns(b);
             /* No bound above the last bucket, and none above the worst event either. */
-            return upper > t->worst_event_ns || upper == UINT64_MAX ? t->worst_event_ns : upper;
+            return upper < t->worst_event_ns || upper == UINT64_MAX ? t->worst_event_ns : upper;
         }
     }
     return t->worst_event_ns;
