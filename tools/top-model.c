@@ -116,7 +116,11 @@ uint64_t top_quantile_ns(const struct top_totals *t, double q)
         return 0;
     if (q > 1)
         q = 1;
-    rank = (uint64_t)ceil((double)total * q);
+    /* The ceiling of total x q, without letting rounding (100 x 0.98 = 98.00000000000001)
+     * push it one event up. */
+    rank = (uint64_t)((double)total * q);
+    if ((double)rank < (double)total * q - 1e-6)
+        rank++;
     if (rank == 0)
         rank = 1;
     for (unsigned b = 0; b < TOP_BUCKETS; b++) {
@@ -125,9 +129,7 @@ uint64_t top_quantile_ns(const struct top_totals *t, double q)
             /* The last bucket has no upper bound, and no event took more than the worst. */
             uint64_t upper = b + 1 < TOP_BUCKETS ? (UINT64_C(1) << b) * 1000 : UINT64_MAX;
 
-            if (upper == UINT64_MAX || (t->worst_event_ns && upper > t->worst_event_ns))
-                return t->worst_event_ns;
-            return upper;
+            return upper > t->worst_event_ns ? t->worst_event_ns : upper;
         }
     }
     return t->worst_event_ns;

@@ -72,7 +72,8 @@ struct top_snapshot *top_snapshot_free(struct top_snapshot *snap);
 
 /* The q-quantile (0 < q <= 1) of per-event charged time from the histogram: the upper bound
  * of the bucket that holds it, or the worst event when that is smaller or the bucket has no
- * bound; 0 when there is no event. Same rule as prof_group_quantile_ns(). */
+ * bound; 0 when there is no event. The rule of prof_group_quantile_ns(), so that `top` and
+ * `summary` agree. */
 uint64_t top_quantile_ns(const struct top_totals *t, double q);
 
 /* A row of the table: a group (fleet view) or a process (breakdown of one group). */

@@ -147,6 +147,13 @@ static void test_quantiles(void **state)
     assert_int_equal(top_quantile_ns(&t, 0.99), 1000);
     assert_int_equal(top_quantile_ns(&t, 1.0), 3 * SEC);
     assert_int_equal(top_quantile_ns(&t, 0), 0);
+    /* 100 x 0.98 is 98.00000000000001 in doubles: still the 98th event, not the 99th. */
+    memset(&t, 0, sizeof(t));
+    t.durations[1] = 98;
+    t.durations[5] = 2;
+    t.worst_event_ns = 20 * 1000;
+    assert_int_equal(top_quantile_ns(&t, 0.98), 2000);
+    assert_int_equal(top_quantile_ns(&t, 0.99), 20 * 1000);
 }
 
 static void test_snapshot_copies_report(void **state)
@@ -519,7 +526,8 @@ static void test_json(void **state)
     fake_init(&b, 3 * SEC, 6 * SEC);
     fake_group(&b, "quote\"d\\name", 2 * SEC, 30, 4);
     fake_process(&b, 0, 7, "p7", 2 * SEC, false);
-    b.durations[0][2] = 30;
+    b.durations[0][2] = 30; /* [2, 4) us */
+    b.totals[0].worst_event_ns = 5000;
     s0 = snap_of(&a, "quote\"d\\name");
     s1 = snap_of(&b, "quote\"d\\name");
     assert_int_equal(top_view_build(s0, s1, "quote\"d\\name", &v), 0);
