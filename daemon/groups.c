@@ -32,6 +32,7 @@ struct fg_slot {
 
 struct fleet_groups_proc {
     int32_t pid;
+    uint64_t start_ns; /* Hello.start_ns: with pid, the process's identity */
     char name[64];
     bool live;
     bool reported;         /* sent a GroupStats that was accepted */
@@ -279,13 +280,31 @@ static int reserve_slots(struct fleet_groups_proc *p, uint32_t extra)
     return 0;
 }
 
-struct fleet_groups_proc *fleet_groups_join(struct fleet_groups *fg, int32_t pid, const char *name)
-{
-    struct fleet_groups_proc *p = calloc(1, sizeof(*p));
+/* Exited processes looked at for a reconnection: it follows its disconnection closely. */
+#define REJOIN_WINDOW 64
 
+struct fleet_groups_proc *fleet_groups_join(struct fleet_groups *fg, int32_t pid, uint64_t start_ns,
+                                            const char *name)
+{
+    struct fleet_groups_proc *p = fg->exited.tail;
+
+    for (int i = 0; start_ns && p && i < REJOIN_WINDOW; i++, p = p->prev) {
+        if (p->pid != pid || p->start_ns != start_ns || p->final)
+            continue;
+        /* The same process on a new connection (it gave up its old one). */
+        list_remove(&fg->exited, p);
+        list_append(&fg->live, p);
+        p->live = true;
+        fg->stats.live++;
+        for (uint32_t s = 0; s < p->n_slots; s++)
+            fg->groups[p->slots[s].gid]->live++;
+        return p;
+    }
+    p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
     p->pid = pid;
+    p->start_ns = start_ns;
     (void)snprintf(p->name, sizeof(p->name), "%s", name ? name : "?");
     p->live = true;
     list_append(&fg->live, p);
@@ -605,7 +624,8 @@ int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
             goto err;
         r.group_ptrs[n++] = out;
     }
-    qsort(r.group_ptrs, n, sizeof(*r.group_ptrs), by_cpu_desc);
+    if (n > 1) /* qsort's array may not be NULL, even empty */
+        qsort(r.group_ptrs, n, sizeof(*r.group_ptrs), by_cpu_desc);
     for (struct fleet_groups_proc *p = fg->live.head; p; p = p->next) {
         if (!p->reported && cpu_fn) {
             uint64_t now = cpu_fn(p->pid, cpu_userdata);

@@ -31,10 +31,14 @@ int fleet_groups_new(struct fleet_groups **ret);
 /* Accepts NULL; returns NULL. Every fleet_groups_proc goes with it. */
 struct fleet_groups *fleet_groups_free(struct fleet_groups *fg);
 
-/* A profiled process joined (Hello). name is copied (truncated to 63 bytes). Returns the
+/* A profiled process joined (Hello). start_ns (Hello.start_ns, the runtime's start; 0 =
+ * unknown) tells a process that reconnected (same pid and start, not yet final: its row is
+ * taken up again, so its cumulative totals are not counted twice) from a new one (a new
+ * process, or the same pid after exec). name is copied (truncated to 63 bytes). Returns the
  * process, borrowed by the caller until fleet_groups_leave(); NULL when out of memory (its
  * GroupStats are then refused). */
-struct fleet_groups_proc *fleet_groups_join(struct fleet_groups *fg, int32_t pid, const char *name);
+struct fleet_groups_proc *fleet_groups_join(struct fleet_groups *fg, int32_t pid, uint64_t start_ns,
+                                            const char *name);
 
 /* The process is gone. Its totals stay in the fleet's sums for good; its own row stays for
  * the per-process breakdown until FLEET_GROUPS_EXITED_KEPT newer exited processes push it out.

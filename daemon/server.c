@@ -228,7 +228,7 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     c->start_epoch_ms = (double)h->start_epoch_ms;
     (void)snprintf(c->name, sizeof(c->name), "%s", h->name && *h->name ? h->name : "?");
     c->state = FLEETPROF__CHILD_STATE__CHILD_STATE_RUNNING;
-    c->groups = fleet_groups_join(d->groups, c->pid, c->name);
+    c->groups = fleet_groups_join(d->groups, c->pid, h->start_ns, c->name);
     d->stats.children++;
     d->stats.children_total++;
 

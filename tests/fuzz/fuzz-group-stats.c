@@ -3,10 +3,11 @@
  * performance groups (daemon/groups.c) fed to a small fleet that joins, leaves and reports.
  *
  * Input: records of [op: 1 byte][length: 2 bytes, big-endian][payload]. op & 3: 0 joins a
- * process, 1 makes process (op >> 2) % 8 leave, 2 decodes the payload as one Envelope and
- * applies it when it is a GroupStats, for process (op >> 2) % 8, 3 reports with the payload as
- * the group to break down. After every report each group's fleet sum must equal the sum of
- * its per-process rows (worst: the maximum), and its counts must agree; violations abort().
+ * process (pid 100 + slot, start = length & 3: the same process reconnecting, or after exec), 1
+ * makes process (op >> 2) % 8 leave, 2 decodes the payload as one Envelope and applies it when it
+ * is a GroupStats, for process (op >> 2) % 8, 3 reports with the payload as the group to break
+ * down. After every report each group's fleet sum must equal the sum of its per-process rows
+ * (worst: the maximum), and its counts must agree; violations abort().
  */
 #include <errno.h>
 #include <stdint.h>
@@ -75,7 +76,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct fleet_groups *fg;
     struct fleet_groups_proc *procs[PROCS] = {0};
-    int32_t next_pid = 100;
 
     if (fleet_groups_new(&fg) < 0)
         return 0;
@@ -91,7 +91,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         switch (op & 3) {
         case 0:
             if (!procs[slot])
-                procs[slot] = fleet_groups_join(fg, next_pid++, "fuzzed");
+                /* Pids repeat and starts collide: exec and reconnections. */
+                procs[slot] = fleet_groups_join(fg, 100 + (int32_t)slot, len & 3, "fuzzed");
             break;
         case 1:
             fleet_groups_leave(fg, procs[slot]);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Integration tests of the fleet view of performance groups (issue 14): real profiled
-processes (tests/workloads/wl-groups.c) send their cumulative group totals to a real
+"""Integration tests of the fleet view of performance groups (issue 14): a real child's
+GroupStats as a fake daemon receives them (cadence, cumulative, final before the exit profile,
+none without groups); real profiled processes (tests/workloads/wl-groups.c) send their cumulative group totals to a real
 fleetprofd; its GroupsReport (read with wire.py) and `fleetprof status` show fleet sums equal
 to the processes' own totals, exited processes included. Scripted children (forked processes
 speaking the protocol) send hostile GroupStats: each is refused or dropped with a clear log
@@ -23,7 +24,7 @@ from wire import field, frame, parse_fields, read_frames, read_varint, varint  #
 BUILD = os.path.abspath(sys.argv[1])
 WL_GROUPS = os.path.join(BUILD, "tests", "workloads", "wl-groups")
 CLI = os.path.join(BUILD, "tools", "fleetprof")
-HELLO, GROUP_STATS, GROUPS_REQUEST, GROUPS_REPORT = 1, 19, 36, 37
+HELLO, WELCOME, PROFILE_DATA, GROUP_STATS, GROUPS_REQUEST, GROUPS_REPORT = 1, 2, 15, 19, 36, 37
 BUCKETS = 22
 COUNTERS = ["cpu_ns", "cycles", "activations", "events", "worst_event_ns", "slow_events",
             "discarded", "migrated", "stale"]  # GroupTotals fields 2..10
@@ -293,7 +294,97 @@ def test_hostile_group_stats_are_refused_and_the_daemon_serves_on(tmp):
         d.stop()
 
 
+class FakeDaemon:
+    """A listening socket that plays the daemon for one real child: welcomes it, answers
+    nothing else, and records every frame (arrival time, envelope field, fields) until the
+    child closes the connection."""
+
+    def __init__(self, tmp):
+        self.path = os.path.join(tmp, "fake.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(1)
+        self.frames = []
+        self.hello_at = self.closed_at = None
+
+    def serve(self, timeout=60):
+        self.listener.settimeout(timeout)
+        conn, _ = self.listener.accept()
+        try:
+            for num, msg in read_frames(conn, timeout=timeout):
+                now = time.monotonic()
+                self.frames.append((now, num, msg))
+                if num == HELLO:
+                    self.hello_at = now
+                    clock = field(1, time.monotonic_ns()) + field(2, int(time.time() * 1000))
+                    conn.sendall(frame(WELCOME, field(1, msg[1][0]), field(2, 1),
+                                       field(3, 1000000), field(4, 64 << 20),
+                                       field(5, 256 << 10), field(9, clock), field(10, 1)))
+            self.closed_at = time.monotonic()
+        finally:
+            conn.close()
+            self.listener.close()
+
+
+def run_with_fake_daemon(tmp, *args):
+    """Runs wl-groups ARGS (stdin closed: it exits after its work) against a FakeDaemon;
+    returns (its own totals, the fake daemon)."""
+    fake = FakeDaemon(tmp)
+    env = dict(os.environ, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=fake.path,
+               FLEETPROF_SYMBOLIZE="local")  # nobody answers Symbolize here
+    p = subprocess.Popen([WL_GROUPS, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         env=env, text=True)
+    try:
+        fake.serve()
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, f"wl-groups exited {p.returncode}"
+    assert fake.closed_at is not None, "the child did not close its connection"
+    return json.loads(out)["groups"], fake
+
+
+def test_child_sends_cumulative_stats_at_most_once_a_second_and_final_first(tmp):
+    own, fake = run_with_fake_daemon(tmp, "60000", "busy")
+    kinds = [num for _, num, _ in fake.frames]
+    stats = [(t, msg) for t, num, msg in fake.frames if num == GROUP_STATS]
+    assert stats, f"no GroupStats from a process that used a group: {kinds}"
+    finals = [i for i, (_, msg) in enumerate(stats) if msg.get(5, [0])[0]]
+    assert finals == [len(stats) - 1], f"final flags {[m.get(5) for _, m in stats]}"
+    # The final totals go before the exit profile, and nothing of the groups after them.
+    exit_at = next(i for i, (_, num, msg) in enumerate(fake.frames)
+                   if num == PROFILE_DATA and msg.get(5, [0])[0])
+    final_at = max(i for i, (_, num, _) in enumerate(fake.frames) if num == GROUP_STATS)
+    assert final_at < exit_at, kinds
+    # At most once per second while the process lived (a loaded machine only sends fewer).
+    lifetime = fake.closed_at - fake.hello_at
+    assert len(stats) - 1 <= int(lifetime) + 1, (len(stats), lifetime)
+    # Cumulative: never decreasing; the last ones are the process's own final totals.
+    last = None
+    for _, msg in stats:
+        (raw,) = msg[4]
+        t = decode_totals(raw)
+        assert t["name"] == "busy" and len(t["durations"]) == BUCKETS, t
+        if last:
+            assert all(t[k] >= last[k] for k in COUNTERS), (last, t)
+        last = t
+    assert same_totals(last, own["busy"]), (last, own["busy"])
+    assert stats[-1][1][2][0] >= last["cpu_ns"], "process CPU below a group's charged CPU"
+
+
+def test_child_without_groups_sends_no_group_stats(tmp):
+    own, fake = run_with_fake_daemon(tmp, "30000")
+    kinds = [num for _, num, _ in fake.frames]
+    assert own == {}
+    assert GROUP_STATS not in kinds, kinds
+    assert PROFILE_DATA in kinds, f"the child's exit profile did not come: {kinds}"
+
+
 taplib.run([
+    test_child_sends_cumulative_stats_at_most_once_a_second_and_final_first,
+    test_child_without_groups_sends_no_group_stats,
     test_fleet_sums_equal_process_totals_and_exited_stay,
     test_hostile_group_stats_are_refused_and_the_daemon_serves_on,
 ])

@@ -1,9 +1,10 @@
 /* tests/workloads/wl-groups.c - a process that times performance groups, for the fleet view.
  *
- *   wl-groups EVENTS GROUP...
+ *   wl-groups EVENTS [GROUP...]
  *
  * Runs EVENTS events on the main thread; in each, every GROUP in turn spins ~20 us of CPU
- * under its stopwatch. Then prints the process's own totals of each group as one JSON line
+ * under its stopwatch (with no GROUP, the event spins ~20 us and no group is ever used). Then
+ * prints the process's own totals of each group as one JSON line
  * ({"pid": N, "groups": {"name": {"cpu_ns": ..., ...}}}), and waits until stdin closes
  * before it exits (normally: the runtime then sends its final group totals). Linked with
  * libfleetprof; FLEETPROF_STARTUP=1 and FLEETPROF_SOCKET connect it to a daemon.
@@ -37,17 +38,21 @@ static void spin(uint64_t ns)
 int main(int argc, char **argv)
 {
     fleetprof_group *groups[MAX_GROUPS];
-    int n = argc - 2;
+    int n = argc > 2 ? argc - 2 : 0;
     long events;
     char buf[256];
 
-    if (argc < 3 || n > MAX_GROUPS || (events = strtol(argv[1], NULL, 10)) <= 0) {
-        fprintf(stderr, "usage: wl-groups EVENTS GROUP...\n");
+    if (argc < 2 || n > MAX_GROUPS || (events = strtol(argv[1], NULL, 10)) <= 0) {
+        fprintf(stderr, "usage: wl-groups EVENTS [GROUP...]\n");
         return 2;
     }
     for (int g = 0; g < n; g++)
         groups[g] = fleetprof_group_get(argv[g + 2]);
     for (long e = 0; e < events; e++) {
+        if (n == 0) {
+            spin(20000);
+            continue;
+        }
         fleetprof_event_begin();
         for (int g = 0; g < n; g++) {
             fleetprof_stopwatch sw = fleetprof_stopwatch_start(groups[g]);

@@ -73,9 +73,9 @@ static void test_sums_breakdown_and_exited(void **state)
 
     (void)state;
     assert_int_equal(fleet_groups_new(&fg), 0);
-    a = fleet_groups_join(fg, 10, "alpha");
-    b = fleet_groups_join(fg, 20, "beta");
-    idle = fleet_groups_join(fg, 30, "idle");
+    a = fleet_groups_join(fg, 10, 0, "alpha");
+    b = fleet_groups_join(fg, 20, 0, "beta");
+    idle = fleet_groups_join(fg, 30, 0, "idle");
 
     msg_init(&x, 500);
     msg_add(&x, "tenant-a", 100);
@@ -149,7 +149,7 @@ static void test_refuses_hostile_stats(void **state)
 
     (void)state;
     assert_int_equal(fleet_groups_new(&fg), 0);
-    p = fleet_groups_join(fg, 10, "alpha");
+    p = fleet_groups_join(fg, 10, 0, "alpha");
     msg_init(&x, 500);
     msg_add(&x, "tenant-a", 100);
     assert_int_equal(fleet_groups_apply(fg, p, &x.m, &why), 0);
@@ -260,7 +260,7 @@ static void test_group_cap_across_messages(void **state)
     (void)state;
     assert_true(g && ptrs && names);
     assert_int_equal(fleet_groups_new(&fg), 0);
-    p = fleet_groups_join(fg, 10, "alpha");
+    p = fleet_groups_join(fg, 10, 0, "alpha");
     for (size_t i = 0; i < FLEET_GROUPS_PER_PROCESS_MAX; i++) {
         fleetprof__group_totals__init(&g[i]);
         (void)snprintf(names[i], sizeof(names[i]), "g%zu", i);
@@ -304,7 +304,7 @@ static void test_random_fleets_sum_up(void **state)
     test_rng_init(&rng, test_seed());
     assert_int_equal(fleet_groups_new(&fg), 0);
     for (int i = 0; i < PROCS; i++)
-        p[i] = fleet_groups_join(fg, 100 + i, "w");
+        p[i] = fleet_groups_join(fg, 100 + i, 0, "w");
     for (int round = 0; round < ROUNDS; round++) {
         int i = (int)test_rng_range(&rng, 0, PROCS - 1);
         struct fleet_groups_report r;
@@ -346,6 +346,53 @@ static void test_random_fleets_sum_up(void **state)
     fleet_groups_free(fg);
 }
 
+/* A process that gave up its connection and made a new one (same pid and start) keeps its
+ * row: its cumulative totals are not counted twice. The same pid with another start (exec)
+ * is a new process; so is a reconnection after the final GroupStats. */
+static void test_reconnection_is_the_same_process(void **state)
+{
+    struct fleet_groups *fg;
+    struct fleet_groups_proc *p, *again, *exec;
+    struct fleet_groups_report r;
+    struct msg x;
+    const char *why = NULL;
+
+    (void)state;
+    assert_int_equal(fleet_groups_new(&fg), 0);
+    p = fleet_groups_join(fg, 10, 777, "alpha");
+    msg_init(&x, 500);
+    msg_add(&x, "tenant-a", 100);
+    assert_int_equal(fleet_groups_apply(fg, p, &x.m, &why), 0);
+    fleet_groups_leave(fg, p);
+    again = fleet_groups_join(fg, 10, 777, "alpha");
+    msg_init(&x, 600);
+    msg_add(&x, "tenant-a", 150);
+    assert_int_equal(fleet_groups_apply(fg, again, &x.m, &why), 0);
+    assert_int_equal(fleet_groups_report(fg, "tenant-a", NULL, NULL, &r), 0);
+    assert_int_equal(r.msg.groups[0]->totals->cpu_ns, 150);
+    assert_int_equal(r.msg.groups[0]->processes, 1);
+    assert_int_equal(r.msg.groups[0]->live_processes, 1);
+    assert_int_equal(r.msg.processes, 1);
+    assert_int_equal(r.msg.fleet_cpu_ns, 600);
+    fleet_groups_report_done(&r);
+
+    /* exec: the same pid, a new runtime start, totals from zero. */
+    fleet_groups_leave(fg, again);
+    exec = fleet_groups_join(fg, 10, 888, "alpha");
+    msg_init(&x, 50);
+    msg_add(&x, "tenant-a", 20);
+    assert_int_equal(fleet_groups_apply(fg, exec, &x.m, &why), 0);
+    assert_int_equal(fleet_groups_report(fg, "tenant-a", NULL, NULL, &r), 0);
+    assert_int_equal(r.msg.groups[0]->totals->cpu_ns, 170);
+    assert_int_equal(r.msg.groups[0]->processes, 2);
+    assert_int_equal(r.msg.groups[0]->live_processes, 1);
+    assert_int_equal(r.msg.groups[0]->n_per_process, 2);
+    assert_int_equal(r.msg.processes, 2);
+    assert_int_equal(r.msg.fleet_cpu_ns, 650);
+    fleet_groups_report_done(&r);
+    fleet_groups_free(fg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +400,7 @@ int main(void)
             cmocka_unit_test(test_refuses_hostile_stats),
             cmocka_unit_test(test_group_cap_across_messages),
             cmocka_unit_test(test_random_fleets_sum_up),
+            cmocka_unit_test(test_reconnection_is_the_same_process),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
