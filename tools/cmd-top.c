@@ -723,10 +723,8 @@ int cmd_top(const char *socket_path, int argc, char **argv)
         return 1;
     }
     t.tty = !t.json && !t.once && isatty(STDOUT_FILENO) == 1;
-    if (t.tty) {
+    if (t.tty)
         term.keys = isatty(STDIN_FILENO) == 1 && tcgetattr(STDIN_FILENO, &term.saved) == 0;
-        term_enter();
-    }
     deadline = now_ns();
     for (;;) {
         r = refresh(&t, rotate);
@@ -757,6 +755,10 @@ int cmd_top(const char *socket_path, int argc, char **argv)
             }
             break;
         }
+        /* The screen is taken only once there is something to show: a daemon that is not
+         * there gets its message on the normal screen, with no flash. */
+        if (t.tty && !term.active)
+            term_enter();
         if (!t.once && show(&t) < 0)
             break; /* stdout closed: the reader has seen enough */
         r = wait_for(&t, deadline, &rotate);

@@ -147,8 +147,10 @@ def test_fleet_totals_are_the_sum_of_the_processes(tmp):
             # The fleet's CPU also counts what no group timed (start-up, the runtime).
             assert 0 < g[n]["cumulative_share_pct"] <= share + 0.5, g[n]
             assert final["rated"] is False and g[n]["cpu_per_s"] is None
-        # top-50's events (2.5 ms) are slow at the 2 ms threshold; top-20's (1 ms) never.
-        assert g["top-50"]["slow_events"] > 0 and g["top-20"]["slow_events"] == 0, g
+        # top-50's events (2.5 ms) are slow at the 2 ms threshold; top-20's (1 ms) only when
+        # something else ran on the thread inside the event (seen: one in 744 under load).
+        assert g["top-50"]["slow_events"] >= 0.9 * g["top-50"]["events"], g["top-50"]
+        assert g["top-20"]["slow_events"] <= 0.02 * g["top-20"]["events"], g["top-20"]
 
         # The breakdown: one row per process, their own numbers, summing to the group.
         rows = {r["pid"]: r for r in final["per_process"]}
@@ -207,6 +209,18 @@ def group_line(screen, name):
     return next((line for line in screen.splitlines() if line.startswith(name + " ")), None)
 
 
+def same_modes(tmp):
+    """The terminal's modes (`stty -a` before and after top) are the same. The size line is
+    left out: a resize, or tmux sizing a new pane, changes it."""
+    wait_until(lambda: os.path.exists(os.path.join(tmp, "stty-after")), "stty -a after top")
+    with open(os.path.join(tmp, "stty-before")) as a, \
+            open(os.path.join(tmp, "stty-after")) as b:
+        before, after = ([line for line in f.read().splitlines() if "rows" not in line]
+                         for f in (a, b))
+    assert before == after, f"terminal modes before top:\n{before}\nafter:\n{after}"
+    return True
+
+
 def test_terminal(tmp):
     if not tmux_available():
         print("# test_terminal: skipped: tmux is missing and tools/bootstrap.sh could not "
@@ -261,13 +275,7 @@ def test_terminal(tmp):
         assert "top-50" not in after, f"the alternate screen is still shown:\n{after}"
         assert tmux.var("alternate_on") == "0"
         assert tmux.var("cursor_flag") == "1", "the cursor should be visible again"
-        wait_until(lambda: os.path.exists(os.path.join(tmp, "stty-after")), "stty -a")
-        with open(os.path.join(tmp, "stty-before")) as a, \
-                open(os.path.join(tmp, "stty-after")) as b:
-            before_modes, after_modes = a.read(), b.read()
-        # The size line changed with the resize; every mode must be back.
-        strip = lambda t: [line for line in t.splitlines() if "rows" not in line]  # noqa: E731
-        assert strip(before_modes) == strip(after_modes), (before_modes, after_modes)
+        assert same_modes(tmp)
     finally:
         if tmux:
             tmux.kill()
@@ -300,9 +308,7 @@ def test_terminal_signals(tmp):
         assert "top-exit=0" in after and "GROUP" not in after, after
         assert tmux.var("alternate_on") == "0"
         wait_until(lambda: os.path.exists(os.path.join(tmp, "stty-after")), "stty -a")
-        with open(os.path.join(tmp, "stty-before")) as a, \
-                open(os.path.join(tmp, "stty-after")) as b:
-            assert a.read() == b.read()
+        assert same_modes(tmp)
     finally:
         if tmux:
             tmux.kill()
