@@ -355,7 +355,8 @@ static int show(struct top *t)
             fputc('\n', stdout); /* a blank line between blocks */
     } else {
         char *text = NULL, *line, *end;
-        size_t text_len = 0, rows, cols, fixed = 83;
+        size_t text_len = 0, rows, cols;
+        size_t fixed = t->group ? TOP_PROCESS_ROW_FIXED : TOP_GROUP_ROW_FIXED;
         FILE *mem = open_memstream(&text, &text_len);
         FILE *frame;
         char *frame_text = NULL;
@@ -367,7 +368,7 @@ static int show(struct top *t)
         term_size(&rows, &cols);
         /* Rows left for the table: header, blank, column titles, and the key help (2). */
         o.max_rows = rows > (t->group ? 8u : 6u) ? rows - (t->group ? 8u : 6u) : 1;
-        o.name_width = cols > fixed + 8 ? 0 : 8;
+        o.name_width = cols > fixed + 8 ? cols - fixed : 8; /* the columns stay in sight */
         o.selected = selected_index(t);
         o.keys_help = term.keys;
         hl = top_render(mem, &t->view, &o);

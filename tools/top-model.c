@@ -396,19 +396,17 @@ static void put_cols_header(FILE *out)
     fprintf(out, COLS_FMT, "CPU/s", "SHARE", "CPU", "EVENTS", "SLOW", "WORST", "P50", "P99");
 }
 
-static size_t name_column(const struct top_row *rows, size_t n, bool procs, size_t fixed,
-                          size_t min)
+/* The name column: the longest name, at least min (the title), at most max (0: no limit). */
+static size_t name_column(const struct top_row *rows, size_t n, bool procs, size_t max, size_t min)
 {
     size_t w = min;
 
-    if (fixed)
-        return fixed > min ? fixed : min;
     for (size_t i = 0; i < n; i++) {
         size_t rw = text_width(procs ? rows[i].process_name : row_name(&rows[i]));
 
         w = rw > w ? rw : w;
     }
-    return w;
+    return max && w > max ? (max > min ? max : min) : w;
 }
 
 long top_render(FILE *out, const struct top_view *v, const struct top_render_opts *o)

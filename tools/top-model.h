@@ -129,11 +129,16 @@ void top_format_ns(char *out, size_t size, uint64_t ns);
 struct top_render_opts {
     const char *clock; /* wall-clock text for the header ("14:31:02"), or NULL */
     size_t max_rows;   /* table rows at most (0: all); a terminal's height */
-    size_t name_width; /* name column width, 0: the longest name (bounded below by the
-                        * header); longer names are cut, ending in '~' */
+    size_t name_width; /* name column width at most (0: no limit); the column is as wide
+                        * as the longest name, and longer names are cut, ending in '~' */
     long selected;     /* the group row to mark (-1: none), in the fleet view */
     bool keys_help;    /* a line of key help at the end (interactive terminal) */
 };
+
+/* Characters of a row besides the name column: a terminal's width minus these is room for
+ * names. */
+#define TOP_GROUP_ROW_FIXED   83 /* groups: name, 8 columns, PROCS */
+#define TOP_PROCESS_ROW_FIXED 91 /* processes: PID, name, STATE, 8 columns */
 
 /* Writes the screen as plain text lines (no escape codes; '\n' after each) to out: a
  * header line, a blank line, the table of groups (or, when view->group is set, that

@@ -411,6 +411,8 @@ static void test_render_text(void **state)
     assert_non_null(strstr(line, "P99"));
     nth_line(text, 3, line, sizeof(line));
     assert_true(!strncmp(line, "render-a ", 9));
+    /* The row is the name column (the longest name, 25) and TOP_GROUP_ROW_FIXED more. */
+    assert_int_equal(strlen(line), 25 + TOP_GROUP_ROW_FIXED);
     assert_non_null(strstr(line, " 1.00 ")); /* CPU/s */
     assert_non_null(strstr(line, "50.0%"));  /* share */
     assert_non_null(strstr(line, "2/3"));    /* slow: interval/total */
@@ -454,7 +456,7 @@ static void test_render_breakdown(void **state)
     struct top_snapshot *s;
     struct top_view v;
     struct top_render_opts o = {.selected = -1};
-    char *text;
+    char *text, line[512];
 
     (void)state;
     fake_init(&a, 1 * SEC, 2 * SEC);
@@ -468,6 +470,8 @@ static void test_render_breakdown(void **state)
     assert_non_null(strstr(text, "group \"tenant\""));
     assert_non_null(strstr(text, "PID"));
     assert_non_null(strstr(text, "    4242  web-server  live"));
+    assert_int_equal(strlen(nth_line(text, 5, line, sizeof(line))),
+                     strlen("web-server") + TOP_PROCESS_ROW_FIXED);
     assert_non_null(strstr(text, "    4343  gone        exited"));
     assert_non_null(strstr(text, "75.0%"));
     free(text);
