@@ -413,7 +413,7 @@ long top_render(FILE *out, const struct top_view *v, const struct top_render_opt
 {
     char rate[16], cpu[16], iv[32];
     long line = 0, selected_line = -1;
-    size_t shown, w;
+    size_t shown, w, first;
 
     /* Header: what the whole fleet did. */
     fprintf(out, "fleetprof top%s%s  ", o->clock ? "  " : "", o->clock ? o->clock : "");
@@ -490,7 +490,11 @@ long top_render(FILE *out, const struct top_view *v, const struct top_render_opt
         line++;
     }
     shown = o->max_rows && o->max_rows < v->n_groups ? o->max_rows : v->n_groups;
-    for (size_t i = 0; i < shown; i++) {
+    /* The rows shown follow the selected one down the table. */
+    first = o->selected >= 0 && (size_t)o->selected >= shown ? (size_t)o->selected - shown + 1 : 0;
+    if (first + shown > v->n_groups)
+        first = v->n_groups - shown;
+    for (size_t i = first; i < first + shown; i++) {
         const struct top_row *r = &v->groups[i];
         char procs[32];
 

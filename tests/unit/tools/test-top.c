@@ -432,6 +432,13 @@ static void test_render_text(void **state)
     assert_non_null(strstr(text, "q quit"));
     assert_null(strstr(text, "render-b"));
     free(text);
+    /* The second row selected with room for one: the table scrolls to it. */
+    o.selected = 1;
+    text = render(&v, &o, &hl);
+    assert_int_equal(hl, 3);
+    assert_non_null(strstr(nth_line(text, 3, line, sizeof(line)), "render-b-~"));
+    assert_null(strstr(text, "render-a"));
+    free(text);
     o.max_rows = 0;
     text = render(&v, &o, &hl);
     assert_non_null(strstr(text, "render-b-~ ")); /* 9 characters and the cut mark */
