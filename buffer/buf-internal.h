@@ -23,10 +23,15 @@ enum buf_chunk_state {
     BUF_CHUNK_RECYCLED, /* emptied, waiting to be handed out again */
 };
 
+enum buf_chunk_origin {
+    BUF_CHUNK_ORIGIN_HEAP,   /* malloc()ed by buf_chunk_new() */
+    BUF_CHUNK_ORIGIN_REGION, /* a slot of a shared region (region.h) */
+};
+
 struct buf_chunk {
-    struct buf_chunk *next; /* list link; owned by whoever holds the list */
-    uint32_t state;         /* enum buf_chunk_state */
-    uint32_t reserved;
+    struct buf_chunk *next;         /* list link; owned by whoever holds the list */
+    uint32_t state;                 /* enum buf_chunk_state */
+    uint32_t origin;                /* enum buf_chunk_origin: who frees it */
     struct buf_chunk_header header; /* image starts here ... */
     uint8_t bytes[];                /* ... and continues with the buffer */
 };
@@ -37,6 +42,12 @@ void buf__chunk_set_in_use(struct buf_chunk *c, uint64_t range_start, uint64_t n
 void buf__chunk_mark_done(struct buf_chunk *c, uint64_t done_ns);
 /* Any state -> Recycled (its contents are forgotten). */
 void buf__chunk_mark_recycled(struct buf_chunk *c);
+
+/* region.c: a chunk in a free slot of r (growing it), and giving a slot back. */
+struct buf_region;
+int buf__region_chunk_new(struct buf_region *r, struct buf_chunk **ret_chunk);
+void buf__region_chunk_free(struct buf_region *r, struct buf_chunk *c);
+uint32_t buf__region_chunk_bytes(const struct buf_region *r);
 
 /* One chunk seen by the block walker: a header and its bytes, possibly untrusted. */
 struct buf__chunk_view {

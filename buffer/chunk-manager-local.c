@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "buffer/buf-internal.h"
+#include "buffer/region.h"
 #include "common/macros.h"
 
 struct local_manager {
@@ -23,7 +24,8 @@ struct local_manager {
     struct buf_chunk *released_tail; /* borrowed: last of that list */
     struct buf_chunk *recycled;      /* owned list of at most BUF_MANAGER_MAX_RECYCLED */
     uint32_t recycled_count;
-    buf_update_cb update_cb; /* may be NULL */
+    struct buf_region *region; /* new chunks come from here when set (borrowed) */
+    buf_update_cb update_cb;   /* may be NULL */
     void *update_userdata;
 };
 
@@ -63,17 +65,27 @@ static void notify(struct local_manager *l, const struct buf_chunk *newly_releas
     l->update_cb(&u, l->update_userdata);
 }
 
-/* Keeps c for reuse if there is room and it has the standard size, else frees it. */
+static void chunk_free(struct local_manager *l, struct buf_chunk *c)
+{
+    if (c->origin == BUF_CHUNK_ORIGIN_REGION)
+        buf__region_chunk_free(l->region, c);
+    else
+        buf_chunk_free(c);
+}
+
+/* Keeps c for reuse if there is room and it has the standard size, else frees it. A heap
+ * chunk is not recycled once chunks come from a region: only those survive a crash. */
 static void recycle_or_free(struct local_manager *l, struct buf_chunk *c)
 {
     if (l->recycled_count < BUF_MANAGER_MAX_RECYCLED &&
-        c->header.buffer_bytes == l->base.chunk_bytes) {
+        c->header.buffer_bytes == l->base.chunk_bytes &&
+        (c->origin == BUF_CHUNK_ORIGIN_REGION || !l->region)) {
         buf__chunk_mark_recycled(c);
         c->next = l->recycled;
         l->recycled = c;
         l->recycled_count++;
     } else {
-        buf_chunk_free(c);
+        chunk_free(l, c);
     }
 }
 
@@ -109,7 +121,10 @@ static int local_get_chunk(struct buf_chunk_manager *m, struct buf_chunk **ret_c
         c->next = NULL;
         l->recycled_count--;
     } else {
-        r = buf_chunk_new(m->chunk_bytes, &c);
+        r = l->region ? buf__region_chunk_new(l->region, &c) : -ENOSPC;
+        /* A full region (or a file size limit) costs crash-survival, never samples. */
+        if (r < 0)
+            r = buf_chunk_new(m->chunk_bytes, &c);
         if (r < 0)
             return r;
     }
@@ -216,12 +231,12 @@ static int local_set_limit(struct buf_chunk_manager *m, uint64_t limit_bytes)
     return 0;
 }
 
-static void free_list(struct buf_chunk *c)
+static void free_list(struct local_manager *l, struct buf_chunk *c)
 {
     while (c) {
         struct buf_chunk *next = c->next;
 
-        buf_chunk_free(c);
+        chunk_free(l, c);
         c = next;
     }
 }
@@ -233,8 +248,8 @@ static void local_free(struct buf_chunk_manager *m)
 
     if (l->update_cb)
         l->update_cb(&final_update, l->update_userdata);
-    free_list(l->released_head);
-    free_list(l->recycled);
+    free_list(l, l->released_head);
+    free_list(l, l->recycled);
     free(l);
 }
 
@@ -249,6 +264,14 @@ static const struct buf_chunk_manager_ops local_ops = {
         .set_limit = local_set_limit,
         .free = local_free,
 };
+
+int buf_chunk_manager_local_set_region(struct buf_chunk_manager *m, struct buf_region *region)
+{
+    if (m->ops != &local_ops || buf__region_chunk_bytes(region) != m->chunk_bytes)
+        return -EINVAL;
+    to_local(m)->region = region;
+    return 0;
+}
 
 int buf_chunk_manager_local_new(uint64_t limit_bytes, uint32_t chunk_bytes,
                                 struct buf_chunk_manager **ret_manager)

@@ -680,6 +680,8 @@ static bool kept_aside(int sig)
 RT_NO_TSAN FLEETPROF_EXPORT int sigaction(int sig, const struct sigaction *act,
                                           struct sigaction *old)
 {
+    if (!RT_TSAN && rt_crash_wants(sig))
+        return rt_crash_program_sigaction(sig, act, old);
     if (!kept_aside(sig))
         return libc_sigaction(sig, act, old);
     rt_sampler_program_action(act, old);
@@ -690,6 +692,27 @@ RT_NO_TSAN FLEETPROF_EXPORT int sigaction(int sig, const struct sigaction *act,
  * interposed for the sampling signal and sets the program's action with the flags glibc
  * would have used; the others pass through. A raw rt_sigaction system call cannot be
  * interposed: the sampler notices it (sampler.c, handler_still_ours()). */
+/* A fatal signal's crash handler (crash.c) is SIG_DFL to the program, whichever function
+ * it uses: the old disposition it gets back says so, and its SIG_DFL puts ours back. */
+static signal_handler_fn crash_view(int sig, signal_handler_fn old, signal_handler_fn handler)
+{
+    struct sigaction cur;
+
+    if (RT_TSAN || !rt_crash_wants(sig) || old == SIG_ERR)
+        return old;
+    if (handler == SIG_DFL) {
+        struct sigaction dfl;
+
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        (void)rt_crash_program_sigaction(sig, &dfl, NULL);
+    }
+    memset(&cur, 0, sizeof(cur));
+    cur.sa_handler = old; /* sa_sigaction shares its storage */
+    cur.sa_flags = SA_SIGINFO;
+    return rt_crash_is_our_handler(&cur) ? SIG_DFL : old;
+}
+
 static signal_handler_fn pass_through(signal_fn *real, int sig, signal_handler_fn handler)
 {
     if (!*real)
@@ -698,7 +721,7 @@ static signal_handler_fn pass_through(signal_fn *real, int sig, signal_handler_f
         errno = ENOSYS;
         return SIG_ERR;
     }
-    return (*real)(sig, handler);
+    return crash_view(sig, (*real)(sig, handler), handler);
 }
 
 static signal_handler_fn set_program_handler(int sig, signal_handler_fn handler, int flags,
@@ -885,6 +908,7 @@ static void before_exec(struct exec_state *st)
     if ((int32_t)syscall(SYS_getpid) == rt.pid) {
         atomic_fetch_add(&rt.exec_pending, 1);
         st->counted = true;
+        rt_region_before_exec();
         wait_for_sampler_signals();
     }
     (void)sigemptyset(&prof);

@@ -194,6 +194,11 @@ uint64_t rt_stackwalk_unsafe_samples(void);
 uint32_t rt_fp_walk(uint64_t *frames, uint32_t max, uint64_t ip, uint64_t sp, uint64_t bp,
                     uintptr_t stack_lo, uintptr_t stack_hi, const uint8_t *copy, size_t copy_len);
 
+/* The stack of a thread stopped by a fatal signal, innermost (the faulting pc) first, from
+ * the handler's ucontext; t may be NULL (an unregistered thread). Async-signal-safe. */
+uint32_t rt_stackwalk_crash(uint64_t *frames, uint32_t max, const struct rt_thread *t,
+                            void *ucontext);
+
 /* stackwalk-copy.c: unwinding a stack copy on the sampler thread (libunwind, generic). */
 int rt_stackwalk_copy_init(void);
 void rt_stackwalk_unwind_copy(struct rt_capture *c);
@@ -320,6 +325,48 @@ int rt_symbolizer_resolve(struct rt_symbolizer *s, const struct prof_frame_reque
 /* What this process resolved itself (all 0 when the daemon did the work). */
 struct prof_symbols_stats rt_symbolizer_local_stats(const struct rt_symbolizer *s);
 void rt_symbolizer_done(struct rt_symbolizer *s);
+
+/* region.c: the chunks in a file that outlives the process (buffer/region.h), without a
+ * daemon when FLEETPROF_DIR or FLEETPROF_OUTPUT is set. Attaches it to manager before the
+ * buffer takes a chunk; 0 when no region is wanted. */
+struct buf_chunk_manager;
+int rt_region_open(struct buf_chunk_manager *manager);
+/* Sampler: rewrites the process description when threads, modules, counters or schemas
+ * changed (at most every 10 ms). */
+void rt_region_tick(uint64_t now_ns);
+/* threads.c: a thread was registered or ended. */
+void rt_region_threads_changed(void);
+/* The program takes fd: true if it was the region's (which moved to another number). */
+bool rt_region_yield_fd(int fd);
+/* After the exit profile: the file goes if the profile was written, else it stays and
+ * says so. */
+void rt_region_done(bool profile_written);
+/* Async-signal-safe; the calling process's own exec (not a vfork child's). */
+void rt_region_before_exec(void);
+void rt_region_forget_after_fork(void);
+const char *rt_product(void);
+
+/* crash.c: a Crash record for the fatal signals, where the program leaves them default. */
+#define RT_CRASH_FRAMES 128
+/* Installs the crash handler where the disposition is SIG_DFL (only with a chunk region to
+ * record into); disarm takes it out again. */
+void rt_crash_arm(void);
+void rt_crash_disarm(void);
+bool rt_crash_signal(int sig);
+/* A fatal signal while armed: its sigaction() goes through rt_crash_program_sigaction(). */
+bool rt_crash_wants(int sig);
+bool rt_crash_is_our_handler(const struct sigaction *sa);
+/* sigaction() for a fatal signal as the program sees it: our handler reads as SIG_DFL; the
+ * program's own action is installed for real (in ours's place); its SIG_DFL puts ours back.
+ * 0, or -1 with errno. */
+int rt_crash_program_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+/* region.c: whether the chunks are in a region (a crash can be recorded); and recording it,
+ * async-signal-safe. */
+bool rt_region_active(void);
+void rt_region_record_crash(int sig, int code, uint64_t address, int32_t tid,
+                            const uint64_t *frames, uint32_t frame_count);
+/* The whole stack of the crash just recorded (after the record: walking may fault). */
+void rt_region_record_crash_frames(const uint64_t *frames, uint32_t frame_count);
 
 /* preload.c: changes with every dlopen/dlclose through our wrappers (module lists). */
 unsigned rt_loader_generation(void);

@@ -124,6 +124,9 @@ static int start_locked(void)
         r = buf_chunk_manager_local_new(rt.cfg.buffer_bytes, rt.cfg.chunk_bytes, &rt.manager);
         if (r < 0)
             return r;
+        r = rt_region_open(rt.manager);
+        if (r < 0) /* the profile still works; only a crash would lose it, as before */
+            rt_debug("cannot keep the chunks in a file: %s", strerror(-r));
         r = buf_chunked_buffer_new(rt.manager, rt.pid, &rt.buffer);
         if (r < 0) {
             rt.manager = buf_chunk_manager_free(rt.manager);
@@ -153,6 +156,8 @@ static int start_locked(void)
     r = rt_threads_register(program_name, gettid() == getpid());
     if (r < 0)
         rt_debug("cannot register the main thread: %s", strerror(-r));
+    rt_region_tick(rt_now_ns()); /* the first description, before any sample */
+    rt_crash_arm();
     r = rt_sampler_start();
     if (r < 0) {
         rt_groups_stop();
@@ -389,6 +394,7 @@ int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
 static void write_exit_profile(void)
 {
     char dir_path[PATH_MAX];
+    bool written = false; /* somewhere: the chunk file is not needed any more */
     uint64_t now;
 
     (void)pthread_mutex_lock(&rt.write_lock);
@@ -420,13 +426,16 @@ static void write_exit_profile(void)
             r = rt_write_profile_to(dir_path, now);
             if (r < 0) /* the daemon is gone too: this profile is lost, say so */
                 rt_warn("cannot write the exit profile to %s: %s", rt.cfg.dir, strerror(-r));
+            written = r == 0;
         }
         if (rt.cfg.output[0]) {
             int r = rt_write_profile_to(rt.cfg.output, now);
 
             if (r < 0) /* the user asked for this file: never fail silently */
                 rt_warn("cannot write the profile to %s: %s", rt.cfg.output, strerror(-r));
+            written = written || r == 0;
         }
+        rt_region_done(written);
     }
     (void)pthread_mutex_unlock(&rt.write_lock);
 }
@@ -436,7 +445,9 @@ static _Atomic uint64_t fds_taken; /* descriptors of ours the program took */
 void rt_fd_yield(int fd)
 {
     atomic_fetch_add(&fds_taken, 1);
-    if (rt_ipc_owns_fd(fd)) {
+    if (rt_region_yield_fd(fd)) {
+        rt_debug("the program took descriptor %d of the chunk file: moved", fd);
+    } else if (rt_ipc_owns_fd(fd)) {
         int r = rt_ipc_abandon();
 
         rt_debug("the program took descriptor %d of the daemon connection: %s", fd,
@@ -469,6 +480,11 @@ void rt_fds_check(void)
 uint64_t rt_fds_taken(void)
 {
     return atomic_load(&fds_taken);
+}
+
+const char *rt_product(void)
+{
+    return product;
 }
 
 const char *rt_program_name(void)
@@ -560,6 +576,7 @@ static void on_fork_child(void)
     rt_threads_forget_all();
     rt_ipc_forget_after_fork();
     rt_sampler_forget_after_fork();
+    rt_region_forget_after_fork();
     for (uint32_t i = 0; i < atomic_load(&rt.counter_count); i++) {
         atomic_store(&rt.counters[i].value, 0);
         rt.counters[i].last_sampled = 0;
@@ -602,6 +619,7 @@ FLEETPROF_EXPORT void fleetprof_shutdown(void)
         write_exit_profile();
         rt_ipc_stop();
         rt_groups_stop();
+        rt_crash_disarm();
         atomic_store(&rt.running, 0);
         buf_chunked_buffer_clear(rt.buffer);
     }

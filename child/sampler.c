@@ -751,6 +751,7 @@ static void *sampler_main(void *arg)
         (void)pthread_mutex_unlock(&rt.registry_lock);
         t2 = rt_now_ns();
         sample_counters(t2);
+        rt_region_tick(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);
         rt_ipc_tick();
         t3 = rt_now_ns();

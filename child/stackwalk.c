@@ -159,6 +159,29 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
             rt_fp_walk(c->frames, PROF_MAX_FRAMES, ip, sp, bp, t->stack_lo, t->stack_hi, NULL, 0);
 }
 
+uint32_t rt_stackwalk_crash(uint64_t *frames, uint32_t max, const struct rt_thread *t,
+                            void *ucontext)
+{
+    const greg_t *g = ((const ucontext_t *)ucontext)->uc_mcontext.gregs;
+    uint64_t ip = (uint64_t)g[REG_RIP];
+
+    /* As the sampling handler walks (dwarf through the signal frame where it may), since
+     * most code has no frame pointers; a frame-pointer walk otherwise. */
+    if (walk_mode == RT_STACKWALK_DWARF &&
+        !atomic_load_explicit(&libunwind_stopped, memory_order_relaxed) && rt_in_loader == 0) {
+        int n = unw_backtrace((void **)frames, (int)max);
+
+        for (int i = 0; i < n; i++) {
+            if (frames[i] == ip) {
+                memmove(frames, frames + i, (size_t)(n - i) * sizeof(frames[0]));
+                return (uint32_t)(n - i);
+            }
+        }
+    }
+    return rt_fp_walk(frames, max, ip, (uint64_t)g[REG_RSP], (uint64_t)g[REG_RBP],
+                      t ? t->stack_lo : 0, t ? t->stack_hi : 0, NULL, 0);
+}
+
 /* A small direct-mapped cache: labels are pushed from few call sites. */
 #define PROC_CACHE_SIZE 256
 static struct {

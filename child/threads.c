@@ -181,6 +181,7 @@ int rt_threads_register(const char *name, bool is_main)
         return r;
     }
     rt_self = t;
+    rt_region_threads_changed();
     (void)pthread_once(&exit_key_once, make_exit_key);
     (void)pthread_setspecific(exit_key, t); /* runs on_thread_exit when the thread ends */
     return 0;
@@ -199,6 +200,7 @@ void rt_threads_unregister(void)
     t->unregister_ns = rt_now_ns();
     read_comm(t->tid, t->name, sizeof(t->name));
     (void)pthread_mutex_unlock(&rt.registry_lock);
+    rt_region_threads_changed();
     (void)pthread_setspecific(exit_key, NULL);
 }
 

@@ -124,6 +124,17 @@ void daemon__departure_add(struct daemon *d, const struct conn *c);
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
 void daemon__exit_profiles_free(struct daemon *d);
 
+/* recover.c */
+struct json_writer;
+struct prof_symbolizer;
+struct daemon_recovery;
+/* Writes, as the next value of w, the process profile recovered from the region image
+ * mem[0..len) (a private copy); how says where it came from ("chunk file", "shared
+ * memory"). 0, -EBADMSG (not a region), or another negative errno. */
+int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
+                          const struct prof_symbolizer *symbolizer, struct json_writer *w,
+                          struct daemon_recovery *ret);
+
 /* symbols-service.c */
 /* Answers a child's Symbolize with one or more Symbols (the symbol service). */
 void daemon__symbolize(struct conn *c, const Fleetprof__Symbolize *m);

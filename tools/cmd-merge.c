@@ -316,10 +316,12 @@ static int open_temp(const char *path, char **ret_tmp, int *ret_fd)
 static void usage(FILE *out)
 {
     (void)fprintf(out,
-                  "Usage: fleetprof merge -o OUT.json IN.json...\n"
+                  "Usage: fleetprof merge -o OUT.json IN.json|IN.chunks...\n"
                   "Folds process profiles into one fleet profile: the earliest input (by\n"
                   "meta.startTime) is the top level, the others its processes. Inputs that are\n"
-                  "not profiles are skipped with a warning. OUT is replaced atomically.\n");
+                  "not profiles are skipped with a warning. OUT is replaced atomically.\n"
+                  "Chunk files a killed or crashed process left (fleetprof-PID.chunks) are\n"
+                  "recovered into profiles first (see fleetprof recover).\n");
 }
 
 int cmd_merge(int argc, char **argv)
@@ -330,6 +332,7 @@ int cmd_merge(int argc, char **argv)
     const unsigned max_depth = JSON_WRITER_MAX_DEPTH - SUBPROCESS_DEPTH;
     struct merge m = {.logs = {{.name = "profilingLog"}, {.name = "profileGatheringLog"}}};
     struct input *inputs = NULL, *top;
+    char **recovered = NULL; /* profiles recovered from chunk inputs, next to out */
     struct json_writer *w = NULL;
     struct json_doc *top_doc = NULL;
     const struct json_value *top_root, *top_subs;
@@ -360,7 +363,8 @@ int cmd_merge(int argc, char **argv)
     }
     n_inputs = (size_t)(argc - optind);
     inputs = calloc(n_inputs, sizeof(*inputs));
-    if (!inputs)
+    recovered = calloc(n_inputs, sizeof(*recovered));
+    if (!inputs || !recovered)
         goto oom;
 
     /* First pass: which inputs are usable, and when each started. */
@@ -370,6 +374,12 @@ int cmd_merge(int argc, char **argv)
 
         in->path = argv[optind + (int)i];
         in->position = i;
+        /* What a process that died without a profile left (FLEETPROF_DIR): recovered first. */
+        if (is_chunk_file(in->path)) {
+            if (recover_chunks_to_temp(in->path, out, &recovered[i]) < 0)
+                continue;
+            in->path = recovered[i];
+        }
         r = load_input(in, max_depth, &doc);
         if (r == -ENOMEM)
             goto oom;
@@ -504,5 +514,11 @@ out:
     for (size_t i = 0; inputs && i < n_inputs; i++)
         json_doc_free(inputs[i].doc);
     free(inputs);
+    for (size_t i = 0; recovered && i < n_inputs; i++) {
+        if (recovered[i])
+            (void)unlink(recovered[i]);
+        free(recovered[i]);
+    }
+    free(recovered);
     return status;
 }

@@ -1,4 +1,5 @@
-/* tools/fleetprof.c - the fleetprof command: record, capture, status, summary, merge.
+/* tools/fleetprof.c - the fleetprof command: record, capture, status, summary, merge,
+ * recover.
  *
  * Just another client of the daemon's socket: it sends a request, waits for the reply with
  * a timeout, prints it for people (a table) or scripts (--json). Errors say what to do.
@@ -170,6 +171,24 @@ static void print_duration(char *out, size_t size, uint64_t ns)
         (void)snprintf(out, size, "%.0f us", (double)ns / 1e3);
 }
 
+/* Prints a UTF-8 name in a column of width characters: cut between characters, never inside
+ * one (a byte cut would print an invalid sequence), then padded. */
+static void print_name_column(const char *name, int width)
+{
+    int chars = 0;
+    const char *p = name;
+
+    while (*p && chars < width) {
+        const char *start = p++;
+
+        while ((*p & 0xc0) == 0x80)
+            p++;
+        (void)fwrite(start, 1, (size_t)(p - start), stdout);
+        chars++;
+    }
+    printf("%*s", width - chars, "");
+}
+
 /* The fleet's performance groups in a status report: a table, or a JSON array. */
 static void print_status_groups(const Fleetprof__StatusReport *rep, bool json)
 {
@@ -206,8 +225,9 @@ static void print_status_groups(const Fleetprof__StatusReport *rep, bool json)
         else
             (void)snprintf(procs, sizeof(procs), "%u (%u live)", g->processes, g->live_processes);
         /* Names are checked by the daemon (UTF-8, no control characters): safe to print. */
-        printf("%-24.24s %10.3f %10" PRIu64 " %8" PRIu64 " %10s  %s\n", t->name,
-               (double)t->cpu_ns / 1e9, t->events, t->slow_events, worst, procs);
+        print_name_column(t->name, 24);
+        printf(" %10.3f %10" PRIu64 " %8" PRIu64 " %10s  %s\n", (double)t->cpu_ns / 1e9, t->events,
+               t->slow_events, worst, procs);
     }
 }
 
@@ -315,6 +335,8 @@ static void usage(FILE *out)
                  "  top [--once]      the fleet's performance groups, live (--json, --group)\n"
                  "  summary FILE      top functions per process, gathering log (--json, --top N)\n"
                  "  merge -o OUT IN... process profiles into one fleet profile\n"
+                 "  recover -o OUT FILE.chunks...\n"
+                 "                    profiles of processes killed or crashed without a daemon\n"
                  "Run `fleetprof COMMAND --help` for a command's options.\n");
 }
 
@@ -347,6 +369,8 @@ int main(int argc, char **argv)
         return cmd_summary(argc - i, argv + i);
     if (!strcmp(argv[i], "merge"))
         return cmd_merge(argc - i, argv + i);
+    if (!strcmp(argv[i], "recover"))
+        return cmd_recover(argc - i, argv + i);
     /* record runs its own daemon; CMD's arguments (even a --socket) are CMD's. */
     if (!strcmp(argv[i], "record")) {
         (void)signal(SIGPIPE, SIG_IGN); /* a child gone mid-write costs the daemon an EPIPE */

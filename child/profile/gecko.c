@@ -191,6 +191,7 @@ struct gthread {
 
 struct gcounter {
     struct json_writer *rows; /* NULL until the first sample */
+    uint64_t last_ns;         /* time of the last row: rows never go back in time */
 };
 
 struct gecko {
@@ -206,6 +207,7 @@ struct gecko {
                            * from, or NULL (see find_vdso_callers); NULL when none */
     struct gcounter *counters;
     struct json_writer *overhead; /* open array of rows */
+    uint64_t last_overhead_ns;    /* rows never go back in time */
     uint64_t *pauses;             /* pairs (start, end); end 0 = open */
     size_t pause_count, pause_cap;
     uint64_t range_start, range_span;
@@ -762,8 +764,12 @@ static int add_counter(struct gecko *g, const struct prof_counter_sample *c)
         if (r < 0)
             return r;
     }
+    /* As for samples: the front-end needs sorted times, and entries read back from a dead
+     * process's memory may be out of order. */
+    if (c->time_ns > gc->last_ns)
+        gc->last_ns = c->time_ns;
     json_writer_array_begin(gc->rows, NULL);
-    json_writer_time_ms(gc->rows, NULL, rel_ns(g, c->time_ns));
+    json_writer_time_ms(gc->rows, NULL, rel_ns(g, gc->last_ns));
     json_writer_int(gc->rows, NULL, c->delta);
     json_writer_uint(gc->rows, NULL, c->number);
     json_writer_array_end(gc->rows);
@@ -780,8 +786,10 @@ static int add_overhead(struct gecko *g, const struct prof_overhead *o)
 {
     struct json_writer *w = g->overhead;
 
+    if (o->time_ns > g->last_overhead_ns)
+        g->last_overhead_ns = o->time_ns;
     json_writer_array_begin(w, NULL);
-    json_writer_time_ms(w, NULL, rel_ns(g, o->time_ns));
+    json_writer_time_ms(w, NULL, rel_ns(g, g->last_overhead_ns));
     write_us(w, o->locking_ns);
     write_us(w, o->cleaning_ns);
     write_us(w, o->counters_ns);
@@ -1001,6 +1009,8 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_int(w, "ppid", info->ppid);
     json_writer_string(w, "stackwalk", info->stackwalk ? info->stackwalk : "dwarf");
     json_writer_bool(w, "exit", info->exit_profile);
+    if (info->recovered)
+        json_writer_string(w, "recovered", info->recovered);
     json_writer_object_end(w);
     json_writer_object_end(w);
 }

@@ -84,11 +84,13 @@ struct prof_process_info {
     size_t counter_count;
     const struct prof_marker_schema *schemas;
     size_t schema_count;
-    const struct prof_libs *libs; /* loaded modules: address lookup and `libs` */
-    const char *runtime_log_json; /* optional JSON object: profilingLog[pid].runtime */
+    const struct prof_libs *libs;           /* loaded modules: address lookup and `libs` */
+    const char *runtime_log_json;           /* optional JSON object: profilingLog[pid].runtime */
     const struct prof_group_totals *groups; /* performance groups' totals (groups.h) */
     size_t group_count;
-    bool exit_profile;            /* written as the process ends: meta.fleetprof.exit */
+    bool exit_profile;     /* written as the process ends: meta.fleetprof.exit */
+    const char *recovered; /* NULL, or how the chunks of a dead process were read back:
+                            * meta.fleetprof.recovered */
 };
 
 /* Symbolization in batches: one call per profile with every unique address, so that a

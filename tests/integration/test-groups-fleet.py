@@ -26,6 +26,8 @@ WL_GROUPS = os.path.join(BUILD, "tests", "workloads", "wl-groups")
 CLI = os.path.join(BUILD, "tools", "fleetprof")
 HELLO, WELCOME, PROFILE_DATA, GROUP_STATS, GROUPS_REQUEST, GROUPS_REPORT = 1, 2, 15, 19, 36, 37
 BUCKETS = 22
+# A name longer than the status table's column, of multi-byte characters: cut between them.
+GAMMA = "gamma-größe-éééééééééééééééééé"
 COUNTERS = ["cpu_ns", "cycles", "activations", "events", "worst_event_ns", "slow_events",
             "discarded", "migrated", "stale"]  # GroupTotals fields 2..10
 
@@ -140,13 +142,13 @@ def test_fleet_sums_equal_process_totals_and_exited_stay(tmp):
     workers = []
     try:
         workers = [start_worker(d, 150, "alpha", "beta"), start_worker(d, 100, "alpha", "beta"),
-                   start_worker(d, 120, "alpha", "gamma")]
+                   start_worker(d, 120, "alpha", GAMMA)]
         own = {name: {p.pid: t[name] for p, t in workers if name in t}
-               for name in ("alpha", "beta", "gamma")}
+               for name in ("alpha", "beta", GAMMA)}
         for name in own:
             wait_for(f"{name} of every process in the report", lambda: rows_match(d, name, own[name]))
         rep = groups_report(d.sock)
-        assert set(rep["groups"]) == {"alpha", "beta", "gamma"}, rep["groups"].keys()
+        assert set(rep["groups"]) == {"alpha", "beta", GAMMA}, rep["groups"].keys()
         assert rep["processes"] == 3
         for name, by_pid in own.items():
             g = rep["groups"][name]
@@ -167,7 +169,8 @@ def test_fleet_sums_equal_process_totals_and_exited_stay(tmp):
             assert by_name[name]["processes"] == len(by_pid)
         table = subprocess.run([CLI, "status", "--socket", d.sock], capture_output=True,
                                text=True, timeout=10).stdout
-        assert "GROUP" in table and "alpha" in table and "3" in table, table
+        # (text=True: an invalid UTF-8 byte in the table would raise here.)
+        assert "GROUP" in table and "alpha" in table and GAMMA[:24] + " " in table, table
 
         # The first worker exits: its totals stay in the fleet's, its row says exited.
         gone, _ = workers[0]

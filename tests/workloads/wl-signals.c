@@ -380,6 +380,10 @@ static int failed_exec(void)
     struct sigaction before, after;
     sigset_t mask_before, mask_after;
 
+    /* The kernel and glibc's sigemptyset() fill only the first 8 bytes of a sigset_t: the
+     * rest is compared too, so it must start equal. */
+    memset(&mask_before, 0, sizeof(mask_before));
+    memset(&mask_after, 0, sizeof(mask_after));
     sigaction(SIGPROF, NULL, &before);
     pthread_sigmask(SIG_BLOCK, NULL, &mask_before);
     if (execve("/nonexistent/wl-signals-missing", argv, environ) != -1 || errno != ENOENT) {
@@ -390,7 +394,12 @@ static int failed_exec(void)
     pthread_sigmask(SIG_BLOCK, NULL, &mask_after);
     if (before.sa_handler != after.sa_handler || before.sa_flags != after.sa_flags ||
         memcmp(&mask_before, &mask_after, sizeof(sigset_t))) {
-        fprintf(stderr, "wl-signals: a failed exec changed SIGPROF's action or the mask\n");
+        fprintf(stderr,
+                "wl-signals: a failed exec changed SIGPROF's action or the mask "
+                "(handler %s, flags %#x -> %#x, SIGPROF blocked %d -> %d)\n",
+                before.sa_handler == after.sa_handler ? "same" : "changed",
+                (unsigned)before.sa_flags, (unsigned)after.sa_flags,
+                sigismember(&mask_before, SIGPROF), sigismember(&mask_after, SIGPROF));
         return 4;
     }
     report_action("after failed exec");

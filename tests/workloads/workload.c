@@ -37,6 +37,14 @@
  *   workload pause-main SECONDS RATE   the same from a second thread, while the main thread
  *                                      waits in pause(); the process then exits normally
  *
+ *   workload segv SECONDS              busy in wl_recurse, then wl_crash_here writes through a
+ *                                      null pointer (dies of SIGSEGV)
+ *   workload abort SECONDS             busy, then wl_abort_here calls abort()
+ *   workload segv-handled N            prints "segv_before=default|other" (SIGSEGV's action
+ *                                      as it found it), installs its own SIGSEGV handler
+ *                                      (siglongjmp back, like a JIT's guard page), faults N
+ *                                      times, prints "segv_handled=N" and what sigaction()
+ *                                      reports ("segv_after=own"); exits 0
  *   workload --cpu MODE ARGS...        the same MODE, but each SECONDS of work (busy loops,
  *                                      thread and worker bodies, prefork's WAIT, the dlopen
  *                                      loop) is CPU time of the thread doing it
@@ -49,6 +57,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -226,6 +235,51 @@ static void *thread_main(void *p)
     pthread_setname_np(pthread_self(), name);
     thread_functions[a->index % 4](work_deadline(a->seconds));
     return NULL;
+}
+
+static volatile int *volatile wl_null;
+
+NOINLINE void wl_crash_here(void);
+NOINLINE void wl_crash_here(void)
+{
+    *wl_null = 42; /* SIGSEGV, address 0 */
+}
+
+NOINLINE void wl_abort_here(void);
+NOINLINE void wl_abort_here(void)
+{
+    abort();
+}
+
+static sigjmp_buf segv_jump;
+static volatile sig_atomic_t segv_calls;
+
+static void on_segv(int sig)
+{
+    (void)sig;
+    segv_calls++;
+    siglongjmp(segv_jump, 1);
+}
+
+static int segv_handled(int n)
+{
+    struct sigaction sa, old;
+
+    sigaction(SIGSEGV, NULL, &old);
+    printf("segv_before=%s\n", old.sa_handler == SIG_DFL ? "default" : "other");
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_segv;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+    for (int i = 0; i < n; i++) {
+        if (sigsetjmp(segv_jump, 1) == 0)
+            wl_crash_here();
+        wl_recurse(3, now_s() + 0.01); /* goes on working after each recovery */
+    }
+    sigaction(SIGSEGV, NULL, &old);
+    printf("segv_handled=%d\nsegv_after=%s\n", (int)segv_calls,
+           old.sa_handler == on_segv ? "own" : "other");
+    return segv_calls == n ? 0 : 7;
 }
 
 NOINLINE void wl_worker_main(int index, double seconds);
@@ -451,6 +505,14 @@ int main(int argc, char **argv)
                 sink += (uint64_t)i * 2654435761u;
         setitimer(ITIMER_PROF, &off, NULL);
         printf("own_sigprof=%d\n", (int)own_sigprof_calls);
+    } else if (!strcmp(mode, "segv")) {
+        wl_recurse(4, work_deadline(seconds));
+        wl_crash_here();
+    } else if (!strcmp(mode, "abort")) {
+        wl_recurse(4, work_deadline(seconds));
+        wl_abort_here();
+    } else if (!strcmp(mode, "segv-handled")) {
+        return segv_handled(atoi(argv[2]));
     } else if (!strcmp(mode, "clock")) {
         wl_clock_loop(now_s() + seconds);
     } else if (!strcmp(mode, "idle")) {

@@ -1,0 +1,175 @@
+/* buffer/region.h - chunk memory that outlives its process: a region of fixed-size slots in
+ * a sealed memfd (or a file), from which a local-limit manager allocates its chunks, so that
+ * the daemon (or `fleetprof recover`) can read the chunks of a process that was killed or
+ * crashed. Full layout and rules: docs/buffer-format.md, "Shared chunk regions".
+ *
+ * Region layout (native endianness; the reader is on the same machine):
+ *
+ *    0                   4                   8                  12                  16
+ *    +-------------------+-------------------+-------------------+-------------------+
+ *    | magic "FPRG"      | version (1)       | header_bytes      | slot_bytes        |
+ *    +-------------------+-------------------+-------------------+-------------------+
+ *    | chunk_bytes       | pid               | created_ns (u64, CLOCK_MONOTONIC)     |
+ *    +-------------------+-------------------+---------------------------------------+
+ *    | meta_bytes        | meta_len[0]       | meta_len[1]       | reserved (0)      |
+ *    +-------------------+-------------------+-------------------+-------------------+
+ *    | meta_seq (u64, 0 = no description yet)| meta_hash[0] (u64)                    |
+ *    +---------------------------------------+---------------------------------------+
+ *    | meta_hash[1] (u64)                    | ... zeros up to 1024
+ *    +---------------------------------------+
+ *    1024: the crash record (struct buf_region_crash), magic "FPCR" stored last, by the
+ *          owner's fatal signal handler; zeros up to 4096
+ *    4096: meta area 0 (meta_bytes), then meta area 1 (meta_bytes): the process description,
+ *          written by the owner in the area that is not current, then published by
+ *          meta_seq + 1 (area = meta_seq & 1); meta_hash is FNV-1a 64 of its bytes
+ *    header_bytes + i * slot_bytes: slot i
+ *    +-------------------+-------------------+---------------------------------------+
+ *    | magic "FPSL"      | index (i)         | generation (u64, bumped per use)      |
+ *    +-------------------+-------------------+---------------------------------------+
+ *    | owner tid         | reserved (0)                                              |
+ *    +-------------------+-----------------------------------------------------------+
+ *    ... up to BUF_REGION_CHUNK_OFFSET: the chunk header (chunk.h), then its bytes ...
+ *
+ * A slot that was never used, or whose chunk was destroyed (its pages are punched out), reads
+ * as zeros; a recycled chunk has range_start 0. The file only grows (F_SEAL_SHRINK on a
+ * memfd), so a reader that mapped or measured it never faults.
+ */
+#ifndef FLEETPROF_BUFFER_REGION_H
+#define FLEETPROF_BUFFER_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buffer/chunk.h"
+
+#define BUF_REGION_MAGIC        0x47525046u /* "FPRG" */
+#define BUF_REGION_SLOT_MAGIC   0x4c535046u /* "FPSL" */
+#define BUF_REGION_VERSION      1u
+#define BUF_REGION_PAGE_BYTES   4096u      /* the fixed part of the header */
+#define BUF_REGION_META_BYTES   (1u << 20) /* each of the two description areas */
+/* Where our regions put slot 0 (a reader takes header_bytes from the header). */
+#define BUF_REGION_HEADER_BYTES (BUF_REGION_PAGE_BYTES + 2u * BUF_REGION_META_BYTES)
+#define BUF_REGION_SLOT_PREFIX  32u /* the slot header, before the chunk's own struct */
+#define BUF_REGION_CHUNK_OFFSET 48u /* chunk header's offset in a slot */
+#define BUF_REGION_MAX_SLOTS    4096u
+
+struct buf_region_header {
+    uint32_t magic; /* BUF_REGION_MAGIC */
+    uint32_t version;
+    uint32_t header_bytes; /* offset of slot 0 */
+    uint32_t slot_bytes;
+    uint32_t chunk_bytes; /* buffer_bytes of every chunk in the region */
+    int32_t pid;
+    uint64_t created_ns;
+    uint32_t meta_bytes;
+    uint32_t meta_len[2];
+    uint32_t reserved;
+    uint64_t meta_seq;
+    uint64_t meta_hash[2];
+};
+
+struct buf_region_slot {
+    uint32_t magic; /* BUF_REGION_SLOT_MAGIC while the slot holds a chunk */
+    uint32_t index;
+    uint64_t generation;
+    int32_t owner_tid; /* thread that took the chunk into use */
+    uint32_t reserved;
+    uint64_t reserved2;
+};
+
+_Static_assert(sizeof(struct buf_region_header) == 72, "region header is a file format");
+_Static_assert(sizeof(struct buf_region_slot) == BUF_REGION_SLOT_PREFIX,
+               "slot header is a file format");
+
+/* What the owner's fatal signal handler saw (the first fatal signal only). */
+#define BUF_REGION_CRASH_MAGIC  0x52435046u /* "FPCR" */
+#define BUF_REGION_CRASH_OFFSET 1024u
+#define BUF_REGION_CRASH_FRAMES 128u
+struct buf_region_crash {
+    uint32_t magic; /* BUF_REGION_CRASH_MAGIC once the record is whole */
+    int32_t signal;
+    int32_t code;     /* si_code */
+    int32_t tid;      /* the crashing thread */
+    uint64_t address; /* si_addr: the faulting address */
+    uint64_t time_ns; /* CLOCK_MONOTONIC */
+    uint32_t frame_count;
+    uint32_t reserved;
+    uint64_t frames[BUF_REGION_CRASH_FRAMES]; /* innermost first: the faulting pc, then
+                                               * return addresses */
+};
+
+_Static_assert(BUF_REGION_CRASH_OFFSET + sizeof(struct buf_region_crash) <= BUF_REGION_PAGE_BYTES,
+               "the crash record lives in the header page");
+
+struct buf_region; /* opaque */
+struct buf_chunk_manager;
+
+/* A region for chunks of chunk_bytes, in a new memfd sealed against shrinking (fd >= 0) or in
+ * the file at path (created, O_EXCL; fd < 0 and path set). Returns 0, -EINVAL or a negative
+ * errno from the system. The descriptor is close-on-exec. */
+int buf_region_new(uint32_t chunk_bytes, const char *path, struct buf_region **ret_region);
+
+/* Frees the region's mappings and descriptor (the file, if any, stays). Every chunk must
+ * have been given back. Accepts NULL; returns NULL. */
+struct buf_region *buf_region_free(struct buf_region *region);
+
+/* The region's descriptor (borrowed), e.g. to pass to the daemon. */
+int buf_region_fd(const struct buf_region *region);
+
+/* Makes the region use fd from now on (e.g. moved to another number); the old one is the
+ * caller's to close. -1: the region closes nothing when freed, and can no longer grow. */
+void buf_region_set_fd(struct buf_region *region, int fd);
+
+/* Bytes of the region's file so far (it grows by whole segments of slots). */
+uint64_t buf_region_size(const struct buf_region *region);
+
+/* Publishes a new description of the owning process (opaque bytes, at most
+ * BUF_REGION_META_BYTES): a reader sees either it or the previous one whole, even if the
+ * owner dies while writing. One writer at a time (the caller's lock). Returns 0 or -E2BIG. */
+int buf_region_set_meta(struct buf_region *region, const void *bytes, size_t len);
+
+/* Records a crash (first call only; later ones are ignored). Async-signal-safe: plain
+ * stores into the mapping, no lock, no allocation. */
+void buf_region_record_crash(struct buf_region *region, const struct buf_region_crash *crash);
+
+/* Replaces the recorded crash's stack (the first crash's thread only: call it right after
+ * buf_region_record_crash() on the same thread). frame_count is written last. */
+void buf_region_record_crash_frames(struct buf_region *region, const uint64_t *frames,
+                                    uint32_t frame_count);
+
+/* Makes a local-limit manager allocate its chunks from region from now on (chunks it already
+ * has stay on the heap until destroyed). The region must outlive the manager. -EINVAL if the
+ * sizes differ or m is not a local-limit manager. */
+int buf_chunk_manager_local_set_region(struct buf_chunk_manager *m, struct buf_region *region);
+
+/* ---- reading a region another process wrote -------------------------------------------- */
+
+/* What buf_region_read_each() found. */
+struct buf_region_stats {
+    uint64_t slots;          /* slots in the image */
+    uint64_t chunks;         /* chunks with data, walked */
+    uint64_t blocks;         /* blocks given to the callback */
+    uint64_t skipped_tails;  /* straddling blocks whose other half is absent */
+    uint64_t corrupt_chunks; /* slots whose header or blocks contradict each other */
+    uint64_t torn_bytes;     /* bytes after the last valid block of a corrupt chunk */
+    int32_t pid;             /* from the region header */
+    uint64_t created_ns;     /* from the region header */
+};
+
+/* Walks every block of the region image mem[0..len) (a private copy: the writer may be alive
+ * and hostile), oldest chunk first by range index. Every field is checked before use; a
+ * chunk that contradicts itself is counted and skipped. Returns 0, -EBADMSG when the region
+ * header itself is unusable (nothing read), or the callback's non-zero value. */
+int buf_region_read_each(const uint8_t *mem, size_t len, buf_read_cb cb, void *userdata,
+                         struct buf_region_stats *ret_stats);
+
+/* The latest whole description in the region image mem[0..len): 0 and a span inside mem, or
+ * -ENOENT (none was published, or none is intact) or -EBADMSG (not a region). */
+int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_bytes,
+                         size_t *ret_len);
+
+/* The crash record of the region image mem[0..len), checked (frame_count bounded): 0, or
+ * -ENOENT (the owner did not crash, or died while writing it), -EBADMSG (not a region). */
+int buf_region_read_crash(const uint8_t *mem, size_t len, struct buf_region_crash *ret);
+
+#endif /* FLEETPROF_BUFFER_REGION_H */

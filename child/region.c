@@ -1,0 +1,382 @@
+/* child/region.c - the runtime's chunks in a region another process can read
+ * (buffer/region.h), so that a process killed or crashed keeps its samples.
+ *
+ * Without a daemon and with FLEETPROF_DIR or FLEETPROF_OUTPUT set, the region is the file
+ * fleetprof-PID.chunks in that directory: removed once an exit profile is written, left for
+ * `fleetprof recover` when the process dies without one. Beside the chunks it keeps a
+ * ProcessDescription (threads, modules, counters, marker schemas), rewritten by the sampler
+ * when one of them changed, so that the profile can be built from the file alone.
+ */
+#include "buffer/region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "child/profile/libs.h"
+#include "child/runtime-internal.h"
+#include "proto/fleetprof-protocol.h"
+
+/* A description is rewritten at most this often: a program that starts threads in a burst
+ * costs one description per period, not one per thread. */
+#define DESCRIBE_PERIOD_NS (10 * 1000 * 1000)
+
+static struct {
+    pthread_mutex_t lock; /* region, path, described_* */
+    struct buf_region *region;
+    char path[PATH_MAX]; /* "" when the region is a memfd */
+    unsigned described_loader;
+    uint32_t described_counters, described_schemas;
+    uint64_t described_threads;
+    uint64_t described_ns;
+} reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Atomic uint64_t threads_generation = 1;
+
+void rt_region_threads_changed(void)
+{
+    atomic_fetch_add_explicit(&threads_generation, 1, memory_order_relaxed);
+}
+
+/* The directory the region file goes in: FLEETPROF_DIR, else FLEETPROF_OUTPUT's. */
+static int region_dir(char *out, size_t size)
+{
+    const char *slash;
+
+    if (rt.cfg.dir[0])
+        return snprintf(out, size, "%s", rt.cfg.dir) < (int)size ? 0 : -ENAMETOOLONG;
+    if (!rt.cfg.output[0])
+        return -ENOENT;
+    slash = strrchr(rt.cfg.output, '/');
+    if (!slash)
+        return snprintf(out, size, ".") < (int)size ? 0 : -ENAMETOOLONG;
+    if (slash == rt.cfg.output)
+        return snprintf(out, size, "/") < (int)size ? 0 : -ENAMETOOLONG;
+    if ((size_t)(slash - rt.cfg.output) >= size)
+        return -ENAMETOOLONG;
+    memcpy(out, rt.cfg.output, (size_t)(slash - rt.cfg.output));
+    out[slash - rt.cfg.output] = '\0';
+    /* A %p in the directory part is the pid, as in the file name. */
+    return strstr(out, "%p") ? -EINVAL : 0;
+}
+
+static char *dup_or_empty(const char *s)
+{
+    return (char *)(s ? s : "");
+}
+
+/* Packs the current description into the region. reg.lock held. */
+static int describe_locked(void)
+{
+    Fleetprof__ProcessDescription d = FLEETPROF__PROCESS_DESCRIPTION__INIT;
+    Fleetprof__ThreadDescription *threads = NULL, **thread_ptrs = NULL;
+    Fleetprof__CounterDescription *counters = NULL, **counter_ptrs = NULL;
+    Fleetprof__MarkerSchemaDescription *schemas = NULL, **schema_ptrs = NULL;
+    Fleetprof__SchemaFieldDescription *fields = NULL, **field_ptrs = NULL;
+    Fleetprof__ModuleDescription *modules = NULL, **module_ptrs = NULL;
+    struct prof_thread_info *ti = NULL;
+    struct prof_libs libs = {0};
+    size_t thread_count = 0, field_count = 0, packed;
+    uint32_t counter_count, schema_count;
+    uint8_t *out = NULL;
+    unsigned loader = rt_loader_generation();
+    uint64_t threads_gen = atomic_load(&threads_generation);
+    int r;
+
+    r = rt_threads_snapshot(&ti, &thread_count);
+    if (r == 0)
+        r = prof_libs_collect_self(&libs);
+    if (r < 0)
+        goto out;
+    counter_count = atomic_load(&rt.counter_count);
+    (void)pthread_mutex_lock(&rt.registry_lock);
+    schema_count = rt.schema_count;
+    for (uint32_t i = 0; i < schema_count; i++)
+        field_count += rt.schemas[i].info.field_count;
+    (void)pthread_mutex_unlock(&rt.registry_lock);
+
+    threads = calloc(thread_count + 1, sizeof(*threads));
+    thread_ptrs = calloc(thread_count + 1, sizeof(*thread_ptrs));
+    counters = calloc(counter_count + 1, sizeof(*counters));
+    counter_ptrs = calloc(counter_count + 1, sizeof(*counter_ptrs));
+    schemas = calloc(schema_count + 1, sizeof(*schemas));
+    schema_ptrs = calloc(schema_count + 1, sizeof(*schema_ptrs));
+    fields = calloc(field_count + 1, sizeof(*fields));
+    field_ptrs = calloc(field_count + 1, sizeof(*field_ptrs));
+    modules = calloc(libs.count + 1, sizeof(*modules));
+    module_ptrs = calloc(libs.count + 1, sizeof(*module_ptrs));
+    r = -ENOMEM;
+    if (!threads || !thread_ptrs || !counters || !counter_ptrs || !schemas || !schema_ptrs ||
+        !fields || !field_ptrs || !modules || !module_ptrs)
+        goto out;
+
+    d.pid = rt.pid;
+    d.ppid = (int32_t)getppid();
+    d.name = dup_or_empty(rt_program_name());
+    d.product = dup_or_empty(rt_product());
+    d.start_ns = rt.start_ns;
+    d.start_epoch_ms = atomic_load(&rt.start_epoch_ms);
+    d.interval_ns = atomic_load(&rt.cfg.interval_ns);
+    d.stackwalk = (char *)rt_stackwalk_name(rt.cfg.stackwalk);
+    d.described_ns = rt_now_ns();
+    for (size_t i = 0; i < thread_count; i++) {
+        fleetprof__thread_description__init(&threads[i]);
+        threads[i].tid = ti[i].tid;
+        threads[i].name = (char *)ti[i].name;
+        threads[i].register_ns = ti[i].register_ns;
+        threads[i].unregister_ns = ti[i].unregister_ns;
+        threads[i].is_main = ti[i].is_main;
+        thread_ptrs[i] = &threads[i];
+    }
+    d.threads = thread_ptrs;
+    d.n_threads = thread_count;
+    /* Counters and schemas are only ever added, with their strings set before the count
+     * is raised: the first count entries are stable. */
+    for (uint32_t i = 0; i < counter_count; i++) {
+        fleetprof__counter_description__init(&counters[i]);
+        counters[i].id = i;
+        counters[i].name = dup_or_empty(rt.counters[i].name);
+        counters[i].category = dup_or_empty(rt.counters[i].category);
+        counters[i].description = dup_or_empty(rt.counters[i].description);
+        counter_ptrs[i] = &counters[i];
+    }
+    d.counters = counter_ptrs;
+    d.n_counters = counter_count;
+    field_count = 0;
+    for (uint32_t i = 0; i < schema_count; i++) {
+        const struct prof_marker_schema *s = &rt.schemas[i].info;
+
+        fleetprof__marker_schema_description__init(&schemas[i]);
+        schemas[i].id = s->id;
+        schemas[i].name = dup_or_empty(s->name);
+        schemas[i].tooltip_label = dup_or_empty(s->tooltip_label);
+        schemas[i].table_label = dup_or_empty(s->table_label);
+        schemas[i].chart_label = dup_or_empty(s->chart_label);
+        schemas[i].fields = &field_ptrs[field_count];
+        schemas[i].n_fields = s->field_count;
+        for (size_t k = 0; k < s->field_count; k++, field_count++) {
+            Fleetprof__SchemaFieldDescription *f = &fields[field_count];
+
+            fleetprof__schema_field_description__init(f);
+            f->key = dup_or_empty(s->fields[k].key);
+            f->label = dup_or_empty(s->fields[k].label);
+            f->format = dup_or_empty(s->fields[k].format);
+            f->searchable = s->fields[k].searchable;
+            field_ptrs[field_count] = f;
+        }
+        schema_ptrs[i] = &schemas[i];
+    }
+    d.schemas = schema_ptrs;
+    d.n_schemas = schema_count;
+    for (size_t i = 0; i < libs.count; i++) {
+        const struct prof_lib *l = &libs.libs[i];
+
+        fleetprof__module_description__init(&modules[i]);
+        modules[i].start = l->start;
+        modules[i].end = l->end;
+        modules[i].bias = l->bias;
+        modules[i].offset = l->offset;
+        modules[i].path = dup_or_empty(l->path);
+        modules[i].name = dup_or_empty(l->name);
+        modules[i].build_id.data = (uint8_t *)l->build_id;
+        modules[i].build_id.len = l->build_id_len;
+        module_ptrs[i] = &modules[i];
+    }
+    d.modules = module_ptrs;
+    d.n_modules = libs.count;
+
+    packed = fleetprof__process_description__get_packed_size(&d);
+    out = malloc(packed ? packed : 1);
+    if (!out)
+        goto out;
+    (void)fleetprof__process_description__pack(&d, out);
+    r = buf_region_set_meta(reg.region, out, packed);
+    if (r == 0) {
+        reg.described_loader = loader;
+        reg.described_counters = counter_count;
+        reg.described_schemas = schema_count;
+        reg.described_threads = threads_gen;
+        reg.described_ns = d.described_ns;
+    }
+out:
+    free(out);
+    free(threads);
+    free(thread_ptrs);
+    free(counters);
+    free(counter_ptrs);
+    free(schemas);
+    free(schema_ptrs);
+    free(fields);
+    free(field_ptrs);
+    free(modules);
+    free(module_ptrs);
+    if (ti)
+        rt_threads_snapshot_free(ti, thread_count);
+    prof_libs_done(&libs);
+    return r;
+}
+
+int rt_region_open(struct buf_chunk_manager *manager)
+{
+    char dir[PATH_MAX];
+    int r, fd;
+
+    if (rt.cfg.socket[0])
+        return 0; /* a daemon's child: chunks stay on the heap for now */
+    r = region_dir(dir, sizeof(dir));
+    if (r == -ENOENT)
+        return 0; /* no file is asked for: nothing to recover into */
+    if (r < 0)
+        return r;
+    (void)pthread_mutex_lock(&reg.lock);
+    if (snprintf(reg.path, sizeof(reg.path), "%s/fleetprof-%d.chunks", dir, (int)rt.pid) >=
+        (int)sizeof(reg.path)) {
+        r = -ENAMETOOLONG;
+        goto out;
+    }
+    if (rt.cfg.dir[0]) /* made at exit anyway; FLEETPROF_OUTPUT's is the user's to make */
+        (void)mkdir(dir, 0700);
+    r = buf_region_new(rt.cfg.chunk_bytes, reg.path, &reg.region);
+    if (r == -EEXIST) {
+        /* Left by an earlier image of this process (it exec'd us) or by a process that had
+         * our pid before: the first is ours to replace, the second was recovered or never
+         * will be by now. */
+        (void)unlink(reg.path);
+        r = buf_region_new(rt.cfg.chunk_bytes, reg.path, &reg.region);
+    }
+    if (r < 0)
+        goto out;
+    /* Out of the numbers a program reuses, and kept through its close-everything sweeps. */
+    fd = rt_fd_relocate(buf_region_fd(reg.region));
+    buf_region_set_fd(reg.region, fd);
+    rt_fd_protect(fd);
+    /* Described at the first tick, which start_locked() runs once the main thread is in. */
+    reg.described_ns = 0;
+    r = buf_chunk_manager_local_set_region(manager, reg.region);
+    if (r < 0) {
+        rt_fd_release(fd);
+        buf_region_set_fd(reg.region, -1);
+        reg.region = buf_region_free(reg.region);
+        (void)unlink(reg.path);
+    }
+out:
+    if (r < 0)
+        reg.path[0] = '\0';
+    (void)pthread_mutex_unlock(&reg.lock);
+    return r;
+}
+
+void rt_region_tick(uint64_t now_ns)
+{
+    (void)pthread_mutex_lock(&reg.lock);
+    if (reg.region && now_ns - reg.described_ns >= DESCRIBE_PERIOD_NS &&
+        (reg.described_loader != rt_loader_generation() ||
+         reg.described_counters != atomic_load(&rt.counter_count) ||
+         reg.described_schemas != rt.schema_count ||
+         reg.described_threads != atomic_load(&threads_generation))) {
+        int r = describe_locked();
+
+        if (r < 0)
+            rt_debug("cannot describe the process in %s: %s", reg.path, strerror(-r));
+    }
+    (void)pthread_mutex_unlock(&reg.lock);
+}
+
+bool rt_region_active(void)
+{
+    return __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE) != NULL;
+}
+
+/* Async-signal-safe: called from the crash handler, perhaps while this very thread holds
+ * reg.lock, so it takes none; the region is only freed in a forked child. */
+void rt_region_record_crash(int sig, int code, uint64_t address, int32_t tid,
+                            const uint64_t *frames, uint32_t frame_count)
+{
+    struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+    struct buf_region_crash c;
+
+    if (!region)
+        return;
+    c.magic = 0;
+    c.signal = sig;
+    c.code = code;
+    c.tid = tid;
+    c.address = address;
+    c.time_ns = rt_now_ns();
+    c.frame_count = frame_count < BUF_REGION_CRASH_FRAMES ? frame_count : BUF_REGION_CRASH_FRAMES;
+    c.reserved = 0;
+    for (uint32_t i = 0; i < c.frame_count; i++)
+        c.frames[i] = frames[i];
+    buf_region_record_crash(region, &c);
+}
+
+void rt_region_record_crash_frames(const uint64_t *frames, uint32_t frame_count)
+{
+    struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+
+    if (region)
+        buf_region_record_crash_frames(region, frames, frame_count);
+}
+
+bool rt_region_yield_fd(int fd)
+{
+    int copy;
+
+    (void)pthread_mutex_lock(&reg.lock);
+    if (!reg.region || buf_region_fd(reg.region) != fd) {
+        (void)pthread_mutex_unlock(&reg.lock);
+        return false;
+    }
+    /* The program is about to put its own file on this number: the region goes on with a
+     * copy, or stops growing (it keeps its mappings) if none can be made. */
+    copy = rt_fd_relocate(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    rt_fd_unprotect(fd);
+    buf_region_set_fd(reg.region, copy);
+    if (copy >= 0)
+        rt_fd_protect(copy);
+    (void)pthread_mutex_unlock(&reg.lock);
+    return true;
+}
+
+void rt_region_done(bool profile_written)
+{
+    (void)pthread_mutex_lock(&reg.lock);
+    if (reg.path[0]) {
+        if (profile_written)
+            (void)unlink(reg.path);
+        else
+            rt_warn("the samples are kept in %s (fleetprof recover turns it into a profile)",
+                    reg.path);
+        reg.path[0] = '\0';
+    }
+    (void)pthread_mutex_unlock(&reg.lock);
+}
+
+/* Async-signal-safe: exec replaces the image, whose runtime never writes this file's
+ * profile; the new image (if profiled) starts its own. */
+void rt_region_before_exec(void)
+{
+    if (reg.path[0])
+        (void)unlink(reg.path);
+}
+
+void rt_region_forget_after_fork(void)
+{
+    /* The parent's: the pages are shared, so nothing of them is touched; only our own
+     * mappings and copy of the descriptor go. */
+    (void)pthread_mutex_init(&reg.lock, NULL);
+    if (reg.region) {
+        rt_fd_release(buf_region_fd(reg.region));
+        buf_region_set_fd(reg.region, -1);
+        reg.region = buf_region_free(reg.region);
+    }
+    reg.path[0] = '\0';
+    reg.described_ns = 0;
+}
