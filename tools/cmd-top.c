@@ -1,10 +1,11 @@
 /* tools/cmd-top.c - `fleetprof top`: the fleet's performance groups, live.
  *
  * Each refresh asks the daemon for a GroupsReport (one short connection, like `status`) and
- * shows rates against the previous report (tools/top-model.c does the arithmetic and the
- * text). On a terminal it redraws in place on the alternate screen and reads keys; on a pipe
- * it prints one plain block per refresh; --json prints one JSON object per refresh. The
- * terminal is restored on every way out: q, SIGINT/SIGTERM/SIGHUP, errors, Ctrl-Z.
+ * shows rates against the previous report, or against the last second's first report for
+ * intervals below it (tools/top-model.c does the arithmetic and the text). On a terminal it redraws
+ * in place on the alternate screen and reads keys; on a pipe it prints one plain block per refresh;
+ * --json prints one JSON object per refresh. The terminal is restored on every way out: q,
+ * SIGINT/SIGTERM/SIGHUP, errors, Ctrl-Z.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,11 @@
 
 #define REQUEST_TIMEOUT_MS 5000
 #define INTERVAL_MAX_NS    (3600 * 1000000000ull)
+#define INTERVAL_MIN_NS    50000000ull
+/* Processes send their totals about once a second: a rate over less would show them in
+ * steps (0, then 5 times the truth at a 0.2 s interval). */
+#define RATE_WINDOW_MIN_NS 1000000000ull
+#define HISTORY_MAX        (RATE_WINDOW_MIN_NS / INTERVAL_MIN_NS + 2)
 
 /* ---- one request ---------------------------------------------------------------------- */
 
@@ -301,7 +307,10 @@ struct top {
     bool once, json, tty;
     char *group;    /* owned: the group broken down, NULL for the fleet view */
     char *selected; /* owned: the group row marked on a terminal, NULL for none */
-    struct top_snapshot *prev, *cur;
+    /* Reports, oldest first; the last is the current one. Rates are over the newest one at
+     * least a window older (see refresh()), so a short interval keeps a few. */
+    struct top_snapshot *hist[HISTORY_MAX];
+    size_t n_hist;
     struct top_view view;
     bool have_view;
     uint64_t next_id;
@@ -419,13 +428,24 @@ static int show(struct top *t)
     return 0;
 }
 
-/* Gets a report. rotate: a scheduled refresh (the current report becomes the previous);
- * otherwise the view changed (another group) and rates stay against the previous report,
- * so they still cover at least one interval. */
+static void history_drop(struct top *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        top_snapshot_free(t->hist[i]);
+    memmove(t->hist, t->hist + n, (t->n_hist - n) * sizeof(t->hist[0]));
+    t->n_hist -= n;
+}
+
+/* Gets a report. rotate: a scheduled refresh (the report joins the history); otherwise the
+ * view changed (another group) and the report replaces the current one, rates staying
+ * against the same older one. Rates are over the newest report at least max(interval, 1 s)
+ * older than the current one, or the oldest kept while there is none yet. */
 static int refresh(struct top *t, bool rotate)
 {
-    struct top_snapshot *snap;
+    uint64_t window = t->interval_ns > RATE_WINDOW_MIN_NS ? t->interval_ns : RATE_WINDOW_MIN_NS;
+    struct top_snapshot *snap, *cur;
     struct fetch f;
+    size_t prev;
     int r;
 
     r = fetch_report(t->socket_path, t->group, ++t->next_id, &f, &snap);
@@ -436,17 +456,23 @@ static int refresh(struct top *t, bool rotate)
         explain_fetch_error(t->socket_path, &f);
         return r;
     }
-    if (rotate || !t->prev) {
-        top_snapshot_free(t->prev);
-        t->prev = t->cur;
-    } else {
-        top_snapshot_free(t->cur);
+    if (!rotate && t->n_hist >= 2) {
+        top_snapshot_free(t->hist[t->n_hist - 1]);
+        t->n_hist--;
     }
-    t->cur = snap;
+    if (t->n_hist == HISTORY_MAX)
+        history_drop(t, 1);
+    t->hist[t->n_hist++] = cur = snap;
+    /* The newest report old enough; the ones before it are needed no more. */
+    for (prev = t->n_hist - 1; prev > 0; prev--)
+        if (t->hist[prev - 1]->time_ns + window <= cur->time_ns)
+            break;
+    prev = prev ? prev - 1 : 0;
+    history_drop(t, prev);
     if (t->have_view)
         top_view_done(&t->view);
     t->have_view = false;
-    r = top_view_build(t->prev, t->cur, t->group, &t->view);
+    r = top_view_build(t->n_hist >= 2 ? t->hist[0] : NULL, cur, t->group, &t->view);
     if (r < 0) {
         term_restore();
         fprintf(stderr, "fleetprof: out of memory\n");
@@ -581,7 +607,8 @@ static void top_usage(FILE *out)
             "\n"
             "On a terminal: q quits, Up/Down marks a group, Enter shows its processes (g: the\n"
             "top group's), Esc goes back. Processes send their totals about once a second, so\n"
-            "intervals below 1 s show them in steps.\n");
+            "with an interval below 1 s the rates cover the last second (the header says over\n"
+            "how long).\n");
 }
 
 static int parse_args(struct top *t, int argc, char **argv)
@@ -632,7 +659,7 @@ static int parse_args(struct top *t, int argc, char **argv)
         return 2;
     }
     /* 0 only means "no second report" for --once; a live view needs time to pass. */
-    if (t->interval_ns < 50000000ull && !(t->once && t->interval_ns == 0)) {
+    if (t->interval_ns < INTERVAL_MIN_NS && !(t->once && t->interval_ns == 0)) {
         fprintf(stderr, "fleetprof: --interval must be at least 0.05 s (0 only with --once)\n");
         return 2;
     }
@@ -771,8 +798,7 @@ int cmd_top(const char *socket_path, int argc, char **argv)
     term_restore();
     if (t.have_view)
         top_view_done(&t.view);
-    top_snapshot_free(t.prev);
-    top_snapshot_free(t.cur);
+    history_drop(&t, t.n_hist);
     free(t.group);
     free(t.selected);
     return status;

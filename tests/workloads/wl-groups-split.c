@@ -13,6 +13,7 @@
  * process prints its own totals (fleetprof_group_stats) as one JSON line on stdout, then
  * returns from main (the runtime sends its final group stats at exit).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -52,6 +53,23 @@ static void spin_cpu(uint64_t ns)
     }
 }
 
+/* Sleeps ms whatever interrupts it: the sampler's signal ends a plain nanosleep early
+ * (it signals a thread that ran since its last tick), and the idle time with it. */
+static void idle(long ms)
+{
+    struct timespec until;
+
+    (void)clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR && !stop) {
+    }
+}
+
 static void on_stop(int sig)
 {
     (void)sig;
@@ -76,7 +94,7 @@ static void *worker(void *arg)
         }
         fleetprof_event_end();
         if (idle_ms > 0 && g == 0)
-            (void)nanosleep(&(struct timespec){idle_ms / 1000, (idle_ms % 1000) * 1000000}, NULL);
+            idle(idle_ms);
     }
     return NULL;
 }
