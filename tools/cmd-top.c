@@ -445,7 +445,6 @@ static int refresh(struct top *t, bool rotate)
     uint64_t window = t->interval_ns > RATE_WINDOW_MIN_NS ? t->interval_ns : RATE_WINDOW_MIN_NS;
     struct top_snapshot *snap, *cur;
     struct fetch f;
-    size_t prev;
     int r;
 
     r = fetch_report(t->socket_path, t->group, ++t->next_id, &f, &snap);
@@ -463,12 +462,7 @@ static int refresh(struct top *t, bool rotate)
     if (t->n_hist == HISTORY_MAX)
         history_drop(t, 1);
     t->hist[t->n_hist++] = cur = snap;
-    /* The newest report old enough; the ones before it are needed no more. */
-    for (prev = t->n_hist - 1; prev > 0; prev--)
-        if (t->hist[prev - 1]->time_ns + window <= cur->time_ns)
-            break;
-    prev = prev ? prev - 1 : 0;
-    history_drop(t, prev);
+    history_drop(t, top_history_pick(t->hist, t->n_hist, window));
     if (t->have_view)
         top_view_done(&t->view);
     t->have_view = false;

@@ -106,6 +106,14 @@ err_free:
 
 /* ---- rates ------------------------------------------------------------------------------- */
 
+size_t top_history_pick(struct top_snapshot *const *hist, size_t n, uint64_t window_ns)
+{
+    for (size_t i = n > 1 ? n - 1 : 0; i > 0; i--)
+        if (hist[i - 1]->time_ns + window_ns <= hist[n - 1]->time_ns)
+            return i - 1;
+    return 0;
+}
+
 uint64_t top_quantile_ns(const struct top_totals *t, double q)
 {
     uint64_t total = 0, seen = 0, rank;

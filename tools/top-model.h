@@ -70,6 +70,12 @@ int top_snapshot_from_report(const Fleetprof__GroupsReport *rep, const char *bre
 /* Accepts NULL; returns NULL. */
 struct top_snapshot *top_snapshot_free(struct top_snapshot *snap);
 
+/* Which of n snapshots (oldest first; the last is the current one) to take rates against:
+ * the newest one at least window_ns older than the current one, else the oldest (rates
+ * over less while the history is short). The ones before it are needed no more. 0 for
+ * n <= 1. */
+size_t top_history_pick(struct top_snapshot *const *hist, size_t n, uint64_t window_ns);
+
 /* The q-quantile (0 < q <= 1) of per-event charged time from the histogram: the upper bound
  * of the bucket that holds it, or the worst event when that is smaller or the bucket has no
  * bound; 0 when there is no event. The rule of prof_group_quantile_ns(), so that `top` and

@@ -360,6 +360,27 @@ static void test_breakdown(void **state)
     top_snapshot_free(s1);
 }
 
+/* Below a 1 s interval, rates are over the newest report at least the window older. */
+static void test_history_pick(void **state)
+{
+    struct top_snapshot s[6] = {0};
+    struct top_snapshot *h[6];
+
+    (void)state;
+    for (int i = 0; i < 6; i++) {
+        s[i].time_ns = 10 * SEC + (uint64_t)i * 300 * MS; /* 10.0, 10.3, ... 11.5 s */
+        h[i] = &s[i];
+    }
+    assert_int_equal(top_history_pick(h, 0, SEC), 0);
+    assert_int_equal(top_history_pick(h, 1, SEC), 0);
+    assert_int_equal(top_history_pick(h, 2, SEC), 0); /* too short: the oldest */
+    assert_int_equal(top_history_pick(h, 4, SEC), 0); /* 10.9 - 10.0 < 1 s */
+    assert_int_equal(top_history_pick(h, 5, SEC), 0); /* 11.2 - 10.0 >= 1 s */
+    assert_int_equal(top_history_pick(h, 6, SEC), 1); /* 11.5 - 10.3 = 1.2 s; 10.6: 0.9 s */
+    assert_int_equal(top_history_pick(h, 6, 300 * MS), 4);
+    assert_int_equal(top_history_pick(h, 6, 0), 4); /* the previous report */
+}
+
 static void test_format_ns(void **state)
 {
     static const struct {
@@ -609,6 +630,7 @@ int main(void)
             cmocka_unit_test(test_rates_and_ranking),
             cmocka_unit_test(test_counter_going_down_is_zero),
             cmocka_unit_test(test_breakdown),
+            cmocka_unit_test(test_history_pick),
             cmocka_unit_test(test_format_ns),
             cmocka_unit_test(test_render_text),
             cmocka_unit_test(test_render_breakdown),
