@@ -184,6 +184,11 @@ void buf_region_record_crash_frames(struct buf_region *r, const uint64_t *frames
     __atomic_store_n(&at->frame_count, frame_count, __ATOMIC_RELEASE);
 }
 
+void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns)
+{
+    __atomic_store_n(&((struct buf_region_header *)r->head)->exec_ns, now_ns, __ATOMIC_RELEASE);
+}
+
 int buf_region_set_meta(struct buf_region *r, const void *bytes, size_t len)
 {
     struct buf_region_header *h = (struct buf_region_header *)r->head;
@@ -421,6 +426,14 @@ int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_byt
         return 0;
     }
     return -ENOENT;
+}
+
+int buf_region_read_header(const uint8_t *mem, size_t len, struct buf_region_header *ret)
+{
+    if (len < sizeof(*ret))
+        return -EBADMSG;
+    memcpy(ret, mem, sizeof(*ret));
+    return header_usable(ret, len) ? 0 : -EBADMSG;
 }
 
 int buf_region_read_crash(const uint8_t *mem, size_t len, struct buf_region_crash *ret)

@@ -15,7 +15,9 @@
  *    +-------------------+-------------------+-------------------+-------------------+
  *    | meta_seq (u64, 0 = no description yet)| meta_hash[0] (u64)                    |
  *    +---------------------------------------+---------------------------------------+
- *    | meta_hash[1] (u64)                    | ... zeros up to 1024
+ *    | meta_hash[1] (u64)                    | exec_ns (u64, 0 = not in exec)        |
+ *    +---------------------------------------+---------------------------------------+
+ *    ... zeros up to 1024
  *    +---------------------------------------+
  *    1024: the crash record (struct buf_region_crash), magic "FPCR" stored last, by the
  *          owner's fatal signal handler; zeros up to 4096
@@ -66,6 +68,7 @@ struct buf_region_header {
     uint32_t reserved;
     uint64_t meta_seq;
     uint64_t meta_hash[2];
+    uint64_t exec_ns; /* nonzero: the owner is in exec (its image ends without a profile) */
 };
 
 struct buf_region_slot {
@@ -77,7 +80,7 @@ struct buf_region_slot {
     uint64_t reserved2;
 };
 
-_Static_assert(sizeof(struct buf_region_header) == 72, "region header is a file format");
+_Static_assert(sizeof(struct buf_region_header) == 80, "region header is a file format");
 _Static_assert(sizeof(struct buf_region_slot) == BUF_REGION_SLOT_PREFIX,
                "slot header is a file format");
 
@@ -137,6 +140,9 @@ void buf_region_record_crash(struct buf_region *region, const struct buf_region_
 void buf_region_record_crash_frames(struct buf_region *region, const uint64_t *frames,
                                     uint32_t frame_count);
 
+/* The owner is about to exec (now_ns), or its exec failed (0). Async-signal-safe. */
+void buf_region_mark_exec(struct buf_region *region, uint64_t now_ns);
+
 /* Makes a local-limit manager allocate its chunks from region from now on (chunks it already
  * has stay on the heap until destroyed). The region must outlive the manager. -EINVAL if the
  * sizes differ or m is not a local-limit manager. */
@@ -167,6 +173,10 @@ int buf_region_read_each(const uint8_t *mem, size_t len, buf_read_cb cb, void *u
  * -ENOENT (none was published, or none is intact) or -EBADMSG (not a region). */
 int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_bytes,
                          size_t *ret_len);
+
+/* The region header of the image mem[0..len), checked as the readers check it: 0 or
+ * -EBADMSG. */
+int buf_region_read_header(const uint8_t *mem, size_t len, struct buf_region_header *ret);
 
 /* The crash record of the region image mem[0..len), checked (frame_count bounded): 0, or
  * -ENOENT (the owner did not crash, or died while writing it), -EBADMSG (not a region). */

@@ -57,7 +57,7 @@ struct grp_slot {
     uint64_t running_iteration;
     uint64_t start_cycles;
     uint32_t start_cpu;
-    bool implicit; /* its span is the event */
+    bool implicit;              /* its span is the event */
     uint64_t touched_iteration; /* the fields below are of this iteration */
     uint64_t cycles;
     uint32_t measured; /* stopwatches whose cycles count */
@@ -465,7 +465,10 @@ static int group_counter(struct fleetprof_group *g)
     (void)pthread_mutex_lock(&grp_lock);
     id = atomic_load(&g->counter_id);
     if (id < 0) {
-        id = fleetprof_counter_create(g->name, "CPU", description);
+        /* The front-end draws a "CPU" counter named "processCPU" as the process's CPU
+         * percentage: a group of that name gets another category, hence a plain graph. */
+        id = fleetprof_counter_create(g->name, strcmp(g->name, "processCPU") ? "CPU" : "Group CPU",
+                                      description);
         /* Out of counters (or not running): tried once per group, not on every event. */
         atomic_store_explicit(&g->counter_id, id >= 0 ? id : INT32_MAX, memory_order_release);
     }

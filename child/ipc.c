@@ -748,6 +748,7 @@ static void send_hello(void)
     Fleetprof__Hello h = FLEETPROF__HELLO__INIT;
     char name[64];
     char *argv0 = name;
+    int region_fd;
 
     (void)snprintf(name, sizeof(name), "%s", rt_program_name());
     h.id = ++ipc.next_id;
@@ -759,9 +760,14 @@ static void send_hello(void)
     h.argv = &argv0;
     h.start_ns = rt.start_ns;
     h.start_epoch_ms = (uint64_t)rt.start_epoch_ms;
+    region_fd = rt_region_fd();
+    h.chunk_region = region_fd >= 0;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
-    (void)send_env(&env);
+    /* The region's descriptor goes with the first frame; on a full socket it stays home
+     * (chunk_region says it was meant to come: the daemon logs its absence). */
+    if (ipc.conn)
+        (void)ipc_conn_send_with_fd(ipc.conn, &env, region_fd);
 }
 
 static size_t ipc_fds(int fds[8]);

@@ -936,6 +936,7 @@ static void after_failed_exec(const struct exec_state *st)
     if (st->ignored)
         rt_sampler_restore_handler();
     if (st->counted) {
+        rt_region_after_failed_exec();
         atomic_fetch_sub(&rt.exec_pending, 1);
         atomic_store(&rt.exec_failed, 1); /* after: the sampler must see the exec over */
     }

@@ -228,14 +228,16 @@ int rt_region_open(struct buf_chunk_manager *manager)
     char dir[PATH_MAX];
     int r, fd;
 
-    if (rt.cfg.socket[0])
-        return 0; /* a daemon's child: chunks stay on the heap for now */
-    r = region_dir(dir, sizeof(dir));
-    if (r == -ENOENT)
-        return 0; /* no file is asked for: nothing to recover into */
-    if (r < 0)
-        return r;
     (void)pthread_mutex_lock(&reg.lock);
+    if (rt.cfg.socket[0]) {
+        /* A daemon's child: a memfd, whose descriptor goes to the daemon with Hello. */
+        reg.path[0] = '\0';
+        r = buf_region_new(rt.cfg.chunk_bytes, NULL, &reg.region);
+        goto made;
+    }
+    r = region_dir(dir, sizeof(dir));
+    if (r < 0) /* -ENOENT: no file is asked for, nothing to recover into */
+        goto out;
     if (snprintf(reg.path, sizeof(reg.path), "%s/fleetprof-%d.chunks", dir, (int)rt.pid) >=
         (int)sizeof(reg.path)) {
         r = -ENAMETOOLONG;
@@ -251,6 +253,7 @@ int rt_region_open(struct buf_chunk_manager *manager)
         (void)unlink(reg.path);
         r = buf_region_new(rt.cfg.chunk_bytes, reg.path, &reg.region);
     }
+made:
     if (r < 0)
         goto out;
     /* Out of the numbers a program reuses, and kept through its close-everything sweeps. */
@@ -264,13 +267,14 @@ int rt_region_open(struct buf_chunk_manager *manager)
         rt_fd_release(fd);
         buf_region_set_fd(reg.region, -1);
         reg.region = buf_region_free(reg.region);
-        (void)unlink(reg.path);
+        if (reg.path[0])
+            (void)unlink(reg.path);
     }
 out:
     if (r < 0)
         reg.path[0] = '\0';
     (void)pthread_mutex_unlock(&reg.lock);
-    return r;
+    return r == -ENOENT ? 0 : r;
 }
 
 void rt_region_tick(uint64_t now_ns)
@@ -287,6 +291,16 @@ void rt_region_tick(uint64_t now_ns)
             rt_debug("cannot describe the process in %s: %s", reg.path, strerror(-r));
     }
     (void)pthread_mutex_unlock(&reg.lock);
+}
+
+int rt_region_fd(void)
+{
+    int fd;
+
+    (void)pthread_mutex_lock(&reg.lock);
+    fd = reg.region ? buf_region_fd(reg.region) : -1;
+    (void)pthread_mutex_unlock(&reg.lock);
+    return fd;
 }
 
 bool rt_region_active(void)
@@ -363,8 +377,20 @@ void rt_region_done(bool profile_written)
  * profile; the new image (if profiled) starts its own. */
 void rt_region_before_exec(void)
 {
+    struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+
     if (reg.path[0])
         (void)unlink(reg.path);
+    else if (region) /* the daemon holds it: it must not take our exec for a death */
+        buf_region_mark_exec(region, rt_now_ns());
+}
+
+void rt_region_after_failed_exec(void)
+{
+    struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+
+    if (region)
+        buf_region_mark_exec(region, 0);
 }
 
 void rt_region_forget_after_fork(void)

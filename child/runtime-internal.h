@@ -343,6 +343,7 @@ bool rt_region_yield_fd(int fd);
 void rt_region_done(bool profile_written);
 /* Async-signal-safe; the calling process's own exec (not a vfork child's). */
 void rt_region_before_exec(void);
+void rt_region_after_failed_exec(void);
 void rt_region_forget_after_fork(void);
 const char *rt_product(void);
 
@@ -363,6 +364,8 @@ int rt_crash_program_sigaction(int sig, const struct sigaction *act, struct siga
 /* region.c: whether the chunks are in a region (a crash can be recorded); and recording it,
  * async-signal-safe. */
 bool rt_region_active(void);
+/* The region's descriptor (a memfd when a daemon is configured), or -1. */
+int rt_region_fd(void);
 void rt_region_record_crash(int sig, int code, uint64_t address, int32_t tid,
                             const uint64_t *frames, uint32_t frame_count);
 /* The whole stack of the crash just recorded (after the record: walking may fault). */

@@ -309,6 +309,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     info.exit_profile = exit_profile;
     info.group_count = rt_groups_snapshot(&groups);
     info.groups = groups;
+    info.slow_event_ns = rt.cfg.slow_event_ns;
 
     r = prof_gecko_write_process(w, NULL, &info, rt.buffer, &symbolizer, progress);
     if (r == 0)

@@ -48,6 +48,10 @@ static bool loss_handled; /* sampler-owned: after_handler_lost() ran */
 /* The sampler reads it; rt_sampler_release_statm() may take it from another thread. */
 static _Atomic int statm_fd = -1;
 static uint64_t last_memory_ns;
+/* Rate counters (all but memory): the time of each one's last row, and of the previous
+ * step 3; sampler-owned, reset when the sampler starts (a forked child's starts anew). */
+static uint64_t counter_row_ns[RT_MAX_COUNTERS];
+static uint64_t counters_prev_ns;
 /* Futex word: 1 when the sampler must stop sleeping (stop, or an exit signal to handle).
  * A plain sleep made every exit wait for the current tick: up to a whole interval. */
 static _Atomic uint32_t wake_word;
@@ -646,12 +650,13 @@ static int64_t resident_bytes(void)
     return (int64_t)pages_resident * sysconf(_SC_PAGESIZE);
 }
 
-/* Step 3: counters whose value changed get a COUNTER entry with the delta. */
-static void sample_counters(uint64_t now)
+/* Step 3: counters whose value changed get a COUNTER entry with the delta; with memory, the
+ * memory counter is read first (at most every 10 ms). */
+static void sample_counters(uint64_t now, bool memory)
 {
     uint32_t count = atomic_load(&rt.counter_count);
 
-    if (now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
+    if (memory && now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
         int64_t rss;
 
         rt_fds_check(); /* as often, and first: a few fstat() calls */
@@ -668,6 +673,15 @@ static void sample_counters(uint64_t now)
 
         if (v == c->last_sampled && ops == c->last_ops)
             continue;
+        if (i > 0 && counters_prev_ns && counter_row_ns[i] != counters_prev_ns &&
+            (!c->category || strcmp(c->category, "Memory") != 0)) {
+            /* Idle since its last row (or new): a zero row at the previous step first. The
+             * front-end spreads a row's delta over the time since the row before it, so
+             * without it a burst would be drawn as a trickle over the whole idle time. */
+            struct prof_counter_sample zero = {i, counters_prev_ns, 0, 0};
+
+            (void)prof_entry_put_counter(rt.buffer, &zero);
+        }
         s.counter_id = i;
         s.time_ns = now;
         s.delta = v - c->last_sampled;
@@ -675,8 +689,10 @@ static void sample_counters(uint64_t now)
         if (prof_entry_put_counter(rt.buffer, &s) == 0) {
             c->last_sampled = v;
             c->last_ops = ops;
+            counter_row_ns[i] = now;
         }
     }
+    counters_prev_ns = now;
 }
 
 /* Sleeps until the absolute CLOCK_MONOTONIC time ts (FUTEX_WAIT_BITSET takes an absolute
@@ -711,6 +727,8 @@ static void *sampler_main(void *arg)
     (void)arg;
     (void)prctl(PR_SET_NAME, "fleetprof-sampl", 0, 0, 0);
     last_memory_ns = 0;
+    memset(counter_row_ns, 0, sizeof(counter_row_ns));
+    counters_prev_ns = 0;
     while (!atomic_load(&rt.stop_sampler)) {
         struct prof_overhead o;
         struct timespec ts;
@@ -750,7 +768,7 @@ static void *sampler_main(void *arg)
             idle_wakes++;
         (void)pthread_mutex_unlock(&rt.registry_lock);
         t2 = rt_now_ns();
-        sample_counters(t2);
+        sample_counters(t2, true);
         rt_region_tick(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);
         rt_ipc_tick();
@@ -795,4 +813,9 @@ void rt_sampler_stop(void)
         (void)pthread_join(rt.sampler, NULL);
     rt.sampler_started = false;
     harvest_last_captures();
+    /* The counters' last deltas (a performance group charged since the last tick), so that
+     * the exit profile's counter tracks add up to the totals it carries. The sampler is gone:
+     * its state is ours now. Not the memory counter: the sampler closed /proc/self/statm as
+     * it ended, and reading it would open it again. */
+    sample_counters(rt_now_ns(), false);
 }

@@ -47,6 +47,8 @@ struct conn {
     size_t exit_len, exit_cap;
     bool exit_profile_received;
     struct fleet_groups_proc *groups; /* borrowed from d->groups until the connection ends */
+    int region_fd;             /* the child's chunk region (memfd, sealed), -1 if none */
+    bool final_update;         /* its manager said goodbye: its chunks are gone */
     uint32_t groups_refused;          /* GroupStats refused (logged up to a few) */
     struct conn *next;
 };
@@ -58,6 +60,7 @@ struct departure {
     int32_t pid;
     char name[64];
     uint64_t time_ns;
+    char recovered[200]; /* how its profile was recovered from its chunks ("" = it was not) */
 };
 
 /* A child's whole profile, sent as it exited, kept until the next capture. */
@@ -111,20 +114,31 @@ void daemon__apply_actions(struct daemon *d, struct ctl_actions *a);
 /* A ProfileData or GatherProgress from a child; returns true if the gather used it. */
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m);
 void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress *m);
-/* A child left: its partial data is dropped and logged. */
-void daemon__gather_on_child_gone(struct conn *c);
+/* A child left: its partial data is dropped and logged. When a capture was waiting for it
+ * and its profile was recovered from its chunks (recovered, len; how says how), that is its
+ * answer: returns true, and the capture took recovered (freed with it). */
+bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, const char *how);
 /* A tool left: its capture goes on, the result is just not sent. */
 void daemon__gather_on_tool_gone(struct conn *c);
 void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req);
 /* Stores a complete exit profile (takes ownership of json). */
 void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len);
 /* Remembers a child that ended without an exit profile. */
-void daemon__departure_add(struct daemon *d, const struct conn *c);
+void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered);
 /* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
 void daemon__exit_profiles_free(struct daemon *d);
 
 /* recover.c */
+/* Hello came with a descriptor: keeps it as c's chunk region if it is one the daemon can
+ * read safely (a memfd sealed against shrinking, of a sane size), else logs why not and
+ * closes it. */
+void daemon__region_accept(struct conn *c, int fd);
+/* c ended with neither a final update nor an exit profile: its profile from its region, in
+ * *ret_json (malloc'd, the caller's) and *ret_len. Writes what happened into how (for the
+ * gathering log); 0 when recovered. */
+int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
+                           size_t *ret_len);
 struct json_writer;
 struct prof_symbolizer;
 struct daemon_recovery;
@@ -141,5 +155,7 @@ void daemon__symbolize(struct conn *c, const Fleetprof__Symbolize *m);
 /* Modules the service's cache opened so far (each build once, unless evicted). */
 struct prof_symbols_stats daemon__symbols_stats(const struct daemon *d);
 void daemon__symbols_free(struct daemon *d);
+/* The service's cache, made on first use (0 or a negative errno). */
+int daemon__symbols_cache(struct daemon *d, struct prof_symbols **ret);
 
 #endif /* FLEETPROF_DAEMON_DAEMON_INTERNAL_H */

@@ -72,6 +72,8 @@ struct daemon_capture_result {
     uint64_t bytes;      /* its size */
     uint32_t processes;  /* process profiles in it */
     uint32_t given_up;   /* children that made no progress in time */
+    uint32_t recovered;  /* processes whose profile was read back from their chunks after
+                          * they died without one (killed, crashed) */
 };
 
 typedef void (*daemon_capture_progress_cb)(void *userdata,

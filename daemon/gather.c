@@ -72,7 +72,7 @@ struct gather {
     void *userdata;
     struct pending *pending;
     size_t count;
-    uint32_t done_count, exit_profiles, processes, given_up;
+    uint32_t done_count, exit_profiles, processes, given_up, recovered;
     uint64_t bytes;
     int fd;                  /* tmp_path, owned (the worker's during the final sync); or -1 */
     uint64_t out_len;        /* bytes in fd: where the next write goes */
@@ -183,7 +183,7 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
         daemon__apply_actions(d, &a);
 }
 
-void daemon__departure_add(struct daemon *d, const struct conn *c)
+void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered)
 {
     struct departure *dep;
 
@@ -202,8 +202,9 @@ void daemon__departure_add(struct daemon *d, const struct conn *c)
     dep->pid = c->pid;
     (void)snprintf(dep->name, sizeof(dep->name), "%s", c->name);
     dep->time_ns = daemon__now_ns();
-    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) ended without sending an exit profile",
-                (int)c->pid, c->name);
+    (void)snprintf(dep->recovered, sizeof(dep->recovered), "%s", recovered ? recovered : "");
+    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) ended without sending an exit profile%s%s",
+                (int)c->pid, c->name, recovered ? "; recovered: " : "", recovered ? recovered : "");
 }
 
 /* Capture */
@@ -668,23 +669,62 @@ void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress 
               m->location && *m->location ? m->location : "?");
 }
 
-void daemon__gather_on_child_gone(struct conn *c)
+bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, const char *how)
 {
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
+    int r;
 
     if (!p)
-        return;
+        return false;
     /* A child that completed before going keeps its profile (possibly still spooled). */
     p->conn = NULL;
-    if (!p->done) {
+    if (p->done)
+        return false;
+    if (!recovered) {
         event(g, p->pid,
               "child %d (%s) went away during the capture; its partial data (%zu "
               "bytes) was dropped",
               (int)p->pid, p->name, p->len);
         drop_data(g, p);
         mark_done(g, p);
+        return false;
     }
+    /* It died mid-capture: what it sent so far goes, its chunks answer in its place. */
+    drop_data(g, p);
+    g->bytes -= p->len < g->bytes ? p->len : g->bytes;
+    p->len = 0;
+    r = store_piece(g, p, recovered, len, len);
+    free(recovered);
+    if (r < 0 && g->write_error) {
+        finish(g);
+        return true;
+    }
+    if (r < 0) {
+        event(g, p->pid, "child %d (%s) dropped: no spool file for its recovered profile: %s",
+              (int)p->pid, p->name, strerror(-r));
+        drop_data(g, p);
+        mark_done(g, p);
+        return true;
+    }
+    p->len = len;
+    g->bytes += len;
+    g->recovered++;
+    event(g, p->pid,
+          "recovered the profile of child %d (%s) from its shared chunks, as it died during "
+          "the capture: %s",
+          (int)p->pid, p->name, how);
+    if (p->total) {
+        p->total = 0;
+        (void)add_element(g, p->region);
+    } else if (p == g->current) {
+        g->current = NULL;
+        (void)add_element(g, g->current_start);
+    } else {
+        p->complete = true;
+    }
+    mark_done(g, p);
+    return true;
 }
 
 void daemon__gather_on_tool_gone(struct conn *c)
@@ -822,6 +862,7 @@ static void complete(struct gather *g)
     res.bytes = g->file_bytes;
     res.processes = g->processes;
     res.given_up = g->given_up;
+    res.recovered = g->recovered;
     daemon__log(g->d, g->write_error ? DAEMON_LOG_WARNING : DAEMON_LOG_INFO,
                 g->write_error ? "capture failed: %s" : "capture written to %s (%u processes)",
                 g->write_error ? g->message : g->path, g->processes);
@@ -1090,6 +1131,14 @@ static int start(struct gather *g)
     }
 
     for (size_t i = 0; i < d->departure_count; i++) {
+        if (d->departures[i].recovered[0]) {
+            g->recovered++;
+            event(g, d->departures[i].pid,
+                  "recovered the profile of child %d (%s) from its shared chunks, as it died "
+                  "without one: %s",
+                  (int)d->departures[i].pid, d->departures[i].name, d->departures[i].recovered);
+            continue;
+        }
         /* An exec'd process drops its connection (close-on-exec) and reconnects with the
          * same pid: it did not end, its new image reports for it. */
         if (pid_reported_since(d, d->departures[i].pid))

@@ -47,6 +47,17 @@ static const struct prof_schema_field crash_fields[] = {
         {"reason", "Reason", "string", true},
 };
 
+/* The largest region a child of this daemon can make: its buffer limit's chunks, the few a
+ * manager holds besides, in slots, and the header. */
+static uint64_t region_limit(const struct daemon *d)
+{
+    uint64_t chunk = d->opt.chunk_bytes ? d->opt.chunk_bytes : 256u << 10;
+    uint64_t limit = d->opt.process_limit_bytes ? d->opt.process_limit_bytes : 64u << 20;
+
+    /* Twice the limit covers slot rounding and a child's own larger limit up to that. */
+    return BUF_REGION_HEADER_BYTES + 2 * (limit + 8 * (chunk + 2 * 4096u));
+}
+
 struct recovered_info {
     struct prof_process_info info;
     struct prof_thread_info *threads;
@@ -395,7 +406,7 @@ out:
 }
 
 /* The whole file, copied: a reader of another process's memory never reads it twice. */
-static int read_whole(int fd, uint8_t **ret_mem, size_t *ret_len)
+static int read_whole(int fd, uint64_t limit, uint8_t **ret_mem, size_t *ret_len)
 {
     struct stat st;
     uint8_t *mem;
@@ -405,7 +416,7 @@ static int read_whole(int fd, uint8_t **ret_mem, size_t *ret_len)
         return -errno;
     if (!S_ISREG(st.st_mode))
         return -EINVAL;
-    if ((uint64_t)st.st_size > MAX_REGION_BYTES)
+    if ((uint64_t)st.st_size > limit)
         return -EFBIG;
     mem = malloc((size_t)st.st_size + 1);
     if (!mem)
@@ -442,7 +453,7 @@ int daemon_recover_file(const char *path, const char *out_path, struct daemon_re
         (void)snprintf(error, error_size, "cannot open %s: %s", path, strerror(-r));
         return r;
     }
-    r = read_whole(fd, &mem, &len);
+    r = read_whole(fd, MAX_REGION_BYTES, &mem, &len);
     (void)close(fd);
     if (r < 0) {
         (void)snprintf(error, error_size, "cannot read %s: %s", path, strerror(-r));
@@ -495,4 +506,91 @@ out:
     prof_symbols_free(symbols);
     free(mem);
     return r;
+}
+
+/* ---- a connected child's region ------------------------------------------------------ */
+
+void daemon__region_accept(struct conn *c, int fd)
+{
+    struct daemon *d = c->d;
+    const char *why = NULL;
+    struct stat st;
+    int seals;
+
+    /* A region the child could shrink would fault a reader that mapped it; one it could
+     * grow without bound would make us copy without bound. */
+    seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        why = "not a memory file";
+    else if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        why = "not sealed against shrinking (F_SEAL_SHRINK), so reading it could fault";
+    else if ((uint64_t)st.st_size > region_limit(d))
+        why = "larger than a region of its buffer limit can be";
+    if (why) {
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "child %d (%s): chunk region refused: %s; it will not be recovered if it "
+                    "dies",
+                    (int)c->pid, c->name, why);
+        (void)close(fd);
+        return;
+    }
+    c->region_fd = fd;
+}
+
+int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
+                           size_t *ret_len)
+{
+    struct daemon *d = c->d;
+    struct buf_region_header h;
+    struct daemon_recovery rec;
+    struct prof_symbols *symbols = NULL;
+    struct prof_symbolizer symbolizer;
+    struct json_writer *w = NULL;
+    char *json = NULL;
+    uint8_t *mem = NULL;
+    size_t len = 0;
+    int r;
+
+    /* Copied whole first: the process is gone, but whoever else holds the memfd is not. */
+    r = read_whole(c->region_fd, region_limit(d), &mem, &len);
+    if (r == 0 && buf_region_read_header(mem, len, &h) < 0)
+        r = -EBADMSG;
+    if (r == 0 && h.exec_ns) {
+        free(mem);
+        return -ECANCELED; /* it exec'd: the new image reports for it */
+    }
+    if (r == 0)
+        r = daemon__symbols_cache(d, &symbols);
+    if (r == 0)
+        r = json_writer_new_memory(&w);
+    if (r == 0) {
+        symbolizer = prof_symbolizer_local(symbols);
+        r = daemon__recover_image(mem, len, "shared memory", &symbolizer, w, &rec);
+    }
+    if (r == 0)
+        r = json_writer_finish(w);
+    if (r == 0)
+        r = json_writer_copy_to(w, &json);
+    if (r < 0) {
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "child %d (%s) ended without a profile, and its chunks could not be read "
+                    "back: %s",
+                    (int)c->pid, c->name,
+                    r == -EBADMSG ? "its region is not a chunk region" : strerror(-r));
+        json_writer_free(w);
+        free(mem);
+        return r;
+    }
+    (void)snprintf(how, how_size,
+                   "%s, %" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
+                   " corrupt chunks, %" PRIu64 " torn bytes",
+                   rec.crash_signal ? signal_name(rec.crash_signal) : "killed (no crash recorded)",
+                   rec.blocks, rec.chunks, rec.corrupt_chunks, rec.torn_bytes);
+    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s): profile recovered from its chunks: %s",
+                (int)c->pid, c->name, how);
+    *ret_json = json;
+    *ret_len = json_writer_length(w);
+    json_writer_free(w);
+    free(mem);
+    return 0;
 }

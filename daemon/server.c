@@ -86,13 +86,31 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
     struct conn *c = userdata;
     struct daemon *d = c->d;
 
+    char how[200];
+    char *recovered = NULL; /* the profile read back from its chunks, if it died without one */
+    size_t recovered_len = 0;
+
     (void)ipc;
-    if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid))
-        daemon__gather_on_child_gone(c);
-    else
+    if (c->pid && !c->exit_profile_received && !d->closing && c->region_fd >= 0 &&
+        !c->final_update)
+        (void)daemon__region_recover(c, how, sizeof(how), &recovered, &recovered_len);
+    if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid)) {
+        /* A capture waiting for it takes the recovered profile as its answer. */
+        if (daemon__gather_on_child_gone(c, recovered, recovered_len, how))
+            recovered = NULL;
+        else if (!recovered && c->pid && !c->exit_profile_received && !d->closing)
+            daemon__departure_add(d, c, NULL);
+    } else {
         daemon__gather_on_tool_gone(c);
-    if (c->pid && !c->exit_profile_received && !d->closing)
-        daemon__departure_add(d, c);
+    }
+    if (recovered) { /* kept for the next capture, as an exit profile */
+        daemon__departure_add(d, c, how);
+        daemon__exit_profile_add(d, c, recovered, recovered_len);
+    }
+    if (c->region_fd >= 0) {
+        (void)close(c->region_fd);
+        c->region_fd = -1;
+    }
     if (c->exit_len)
         daemon__log(d, DAEMON_LOG_WARNING,
                     "exit profile of child %d (%s) dropped: the process ended after sending "
@@ -229,6 +247,17 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     (void)snprintf(c->name, sizeof(c->name), "%s", h->name && *h->name ? h->name : "?");
     c->state = FLEETPROF__CHILD_STATE__CHILD_STATE_RUNNING;
     c->groups = fleet_groups_join(d->groups, c->pid, h->start_ns, c->name);
+    {
+        int fd = ipc_conn_take_received_fd(c->ipc);
+
+        if (fd >= 0)
+            daemon__region_accept(c, fd);
+        else if (h->chunk_region)
+            daemon__log(d, DAEMON_LOG_INFO,
+                        "child %d (%s) meant to share its chunk region, none arrived: it will "
+                        "not be recovered if it dies",
+                        (int)c->pid, c->name);
+    }
     d->stats.children++;
     d->stats.children_total++;
 
@@ -264,6 +293,7 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
     int r;
 
     if (m->final) {
+        c->final_update = true; /* its chunks are gone: nothing to recover */
         /* Unsolicited Finals are allowed: a manager can go away at any time. */
         ctl_remove(d->ctl, c->pid, daemon__now_ns());
         d->stats.updates++;
@@ -594,6 +624,7 @@ static int on_accept(struct ipc_listener *listener, struct ipc_conn *ipc,
         return -ENOMEM;
     c->d = d;
     c->ipc = ipc;
+    c->region_fd = -1;
     c->peer = *peer;
     c->connect_ns = daemon__now_ns();
     c->next = d->conns;

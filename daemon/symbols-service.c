@@ -150,6 +150,15 @@ static void send_error_reply(struct conn *c, uint64_t id, const char *error)
     (void)daemon__send(c, &env);
 }
 
+int daemon__symbols_cache(struct daemon *d, struct prof_symbols **ret)
+{
+    struct prof_symbols_options o = {.memory_limit_bytes = SYMBOL_CACHE_BYTES};
+    int r = d->symbols ? 0 : prof_symbols_new_with_options(&o, &d->symbols);
+
+    *ret = d->symbols;
+    return r;
+}
+
 static int ensure_cache(struct daemon *d)
 {
     struct prof_symbols_options o = {.memory_limit_bytes = SYMBOL_CACHE_BYTES};

@@ -58,6 +58,8 @@ static void on_conn_closed(uv_handle_t *handle)
     }
     if (c->cbs.on_close)
         c->cbs.on_close(c, c->close_error, c->close_reason, c->userdata);
+    if (c->received_fd >= 0)
+        (void)close(c->received_fd);
     ipc_reader_done(&c->reader);
     ipc_pool_done(&c->pool);
     free(c->read_buf);
@@ -78,6 +80,8 @@ static void on_discarded(uv_handle_t *handle)
 {
     struct ipc_conn *c = container_of(handle, struct ipc_conn, pipe);
 
+    if (c->received_fd >= 0)
+        (void)close(c->received_fd);
     ipc_reader_done(&c->reader);
     ipc_pool_done(&c->pool);
     free(c->read_buf);
@@ -90,7 +94,8 @@ void ipc__conn_discard(struct ipc_conn *c)
     uv_close((uv_handle_t *)&c->pipe, on_discarded);
 }
 
-int ipc__conn_new(uv_loop_t *loop, const struct ipc_conn_options *opts, struct ipc_conn **ret_conn)
+int ipc__conn_new(uv_loop_t *loop, const struct ipc_conn_options *opts, bool accepts_fds,
+                  struct ipc_conn **ret_conn)
 {
     struct ipc_conn *c;
     int r;
@@ -107,6 +112,7 @@ int ipc__conn_new(uv_loop_t *loop, const struct ipc_conn_options *opts, struct i
     c->stream_window_bytes = opts && opts->stream_window_bytes ? opts->stream_window_bytes
                                                                : IPC_STREAM_WINDOW_DEFAULT;
     c->close_reason = "closed locally";
+    c->received_fd = -1;
     c->read_buf = malloc(IPC_READ_BUF_BYTES);
     if (!c->read_buf) {
         r = -ENOMEM;
@@ -116,7 +122,9 @@ int ipc__conn_new(uv_loop_t *loop, const struct ipc_conn_options *opts, struct i
     if (r < 0)
         goto err_free_buf;
     ipc_reader_init(&c->reader, c->max_frame_bytes);
-    r = uv_pipe_init(loop, &c->pipe, 0);
+    /* An "ipc" pipe reads with recvmsg(), so that descriptors passed with SCM_RIGHTS arrive
+     * (read() would drop them); writes are the same. */
+    r = uv_pipe_init(loop, &c->pipe, accepts_fds ? 1 : 0);
     if (r < 0)
         goto err_pool;
     *ret_conn = c;
@@ -178,11 +186,43 @@ static int deliver(void *userdata, const Fleetprof__Envelope *env)
     return c->closing ? -ECANCELED : 0;
 }
 
+static void on_fd_handle_closed(uv_handle_t *handle)
+{
+    free(handle);
+}
+
+/* Descriptors the peer passed: libuv queues them on the pipe and hands each out only through
+ * uv_accept() into a handle. The first is kept (a copy of ours), any other closed at once: a
+ * peer cannot make us hold descriptors it sends. */
+static void take_passed_fds(struct ipc_conn *c)
+{
+    while (uv_pipe_pending_count(&c->pipe) > 0) {
+        uv_pipe_t *h = malloc(sizeof(*h));
+        uv_os_fd_t fd = -1;
+
+        if (!h || uv_pipe_init(c->pipe.loop, h, 0) < 0) {
+            free(h);
+            ipc__conn_fail(c, -ENOMEM, "out of memory for a passed descriptor");
+            return;
+        }
+        if (uv_accept((uv_stream_t *)&c->pipe, (uv_stream_t *)h) == 0 &&
+            uv_fileno((uv_handle_t *)h, &fd) == 0 && c->received_fd < 0)
+            c->received_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        else
+            c->dropped_fds++;
+        uv_close((uv_handle_t *)h, on_fd_handle_closed); /* closes libuv's copy */
+    }
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct ipc_conn *c = container_of(stream, struct ipc_conn, pipe);
     ssize_t r;
 
+    if (c->closing)
+        return;
+    if (c->pipe.ipc)
+        take_passed_fds(c); /* before the frames that came with them are delivered */
     if (c->closing)
         return;
     if (nread > 0) {
@@ -240,7 +280,7 @@ int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_op
         r = -errno;
         goto err_close_fd;
     }
-    r = ipc__conn_new(loop, opts, &c);
+    r = ipc__conn_new(loop, opts, false, &c);
     if (r < 0)
         goto err_close_fd;
     r = uv_pipe_open(&c->pipe, fd);
@@ -439,6 +479,75 @@ int ipc_conn_send(struct ipc_conn *c, const Fleetprof__Envelope *env)
     if (c->want_shutdown)
         return -EPIPE;
     return queue_frame(c, env, false);
+}
+
+int ipc_conn_send_with_fd(struct ipc_conn *c, const Fleetprof__Envelope *env, int fd)
+{
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct msghdr msg = {0};
+    struct iovec iov;
+    uint8_t *frame;
+    size_t len;
+    ssize_t n;
+    uv_os_fd_t sock;
+
+    /* The descriptor rides on the connection's first bytes, sent here directly: nothing
+     * may be queued ahead of them. */
+    if (fd < 0 || c->frames_sent != 0 || c->queued_bytes != 0 || c->closing ||
+        uv_fileno((uv_handle_t *)&c->pipe, &sock) < 0)
+        return ipc_conn_send(c, env);
+    len = ipc_frame_size(env);
+    if (len == 0 || len > c->max_frame_bytes)
+        return ipc_conn_send(c, env);
+    frame = malloc(len);
+    if (!frame)
+        return -ENOMEM;
+    if (ipc_frame_encode(env, frame, len) != (ssize_t)len) {
+        free(frame);
+        return -EINVAL;
+    }
+    iov = (struct iovec){frame, len};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    memset(&control, 0, sizeof(control));
+    msg.msg_control = control.space;
+    msg.msg_controllen = sizeof(control.space);
+    CMSG_FIRSTHDR(&msg)->cmsg_level = SOL_SOCKET;
+    CMSG_FIRSTHDR(&msg)->cmsg_type = SCM_RIGHTS;
+    CMSG_FIRSTHDR(&msg)->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(CMSG_FIRSTHDR(&msg)), &fd, sizeof(int));
+    do
+        n = sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    free(frame);
+    if (n == (ssize_t)len) {
+        c->frames_sent++;
+        return 1;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return ipc_conn_send(c, env); /* a full socket on its first frame: no descriptor */
+    if (n < 0)
+        return -errno;
+    /* A few bytes of a first small frame on an empty socket: not seen; the peer would read
+     * a cut frame, so the connection goes. */
+    ipc__conn_fail(c, -EIO, "first frame only partly sent");
+    return -EIO;
+}
+
+int ipc_conn_take_received_fd(struct ipc_conn *c)
+{
+    int fd = c->received_fd;
+
+    c->received_fd = -1;
+    return fd;
+}
+
+uint64_t ipc_conn_dropped_fds(const struct ipc_conn *c)
+{
+    return c->dropped_fds;
 }
 
 size_t ipc_conn_queued_bytes(const struct ipc_conn *c)

@@ -42,6 +42,8 @@ struct ipc_conn {
     bool shutting_down;       /* uv_shutdown() issued */
     bool closing;             /* uv_close() issued */
     int write_error;          /* first failed write while reading went on, 0 if none */
+    int received_fd;          /* the descriptor the peer passed (the first), -1 if none */
+    uint64_t dropped_fds;     /* further descriptors the peer passed, closed */
     int close_error;          /* reported by on_close */
     const char *close_reason; /* static, or points at reason_buf */
     char reason_buf[160];     /* for formatted close reasons */
@@ -59,7 +61,9 @@ struct ipc_conn {
 };
 
 /* Allocates and uv_pipe_init()s a connection on loop. Returns 0 or a negative errno. */
-int ipc__conn_new(uv_loop_t *loop, const struct ipc_conn_options *opts, struct ipc_conn **ret_conn);
+/* accepts_fds: an accepted (daemon-side) connection, whose peer may pass a descriptor. */
+int ipc__conn_new(uv_loop_t *loop, const struct ipc_conn_options *opts, bool accepts_fds,
+                  struct ipc_conn **ret_conn);
 /* Frees a connection whose pipe was never initialised to a usable state: closes the handle
  * and frees it from the close callback without calling on_close. */
 void ipc__conn_discard(struct ipc_conn *conn);

@@ -125,6 +125,17 @@ void ipc_conn_shutdown(struct ipc_conn *conn);
 /* The peer's credentials (for a connected client: the listener's). Returns 0 or -ENODATA. */
 int ipc_conn_peer(const struct ipc_conn *conn, struct ipc_peer *ret_peer);
 
+/* ipc_conn_send() of the connection's first frame with a descriptor passed alongside
+ * (SCM_RIGHTS; the peer's connection must be an accepted one, which receives them). Returns
+ * 1 when fd went with it, 0 when the frame was queued without it (not the first frame, or
+ * the socket was full), or ipc_conn_send()'s errors. fd stays the caller's. */
+int ipc_conn_send_with_fd(struct ipc_conn *conn, const Fleetprof__Envelope *env, int fd);
+/* The descriptor an accepted connection's peer passed (the first one; later ones are closed
+ * as they come and counted), now the caller's; -1 if none. Read it when the frame it came
+ * with is delivered. */
+int ipc_conn_take_received_fd(struct ipc_conn *conn);
+uint64_t ipc_conn_dropped_fds(const struct ipc_conn *conn);
+
 /* Counts frames received and sent so far (for status and tests). */
 uint64_t ipc_conn_frames_received(const struct ipc_conn *conn);
 uint64_t ipc_conn_frames_sent(const struct ipc_conn *conn);

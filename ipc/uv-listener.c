@@ -156,7 +156,7 @@ static void on_connection(uv_stream_t *server, int status)
             l->cbs.on_error(l, status, "accept failed", l->userdata);
         return;
     }
-    r = ipc__conn_new(server->loop, &l->opts.conn, &c);
+    r = ipc__conn_new(server->loop, &l->opts.conn, true, &c);
     if (r < 0) {
         /* libuv pauses the listener until the pending connection is accepted. */
         if (l->cbs.on_error)

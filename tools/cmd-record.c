@@ -519,6 +519,9 @@ static void on_capture_done(void *userdata, const struct daemon_capture_result *
                 res->processes == 1 ? "" : "es");
         if (res->given_up)
             fprintf(stderr, ", %" PRIu32 " gave up (see profileGatheringLog)", res->given_up);
+        if (res->recovered)
+            fprintf(stderr, ", %" PRIu32 " recovered after %s killed or crashed", res->recovered,
+                    res->recovered == 1 ? "it was" : "they were");
         fputc('\n', stderr);
     }
     if (rec->cmd_running) {

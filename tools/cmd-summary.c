@@ -4,7 +4,9 @@
  * and the top functions by self time (the leaf frame of each sample); the top functions of the
  * whole fleet; the daemon's profileGatheringLog as a timeline plus a digest (who was waited
  * for, who answered, who made no progress, what was dropped and why); and the non-zero
- * problem counters of profilingLog. --json prints the same as one document for scripts.
+ * problem counters of profilingLog; and, when any process used performance groups, a fleet
+ * table of the groups (meta.fleetprof.groups summed over the processes). --json prints the
+ * same as one document for scripts.
  * Reads any Gecko profile defensively: a value of the wrong type is skipped, never trusted.
  *
  * profileGatheringLog event conventions (for the daemon's authors; this file only relies on
@@ -34,7 +36,7 @@
  *     no progress "no progress", "gave up", "give up", "giving up", "timed out", "timeout",
  *                 "unresponsive"
  *     answered    "received", "replied", "reply from", "answered", "arrived", "complete",
- *                 "spliced", "added", "got "
+ *                 "spliced", "added", "got ", "recovered"
  *     waited for  "asked", "ask ", "request", "waiting", "waited", "pending"
  *   and attributes it to the event's pids. "no answer" lists those waited for that neither
  *   answered nor were dropped. Example events:
@@ -283,6 +285,27 @@ struct proc_result {
     size_t n_top;
 };
 
+/* Performance groups: meta.fleetprof.groups of every process, summed by name. Totals are
+ * cumulative per process (a forked child starts at zero), so the fleet's are plain sums. */
+#define MAX_GROUP_BUCKETS 64
+
+struct group_sum {
+    const char *name; /* borrowed from the document */
+    size_t name_len;
+    uint64_t cpu_ns, events, slow_events, worst_event_ns, discarded, migrated, stale;
+    uint64_t durations[MAX_GROUP_BUCKETS];
+    size_t processes; /* that used the group */
+};
+
+struct group_table {
+    struct group_sum *v; /* owned, indexed by the name's id in names */
+    size_t n, cap;
+    struct func_table names; /* group names (no library), interned in order: ids are dense */
+    uint64_t lower_us[MAX_GROUP_BUCKETS]; /* bucket lower bounds, from the first process */
+    size_t buckets;                       /* 0 until a process gave its bounds */
+    uint64_t cpu_ns;                      /* all groups */
+};
+
 struct summary {
     const struct json_doc *doc; /* borrowed */
     unsigned top_n;
@@ -293,6 +316,9 @@ struct summary {
     size_t n_procs;
     uint64_t total_samples;
     uint32_t no_stack, bad_stack; /* pseudo functions */
+    struct group_table groups;
+    uint64_t fleet_cpu_ns;  /* sum of the samples' threadCPUDelta, in ns */
+    bool fleet_cpu_unknown; /* some process's CPU deltas are not in ns or us */
     bool oom;
 };
 
@@ -347,6 +373,185 @@ static uint32_t frame_function(struct summary *s, const struct json_value *frame
 }
 
 /* Counts the self time of every sample of thread t into the current process. */
+/* ns per unit of the process's threadCPUDelta column: 1 for "ns", 1000 for "µs"/"us", 0 when
+ * it has another unit (CPU cycles) or none. */
+static uint64_t cpu_delta_scale(const struct json_doc *d, const struct json_value *proc,
+                                const struct json_value *root)
+{
+    const struct json_value *units =
+            json_object_get(d, json_object_get(d, proc, "meta"), "sampleUnits");
+    const char *u;
+
+    if (!units) /* sub-process metas may leave it out: the front-end uses the top level's */
+        units = json_object_get(d, json_object_get(d, root, "meta"), "sampleUnits");
+    u = json_value_string(d, json_object_get(d, units, "threadCPUDelta"), NULL);
+    if (!u)
+        return 0;
+    if (!strcmp(u, "ns"))
+        return 1;
+    if (!strcmp(u, "\xc2\xb5s") || !strcmp(u, "us"))
+        return 1000;
+    return 0;
+}
+
+/* Adds the thread's CPU time (threadCPUDelta) to the fleet's. */
+static void count_thread_cpu(struct summary *s, const struct json_value *t, uint64_t scale)
+{
+    const struct json_doc *d = s->doc;
+    const struct json_value *sm = json_object_get(d, t, "samples");
+    const struct json_value *samples = json_object_get(d, sm, "data");
+    int col = profile_schema_column(d, sm, "threadCPUDelta");
+
+    if (col < 0)
+        return;
+    for (size_t i = 0; i < json_value_len(samples); i++) {
+        const struct json_value *v = json_array_at(d, json_array_at(d, samples, i), (size_t)col);
+        double delta;
+
+        if (json_value_type(v) != JSON_NUMBER)
+            continue; /* null: the thread's first sample */
+        if (!scale) {
+            s->fleet_cpu_unknown = true;
+            return;
+        }
+        if (json_value_double(d, v, &delta) == 0 && delta > 0)
+            s->fleet_cpu_ns += (uint64_t)(delta * (double)scale);
+    }
+}
+
+static struct group_sum *group_find(struct summary *s, const char *name, size_t len)
+{
+    struct group_table *g = &s->groups;
+    uint32_t id = func_intern(&g->names, name, len, NULL, 0);
+
+    if (id == NO_FUNC) {
+        s->oom = true;
+        return NULL;
+    }
+    if (id < g->n)
+        return &g->v[id];
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 16;
+        struct group_sum *v = realloc(g->v, cap * sizeof(*v));
+
+        if (!v) {
+            s->oom = true;
+            return NULL;
+        }
+        g->v = v;
+        g->cap = cap;
+    }
+    memset(&g->v[g->n], 0, sizeof(g->v[0]));
+    g->v[g->n].name = name;
+    g->v[g->n].name_len = len;
+    return &g->v[g->n++];
+}
+
+/* A non-negative integer member of o, or 0. */
+static uint64_t member_u64(const struct json_doc *d, const struct json_value *o, const char *key)
+{
+    int64_t v;
+
+    if (json_value_int64(d, json_object_get(d, o, key), &v) < 0 || v < 0)
+        return 0;
+    return (uint64_t)v;
+}
+
+/* Adds the process's meta.fleetprof.groups to the fleet's groups. */
+static void count_groups(struct summary *s, const struct json_value *proc)
+{
+    const struct json_doc *d = s->doc;
+    const struct json_value *groups = json_object_get(
+            d, json_object_get(d, json_object_get(d, proc, "meta"), "fleetprof"), "groups");
+    const struct json_value *lower = json_object_get(d, groups, "bucketLowerUs");
+    const struct json_value *totals = json_object_get(d, groups, "totals");
+
+    if (!s->groups.buckets && json_value_type(lower) == JSON_ARRAY) {
+        size_t n = json_value_len(lower);
+
+        n = n < MAX_GROUP_BUCKETS ? n : MAX_GROUP_BUCKETS;
+        for (size_t b = 0; b < n; b++) {
+            int64_t v = 0;
+
+            (void)json_value_int64(d, json_array_at(d, lower, b), &v);
+            s->groups.lower_us[b] = v < 0 ? 0 : (uint64_t)v;
+        }
+        s->groups.buckets = n;
+    }
+    for (size_t i = 0; json_value_type(totals) == JSON_ARRAY && i < json_value_len(totals); i++) {
+        const struct json_value *t = json_array_at(d, totals, i);
+        const struct json_value *durations = json_object_get(d, t, "durations");
+        size_t len;
+        const char *name = json_value_string(d, json_object_get(d, t, "name"), &len);
+        struct group_sum *g;
+        uint64_t cpu, worst;
+
+        if (!name)
+            continue;
+        g = group_find(s, name, len);
+        if (!g)
+            return;
+        cpu = member_u64(d, t, "cpuNs");
+        g->cpu_ns += cpu;
+        s->groups.cpu_ns += cpu;
+        g->events += member_u64(d, t, "events");
+        g->slow_events += member_u64(d, t, "slowEvents");
+        g->discarded += member_u64(d, t, "discarded");
+        g->migrated += member_u64(d, t, "migrated");
+        g->stale += member_u64(d, t, "stale");
+        worst = member_u64(d, t, "worstEventNs");
+        if (worst > g->worst_event_ns)
+            g->worst_event_ns = worst;
+        for (size_t b = 0; b < json_value_len(durations) && b < MAX_GROUP_BUCKETS; b++) {
+            int64_t v;
+
+            if (json_value_int64(d, json_array_at(d, durations, b), &v) == 0 && v > 0)
+                g->durations[b] += (uint64_t)v;
+        }
+        g->processes++;
+    }
+}
+
+/* The q-quantile of a group's per-event CPU time from its summed histogram: the upper bound
+ * of the bucket holding it (the next bucket's lower bound), never above the worst event; 0
+ * without events or bucket bounds. Same rule as child/profile/groups.c. */
+static uint64_t group_quantile_ns(const struct group_table *t, const struct group_sum *g, double q)
+{
+    uint64_t total = 0, seen = 0, rank;
+    size_t n = t->buckets;
+
+    for (size_t b = 0; b < n; b++)
+        total += g->durations[b];
+    if (!total)
+        return 0;
+    rank = (uint64_t)((double)total * q);
+    if ((double)rank < (double)total * q - 1e-6)
+        rank++;
+    if (rank == 0)
+        rank = 1;
+    for (size_t b = 0; b < n; b++) {
+        seen += g->durations[b];
+        if (seen >= rank) {
+            uint64_t upper = b + 1 < n ? t->lower_us[b + 1] * 1000 : UINT64_MAX;
+
+            return upper > g->worst_event_ns ? g->worst_event_ns : upper;
+        }
+    }
+    return g->worst_event_ns;
+}
+
+static int compare_group_cpu(const void *a, const void *b)
+{
+    const struct group_sum *ga = a, *gb = b;
+    size_t n = ga->name_len < gb->name_len ? ga->name_len : gb->name_len;
+    int c;
+
+    if (ga->cpu_ns != gb->cpu_ns)
+        return ga->cpu_ns < gb->cpu_ns ? 1 : -1;
+    c = memcmp(ga->name, gb->name, n);
+    return c ? c : (ga->name_len > gb->name_len) - (ga->name_len < gb->name_len);
+}
+
 static void count_thread(struct summary *s, struct proc_result *pr, const struct json_value *t)
 {
     const struct json_doc *d = s->doc;
@@ -438,13 +643,18 @@ static void summarize_process(struct summary *s, const struct json_value *proc)
 {
     const struct json_value *threads = json_object_get(s->doc, proc, "threads");
     struct proc_result *pr = &s->procs[s->n_procs++];
+    uint64_t scale;
     size_t n;
 
     memset(pr, 0, sizeof(*pr));
     profile_process_describe(s->doc, proc, &pr->info);
     s->n_touched = 0;
-    for (size_t i = 0; i < json_value_len(threads); i++)
+    scale = cpu_delta_scale(s->doc, proc, json_doc_root(s->doc));
+    for (size_t i = 0; i < json_value_len(threads); i++) {
         count_thread(s, pr, json_array_at(s->doc, threads, i));
+        count_thread_cpu(s, json_array_at(s->doc, threads, i), scale);
+    }
+    count_groups(s, proc);
     s->total_samples += pr->samples;
     if (s->n_touched > 1) /* qsort_r(NULL, 0, ...) is undefined: a process may have none */
         qsort_r(s->touched, s->n_touched, sizeof(*s->touched), compare_proc_samples, &s->funcs);
@@ -494,7 +704,7 @@ static enum event_class classify(const char *message)
               "unresponsive"}},
             {EV_ANSWER,
              {"received", "replied", "reply from", "answered", "arrived", "complete", "spliced",
-              "added", "got "}},
+              "added", "got ", "recovered"}},
             {EV_WAIT, {"asked", "ask ", "request", "waiting", "waited", "pending"}},
     };
 
@@ -1090,9 +1300,11 @@ static void print_text(const struct summary *s, const char *path)
             (void)printf("%lld ", (long long)pr->info.pid);
         print_cleans(pr->info.name);
         (void)printf(" (%s, %zu thread%s, %llu samples)%s\n",
-                     pr->info.exit ? "exit profile" : "live", pr->info.threads,
-                     pr->info.threads == 1 ? "" : "s", (unsigned long long)pr->samples,
-                     pr->n_top ? ":" : "");
+                     pr->info.recovered ? "recovered after it died"
+                     : pr->info.exit    ? "exit profile"
+                                        : "live",
+                     pr->info.threads, pr->info.threads == 1 ? "" : "s",
+                     (unsigned long long)pr->samples, pr->n_top ? ":" : "");
         print_top(s, pr->top, pr->n_top, pr->samples);
         if (pr->bad_samples)
             (void)printf("  warning: %llu samples have invalid stack, frame or string indexes\n",
@@ -1119,6 +1331,111 @@ static void print_fleet(const struct summary *s, const uint32_t *order, size_t n
         print_function(f);
         (void)putchar('\n');
     }
+}
+
+/* A duration for a table cell: "850ns", "12.3us", "4.56ms", "2.10s". */
+static const char *format_ns(char *buf, size_t size, uint64_t ns)
+{
+    if (ns < 1000)
+        (void)snprintf(buf, size, "%lluns", (unsigned long long)ns);
+    else if (ns < 1000000)
+        (void)snprintf(buf, size, "%.1fus", (double)ns / 1e3);
+    else if (ns < 1000000000)
+        (void)snprintf(buf, size, "%.2fms", (double)ns / 1e6);
+    else
+        (void)snprintf(buf, size, "%.2fs", (double)ns / 1e9);
+    return buf;
+}
+
+static void sort_groups(struct summary *s)
+{
+    if (s->groups.n > 1)
+        qsort(s->groups.v, s->groups.n, sizeof(*s->groups.v), compare_group_cpu);
+}
+
+/* The fleet's CPU time when every process's CPU deltas could be read, else 0. */
+static uint64_t fleet_cpu(const struct summary *s)
+{
+    return s->fleet_cpu_unknown ? 0 : s->fleet_cpu_ns;
+}
+
+static void print_groups(const struct summary *s)
+{
+    const struct group_table *t = &s->groups;
+    uint64_t fleet = fleet_cpu(s), dropped = 0;
+    char worst[32], p50[32], p99[32];
+
+    if (!t->n)
+        return;
+    (void)printf("\nPerformance groups of the fleet (charged CPU, summed over the processes):\n");
+    (void)printf("  %-20s %10s %8s %7s %9s %6s %9s %9s %9s %5s\n", "GROUP", "CPU ms", "%GROUPS",
+                 "%FLEET", "EVENTS", "SLOW", "WORST", "P50", "P99", "PROCS");
+    for (size_t i = 0; i < t->n; i++) {
+        const struct group_sum *g = &t->v[i];
+
+        (void)printf("  ");
+        print_clean(g->name, g->name_len);
+        (void)printf("%*s", g->name_len < 20 ? (int)(20 - g->name_len) : 0, "");
+        (void)printf(" %10.1f %7.1f%%", (double)g->cpu_ns / 1e6, percent(g->cpu_ns, t->cpu_ns));
+        if (fleet)
+            (void)printf(" %6.1f%%", percent(g->cpu_ns, fleet));
+        else
+            (void)printf(" %7s", "-");
+        (void)printf(" %9llu %6llu %9s %9s %9s %5zu\n", (unsigned long long)g->events,
+                     (unsigned long long)g->slow_events,
+                     format_ns(worst, sizeof(worst), g->worst_event_ns),
+                     format_ns(p50, sizeof(p50), group_quantile_ns(t, g, 0.5)),
+                     format_ns(p99, sizeof(p99), group_quantile_ns(t, g, 0.99)), g->processes);
+        dropped += g->discarded + g->migrated + g->stale;
+    }
+    (void)printf("  %%FLEET: of the CPU time the profile's samples recorded%s. P50/P99: per-event "
+                 "CPU,\n  upper bound of its log2 histogram bucket.",
+                 fleet ? "" : " (not known: no CPU deltas in ns)");
+    if (dropped)
+        (void)printf(" Measures dropped (share outside 0..100 %%,\n  CPU migration, stale "
+                     "stopwatch): %llu.",
+                     (unsigned long long)dropped);
+    (void)putchar('\n');
+}
+
+static void write_groups(struct json_writer *w, const struct summary *s)
+{
+    const struct group_table *t = &s->groups;
+    uint64_t fleet = fleet_cpu(s);
+
+    if (!t->n)
+        return;
+    json_writer_object_begin(w, "groups");
+    json_writer_uint(w, "cpuNs", t->cpu_ns);
+    if (fleet)
+        json_writer_uint(w, "fleetCpuNs", fleet);
+    else
+        json_writer_null(w, "fleetCpuNs");
+    json_writer_array_begin(w, "list");
+    for (size_t i = 0; i < t->n; i++) {
+        const struct group_sum *g = &t->v[i];
+
+        json_writer_object_begin(w, NULL);
+        json_writer_string_len(w, "name", g->name, g->name_len);
+        json_writer_uint(w, "cpuNs", g->cpu_ns);
+        json_writer_double(w, "groupsPercent", percent(g->cpu_ns, t->cpu_ns));
+        if (fleet)
+            json_writer_double(w, "fleetPercent", percent(g->cpu_ns, fleet));
+        else
+            json_writer_null(w, "fleetPercent");
+        json_writer_uint(w, "events", g->events);
+        json_writer_uint(w, "slowEvents", g->slow_events);
+        json_writer_uint(w, "worstEventNs", g->worst_event_ns);
+        json_writer_uint(w, "p50Ns", group_quantile_ns(t, g, 0.5));
+        json_writer_uint(w, "p99Ns", group_quantile_ns(t, g, 0.99));
+        json_writer_uint(w, "discarded", g->discarded);
+        json_writer_uint(w, "migrated", g->migrated);
+        json_writer_uint(w, "stale", g->stale);
+        json_writer_uint(w, "processes", g->processes);
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+    json_writer_object_end(w);
 }
 
 /* JSON output. */
@@ -1198,6 +1515,7 @@ static int write_json(const struct summary *s, const char *path, const uint32_t 
             json_writer_null(w, "pid");
         json_writer_string(w, "name", pr->info.name);
         json_writer_bool(w, "exit", pr->info.exit);
+        json_writer_bool(w, "recovered", pr->info.recovered != NULL);
         json_writer_uint(w, "threads", pr->info.threads);
         json_writer_uint(w, "samples", pr->samples);
         json_writer_uint(w, "invalidSamples", pr->bad_samples);
@@ -1220,6 +1538,7 @@ static int write_json(const struct summary *s, const char *path, const uint32_t 
     }
     json_writer_array_end(w);
     json_writer_object_end(w);
+    write_groups(w, s);
 
     json_writer_array_begin(w, "gatheringLogs");
     for (size_t i = 0; i < log_count(d, gl); i++) {
@@ -1288,7 +1607,7 @@ static void usage(FILE *out)
                   "Usage: fleetprof summary FILE [--json] [--top N]\n"
                   "Per process: pid, name, exit or live, samples, top functions by self time;\n"
                   "the fleet's top functions; the gathering log with a digest; profilingLog\n"
-                  "problem counters.\n"
+                  "problem counters; a fleet table of performance groups when any were used.\n"
                   "  --json    one JSON document for scripts\n"
                   "  --top N   functions per list (default 10)\n");
 }
@@ -1371,12 +1690,14 @@ int cmd_summary(int argc, char **argv)
         qsort_r(order, n_order, sizeof(*order), compare_fleet_samples, &s.funcs);
     if (n_order > s.top_n)
         n_order = s.top_n;
+    sort_groups(&s);
 
     if (json) {
         r = write_json(&s, argv[optind], order, n_order);
     } else {
         print_text(&s, argv[optind]);
         print_fleet(&s, order, n_order);
+        print_groups(&s);
         r = print_logs(&s);
         if (fflush(stdout) != 0)
             r = -errno;
@@ -1398,6 +1719,8 @@ out:
         free(s.procs[i].top);
     free(s.procs);
     free(s.touched);
+    free(s.groups.v);
+    func_table_done(&s.groups.names);
     func_table_done(&s.funcs);
     json_doc_free(doc);
     return status;

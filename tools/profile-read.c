@@ -93,6 +93,8 @@ void profile_process_describe(const struct json_doc *doc, const struct json_valu
         ret->name = s;
     ret->exit = json_value_is_true(
             json_object_get(doc, json_object_get(doc, meta, "fleetprof"), "exit"));
+    ret->recovered = json_value_string(
+            doc, json_object_get(doc, json_object_get(doc, meta, "fleetprof"), "recovered"), NULL);
     ret->has_start_time =
             json_value_double(doc, json_object_get(doc, meta, "startTime"), &ret->start_time) == 0;
 }

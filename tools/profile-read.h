@@ -30,6 +30,8 @@ struct profile_process {
     const char *name;    /* borrowed from the document: the GeckoMain thread's processName,
                             else meta.product, else "?"; may hold control characters */
     bool exit;           /* meta.fleetprof.exit is true: an exit profile; else live */
+    const char *recovered; /* meta.fleetprof.recovered: read back from a dead process's
+                            * chunks ("chunk file", "shared memory"); NULL if not */
     bool has_start_time; /* meta.startTime is a number */
     double start_time;   /* meta.startTime, ms since the epoch */
     size_t threads;      /* length of the threads array */

@@ -22,6 +22,7 @@
 #include "buffer/json-writer.h"
 #include "buffer/progress.h"
 #include "child/profile/entries.h"
+#include "child/profile/groups.h"
 #include "child/profile/libs.h"
 
 #define GECKO_VERSION 36
@@ -161,6 +162,7 @@ struct gprefix_label {
 struct gthread {
     int32_t tid;
     const struct prof_thread_info *info; /* NULL: seen only in entries */
+    bool stand_in_main; /* an empty "GeckoMain" made so that the counters show (see below) */
     struct json_unique_strings *strings;
     struct u64map frame_map;
     struct gframe *frames;
@@ -964,6 +966,53 @@ static void write_marker_schemas(struct json_writer *w, const struct prof_proces
     json_writer_array_end(w);
 }
 
+/* meta.fleetprof.groups: the process's performance group totals (groups.h), cumulative since
+ * it started, so that `fleetprof summary` and `merge` can sum them over a fleet. The
+ * histogram's bucket bounds are written too: a reader needs no copy of the layout.
+ *
+ *   "groups": {"slowEventNs": 16000000,            threshold of a slow event; null: unknown
+ *              "bucketLowerUs": [0, 1, 2, 4, ...],  bucket b holds events charged
+ *                                                   [lower[b], lower[b+1]) us; the last: more
+ *              "totals": [{"name", "cpuNs", "cycles", "activations", "events", "worstEventNs",
+ *                          "slowEvents", "discarded", "migrated", "stale",
+ *                          "durations": [count per bucket]}, ...]}
+ */
+static void write_groups(struct json_writer *w, const struct prof_process_info *info)
+{
+    json_writer_object_begin(w, "groups");
+    if (info->slow_event_ns)
+        json_writer_uint(w, "slowEventNs", info->slow_event_ns);
+    else
+        json_writer_null(w, "slowEventNs");
+    json_writer_array_begin(w, "bucketLowerUs");
+    for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
+        json_writer_uint(w, NULL, prof_group_bucket_lower_ns(b) / 1000);
+    json_writer_array_end(w);
+    json_writer_array_begin(w, "totals");
+    for (size_t i = 0; i < info->group_count; i++) {
+        const struct prof_group_totals *t = &info->groups[i];
+
+        json_writer_object_begin(w, NULL);
+        json_writer_string(w, "name", t->name ? t->name : "?");
+        json_writer_uint(w, "cpuNs", t->cpu_ns);
+        json_writer_uint(w, "cycles", t->cycles);
+        json_writer_uint(w, "activations", t->activations);
+        json_writer_uint(w, "events", t->events);
+        json_writer_uint(w, "worstEventNs", t->worst_event_ns);
+        json_writer_uint(w, "slowEvents", t->slow_events);
+        json_writer_uint(w, "discarded", t->discarded);
+        json_writer_uint(w, "migrated", t->migrated);
+        json_writer_uint(w, "stale", t->stale);
+        json_writer_array_begin(w, "durations");
+        for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
+            json_writer_uint(w, NULL, t->durations[b]);
+        json_writer_array_end(w);
+        json_writer_object_end(w);
+    }
+    json_writer_array_end(w);
+    json_writer_object_end(w);
+}
+
 static void write_meta(struct gecko *g, struct json_writer *w)
 {
     const struct prof_process_info *info = g->info;
@@ -1011,6 +1060,8 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_bool(w, "exit", info->exit_profile);
     if (info->recovered)
         json_writer_string(w, "recovered", info->recovered);
+    if (info->group_count > 0)
+        write_groups(w, info);
     json_writer_object_end(w);
     json_writer_object_end(w);
 }
@@ -1188,7 +1239,7 @@ static int write_thread(struct gecko *g, struct gthread *t, struct json_writer *
     int r;
 
     json_writer_object_begin(w, NULL);
-    if (ti && ti->is_main) {
+    if ((ti && ti->is_main) || t->stand_in_main) {
         json_writer_string(w, "name", "GeckoMain");
     } else if (ti) {
         json_writer_string(w, "name", ti->name ? ti->name : "thread");
@@ -1315,6 +1366,29 @@ static void write_tail(struct gecko *g, struct json_writer *w)
     json_writer_array_end(w);
 }
 
+/* The front-end attaches a process's counters (memory, performance groups) to its GeckoMain
+ * thread and silently drops them when there is none: a process whose profiler was started
+ * from another thread than the main one. Such a process gets an empty GeckoMain thread, with
+ * the process's pid as its tid (the main thread's id), to carry them. */
+static int ensure_main_for_counters(struct gecko *g)
+{
+    bool rows = false;
+    struct gthread *t;
+
+    for (size_t i = 0; i < g->thread_count; i++)
+        if (g->threads[i].info && g->threads[i].info->is_main)
+            return 0;
+    for (size_t i = 0; i < g->info->counter_count; i++)
+        rows = rows || g->counters[i].rows;
+    if (!rows)
+        return 0;
+    t = thread_for(g, g->info->pid);
+    if (!t)
+        return -ENOMEM;
+    t->stand_in_main = true;
+    return 0;
+}
+
 static void gecko_done(struct gecko *g)
 {
     for (size_t i = 0; i < g->thread_count; i++) {
@@ -1390,6 +1464,9 @@ int prof_gecko_write_process(struct json_writer *w, const char *key,
             memset(g->results, 0, g->request_count * sizeof(*g->results));
     }
     r = find_vdso_callers(g);
+    if (r < 0)
+        goto out;
+    r = ensure_main_for_counters(g);
     if (r < 0)
         goto out;
 

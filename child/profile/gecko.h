@@ -3,8 +3,10 @@
  * Pure function of its inputs: the entries (read from a chunked buffer), a description of
  * the process, and a symbolizer. No runtime state, no threads: the child's gather thread
  * calls it for its own profile, the daemon for a crashed child's chunks. Output follows
- * shared/gecko-format.md (version 36): full meta, libs, threads (main thread "GeckoMain"),
- * counters, profilerOverhead, pausedRanges, sources, profilingLog, processes: [].
+ * shared/gecko-format.md (version 36): full meta (with meta.fleetprof: pid, exit, the
+ * performance groups' totals), libs, threads (main thread "GeckoMain"; an empty one when
+ * none is registered but counters exist, which the front-end shows only with one), counters,
+ * profilerOverhead, pausedRanges, sources, profilingLog, processes: [].
  */
 #ifndef FLEETPROF_CHILD_PROFILE_GECKO_H
 #define FLEETPROF_CHILD_PROFILE_GECKO_H
@@ -86,11 +88,13 @@ struct prof_process_info {
     size_t schema_count;
     const struct prof_libs *libs;           /* loaded modules: address lookup and `libs` */
     const char *runtime_log_json;           /* optional JSON object: profilingLog[pid].runtime */
-    const struct prof_group_totals *groups; /* performance groups' totals (groups.h) */
+    const struct prof_group_totals *groups; /* performance groups' totals (groups.h):
+                                             * meta.fleetprof.groups, when group_count > 0 */
     size_t group_count;
-    bool exit_profile;     /* written as the process ends: meta.fleetprof.exit */
-    const char *recovered; /* NULL, or how the chunks of a dead process were read back:
-                            * meta.fleetprof.recovered */
+    uint64_t slow_event_ns; /* groups' slow-event threshold; 0 = unknown */
+    bool exit_profile;      /* written as the process ends: meta.fleetprof.exit */
+    const char *recovered;  /* NULL, or how the chunks of a dead process were read back:
+                             * meta.fleetprof.recovered */
 };
 
 /* Symbolization in batches: one call per profile with every unique address, so that a

@@ -5,7 +5,6 @@
 
 __extension__ typedef unsigned __int128 u128; /* cpu ns x cycles needs 128 bits */
 
-
 unsigned prof_group_bucket(uint64_t ns)
 {
     uint64_t us = ns / 1000;
@@ -43,7 +42,11 @@ uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q)
         return 0;
     if (q > 1)
         q = 1;
-    rank = (uint64_t)((double)total * q + 0.999999);
+    /* The ceiling of total x q, without letting rounding (100 x 0.98 = 98.00000000000001)
+     * push it one event up. */
+    rank = (uint64_t)((double)total * q);
+    if ((double)rank < (double)total * q - 1e-6)
+        rank++;
     if (rank == 0)
         rank = 1;
     for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++) {
@@ -51,14 +54,14 @@ uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q)
         if (seen >= rank) {
             uint64_t upper = prof_group_bucket_upper_ns(b);
             /* No bound above the last bucket, and none above the worst event either. */
-            return upper < t->worst_event_ns || upper == UINT64_MAX ? t->worst_event_ns : upper;
+            return upper > t->worst_event_ns ? t->worst_event_ns : upper;
         }
     }
     return t->worst_event_ns;
 }
 
-int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles,
-                      uint64_t event_end_cycles, uint64_t group_cycles, uint64_t *ret_ns)
+int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles, uint64_t event_end_cycles,
+                      uint64_t group_cycles, uint64_t *ret_ns)
 {
     uint64_t event_cycles;
 

@@ -15,7 +15,7 @@
 /* Histogram of the CPU time charged to a group per event, log2 from 1 µs: bucket 0 is
  * under 1 µs, bucket b in 1..20 is [2^(b-1), 2^b) µs, and bucket 21 is 2^20 µs (~1.05 s)
  * or more. */
-#define PROF_GROUP_BUCKETS 22
+#define PROF_GROUP_BUCKETS  22
 #define PROF_GROUP_NAME_MAX 128 /* bytes, without the NUL; longer names are refused */
 
 struct prof_group_totals {
@@ -45,8 +45,8 @@ uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q);
  * cycles, in *ret_ns. -ERANGE when the share is outside 0..100 % (the counter went back
  * between the event's begin and end, or the group counted more cycles than the event):
  * such a measure is discarded. */
-int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles,
-                      uint64_t event_end_cycles, uint64_t group_cycles, uint64_t *ret_ns);
+int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles, uint64_t event_end_cycles,
+                      uint64_t group_cycles, uint64_t *ret_ns);
 /* Adds b's counts to a's (name kept; worst is the max). */
 void prof_group_totals_add(struct prof_group_totals *a, const struct prof_group_totals *b);
 /* Whether a group name is acceptable: 1..PROF_GROUP_NAME_MAX bytes of valid UTF-8 with no

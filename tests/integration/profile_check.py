@@ -15,6 +15,19 @@ FRAME_COLUMNS = ["location", "relevantForJS", "innerWindowID", "line", "column",
 MARKER_COLUMNS = ["name", "startTime", "endTime", "phase", "category", "data"]
 COLORS = {"transparent", "purple", "green", "orange", "yellow", "lightblue", "blue",
           "brown", "magenta", "red", "lightred", "darkgrey", "grey"}
+# Marker schemas (section 8): where a marker may show, and the field formats the front-end
+# knows; a field of a numeric format must hold a number, of a string format a string.
+DISPLAY_LOCATIONS = {"marker-chart", "marker-table", "timeline-overview", "timeline-memory",
+                     "timeline-ipc", "timeline-fileio", "timeline-network", "stack-chart"}
+STRING_FORMATS = {"url", "file-path", "sanitized-string", "string"}
+INDEX_FORMATS = {"unique-string", "flow-id", "terminating-flow-id"}
+NUMBER_FORMATS = {"duration", "time", "seconds", "milliseconds", "microseconds", "nanoseconds",
+                  "bytes", "percentage", "integer", "decimal", "hexadecimal", "pid", "tid"}
+FIELD_FORMATS = STRING_FORMATS | INDEX_FORMATS | NUMBER_FORMATS | {"list"}
+# Marker types the front-end handles itself (moved to allocation tables, special tracks):
+# a schema of ours must not take one of these names ("Text" is ours to redefine).
+RESERVED_MARKER_TYPES = {"JS allocation", "Native allocation", "GCMajor", "GCSlice", "IPC",
+                         "CompositorScreenshot", "Network", "FileIO", "Log"}
 
 
 def load(path):
@@ -86,6 +99,71 @@ def check_meta(meta, where, problems, top):
     if top and meta.get("presymbolicated") is not True:
         problems.append(f"{where}: meta.presymbolicated is not true")
     return cats
+
+
+def check_marker_schemas(meta, where, problems):
+    """meta.markerSchema entries: a name, display locations the front-end knows, fields with
+    a key and a known format (or a static label + value), label templates as strings."""
+    for i, s in enumerate(meta.get("markerSchema") or []):
+        w = f"{where}: markerSchema[{i}]"
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str):
+            problems.append(f"{w} has no name")
+            continue
+        w = f"{where}: markerSchema {s['name']}"
+        if s["name"] in RESERVED_MARKER_TYPES:
+            problems.append(f"{w}: a marker type the front-end handles specially")
+        display = s.get("display")
+        if not isinstance(display, list) or not set(display) <= DISPLAY_LOCATIONS:
+            problems.append(f"{w}: display {display!r} not a list of known locations")
+        for key in ("tooltipLabel", "tableLabel", "chartLabel"):
+            if key in s and not isinstance(s[key], str):
+                problems.append(f"{w}: {key} is not a string")
+        fields = s.get("data")
+        if not isinstance(fields, list):
+            problems.append(f"{w}: data is not an array of fields")
+            continue
+        keys = set()
+        for f in fields:
+            if not isinstance(f, dict):
+                problems.append(f"{w}: a field is not an object")
+            elif "key" in f:
+                fmt = f.get("format")
+                if not (fmt in FIELD_FORMATS or isinstance(fmt, dict) and fmt.get("type") == "table"):
+                    problems.append(f"{w}: field {f['key']} has unknown format {fmt!r}")
+                if f["key"] in keys:
+                    problems.append(f"{w}: field {f['key']} twice")
+                keys.add(f["key"])
+            elif not ("label" in f and "value" in f):
+                problems.append(f"{w}: a field has neither a key nor a label and value")
+
+
+def check_counter(c, where, problems):
+    """One counter: name, category and description strings; rows [time, count(, number)]
+    of the schema's width (the front-end turns the columns into arrays of one length),
+    numbers where numbers go, times sorted."""
+    for key in ("name", "category"):
+        if not isinstance(c.get(key), str):
+            problems.append(f"{where}: counter {key} is not a string")
+    if "description" in c and not isinstance(c["description"], str):
+        problems.append(f"{where}: counter description is not a string")
+    cs = _schema(c.get("samples"), where, problems, ["time", "count"])
+    if cs is None:
+        return
+    width = max(cs.values()) + 1 if cs else 0
+    times = []
+    for i, r in enumerate(c["samples"]["data"]):
+        if not isinstance(r, list) or len(r) != width:
+            problems.append(f"{where}: row {i} is not {width} columns wide")
+            continue
+        t, n, num = _col(r, cs, "time"), _col(r, cs, "count"), _col(r, cs, "number")
+        if not is_num(t) or not is_num(n):
+            problems.append(f"{where}: row {i} time or count is not a number")
+            continue
+        if "number" in cs and not (num is None or is_int(num) and num >= 0):
+            problems.append(f"{where}: row {i} number {num!r}")
+        times.append(t)
+    if times != sorted(times):
+        problems.append(f"{where}: counter {c.get('name')} times not sorted")
 
 
 def check_thread(t, where, problems, cats, schemas):
@@ -180,9 +258,16 @@ def check_thread(t, where, problems, cats, schemas):
             if isinstance(data, dict) and data.get("type") in schemas:
                 for field in schemas[data["type"]].get("data", []):
                     key = field.get("key")
-                    if field.get("format") == "unique-string" and key in data:
+                    fmt = field.get("format")
+                    if key not in data or data[key] is None:
+                        continue
+                    if fmt in INDEX_FORMATS:
                         if not is_int(data[key]) or not 0 <= data[key] < n_str:
-                            problems.append(f"{where}: marker {i} unique-string {key} not an index")
+                            problems.append(f"{where}: marker {i} {fmt} {key} not an index")
+                    elif fmt in NUMBER_FORMATS and not is_num(data[key]):
+                        problems.append(f"{where}: marker {i} {fmt} field {key} is not a number")
+                    elif fmt in STRING_FORMATS and not isinstance(data[key], str):
+                        problems.append(f"{where}: marker {i} {fmt} field {key} is not a string")
             if isinstance(data, dict) and "stack" in data:
                 cause = data["stack"]
                 cs = cause.get("samples", {})
@@ -197,6 +282,8 @@ def check_process(p, where, problems, top, root_cats=None):
         problems.append(f"{where}: not an object")
         return
     cats = check_meta(p.get("meta"), where, problems, top)
+    if isinstance(p.get("meta"), dict):
+        check_marker_schemas(p["meta"], where, problems)
     if root_cats is not None:
         cats = root_cats  # per-thread data uses the top-level categories
     schemas = {s.get("name"): s for s in (p.get("meta") or {}).get("markerSchema", []) or []
@@ -222,12 +309,7 @@ def check_process(p, where, problems, top, root_cats=None):
     if len({t.get("pid") for t in mains}) != len(mains):
         problems.append(f"{where}: two GeckoMain threads share a pid")
     for i, c in enumerate(counters):
-        cs = _schema(c.get("samples"), f"{where}.counters[{i}]", problems, ["time", "count"])
-        if cs is None:
-            continue
-        times = [r[cs["time"]] for r in c["samples"]["data"]]
-        if times != sorted(times):
-            problems.append(f"{where}: counter {c.get('name')} times not sorted")
+        check_counter(c, f"{where}.counters[{i}]", problems)
     if "profileGatheringLog" in p and not top:
         problems.append(f"{where}: profileGatheringLog is only read at the top level")
 

@@ -237,7 +237,10 @@ def test_churn_keeps_every_exit_profile(tmp):
         missing = [p for p in pids if p not in got]
         assert not missing, f"{len(got)} of 200 exit profiles; missing {missing[:5]}: " \
                             f"{[e for e in events.split(' | ') if str(missing[0]) in e]}"
-        assert all(p["meta"]["fleetprof"]["exit"] for p in doc["processes"])
+        not_exit = [p["meta"]["fleetprof"]["pid"] for p in doc["processes"]
+                    if not p["meta"]["fleetprof"]["exit"]]
+        assert not not_exit, f"not exit profiles: {not_exit}: " \
+                             f"{[e for e in events.split(' | ') if str(not_exit[0]) in e]}"
     finally:
         d.stop()
 

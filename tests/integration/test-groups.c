@@ -95,8 +95,8 @@ static void assert_near_ns(uint64_t got, uint64_t want, double tolerance)
     if (diff < -allowed || diff > allowed) {
         printf("# charged %.3f ms, expected %.3f ms +- %.3f\n", (double)got / 1e6,
                (double)want / 1e6, allowed / 1e6);
-        fail_msg("charged %.3f ms, expected %.3f ms +- %.3f", (double)got / 1e6,
-                 (double)want / 1e6, allowed / 1e6);
+        fail_msg("charged %.3f ms, expected %.3f ms +- %.3f", (double)got / 1e6, (double)want / 1e6,
+                 allowed / 1e6);
     }
 }
 
@@ -418,6 +418,54 @@ static void test_histogram_and_slow_events(void **state)
     assert_near_ns(s.worst_event_ns, 6 * MS, 0.05);
 }
 
+/* The profile this process writes: its groups' totals, a counter per group and the slow
+ * events' markers with their schema (test-groups-profile.py checks them field by field on
+ * the demo fleet). A group named "processCPU" must not get the category that makes the
+ * front-end draw its counter as the process's CPU percentage. */
+static void test_profile_has_groups(void **state)
+{
+    fleetprof_group *g = fleetprof_group_get("processCPU");
+    char *dir = test_tmpdir("groups"), path[512], *text;
+    FILE *f;
+    long len;
+
+    (void)state;
+    fleetprof_event_begin();
+    {
+        FLEETPROF_GROUP(g);
+        spin_cpu(5 * MS); /* over the 4 ms threshold: a slow event */
+    }
+    fleetprof_event_end();
+    (void)snprintf(path, sizeof(path), "%s/p.json", dir);
+    /* The counter's rows are the sampler's (a counter without rows is not written): write
+     * until its next tick has taken one, however long a busy machine makes that. */
+    for (int tries = 0;; tries++) {
+        assert_int_equal(fleetprof_write_profile(path), 0);
+        f = fopen(path, "r");
+        assert_non_null(f);
+        assert_int_equal(fseek(f, 0, SEEK_END), 0);
+        len = ftell(f);
+        rewind(f);
+        text = calloc(1, (size_t)len + 1);
+        assert_non_null(text);
+        assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+        (void)fclose(f);
+        if (strstr(text, "{\"name\":\"processCPU\",\"category\":") || tries == 3000)
+            break;
+        free(text);
+        usleep(10 * 1000);
+    }
+    assert_non_null(strstr(text, "\"groups\":{\"slowEventNs\":4000000,"));
+    assert_non_null(strstr(text, "{\"name\":\"processCPU\",\"cpuNs\":"));
+    assert_non_null(strstr(text, "{\"name\":\"processCPU\",\"category\":\"Group CPU\","));
+    assert_null(strstr(text, "{\"name\":\"processCPU\",\"category\":\"CPU\","));
+    assert_non_null(strstr(text, "{\"name\":\"GroupSlowEvent\","));
+    assert_non_null(strstr(text, "{\"type\":\"GroupSlowEvent\",\"group\":\"processCPU\","));
+    free(text);
+    test_rmtree(dir);
+    free(dir);
+}
+
 /* Semantic 8: a forked child starts from zero, keeps the group (same pointer, same name),
  * and drops the stopwatch that was running across fork(). */
 static void test_fork(void **state)
@@ -610,6 +658,7 @@ int main(void)
             cmocka_unit_test(test_nested_event_loop),
             cmocka_unit_test(test_migration_is_discarded),
             cmocka_unit_test(test_histogram_and_slow_events),
+            cmocka_unit_test(test_profile_has_groups),
             cmocka_unit_test(test_fork),
             cmocka_unit_test(test_accuracy_interleaved),
             cmocka_unit_test(test_accuracy_threads),

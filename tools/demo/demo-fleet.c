@@ -11,9 +11,17 @@
  * stopped worker) to the workers, which return from main normally so that every exit path
  * runs, and waits for all children. --hang-worker K makes worker K SIGSTOP itself after 1 s.
  *
- * It knows nothing about fleetprof: profile it with LD_PRELOAD=libfleetprof.so (or
- * `fleetprof record`). Built without inlining or sibling calls (tools/demo/meson.build), so
- * every function named here keeps its frame.
+ * Each worker serves requests, one fleetprof event each, timed by performance groups (their
+ * CPU costs differ by construction): "search" (1 ms of CPU), "checkout" (3 ms, then calls
+ * "auth" for 1 ms inside it: both are charged), and every 40th request (from the third on) a
+ * "report" of 20 ms, over the default 16 ms slow-event threshold. The master's tick is a group of
+ * its own, "housekeeping", timed with no event open (an implicit event). Request costs are thread
+ * CPU time, so they hold on a loaded machine.
+ *
+ * It does not link fleetprof: the group API is declared weak, so it is live when the
+ * library is preloaded (LD_PRELOAD=libfleetprof.so or `fleetprof record`) and skipped
+ * otherwise. Built without inlining or sibling calls (tools/demo/meson.build), so every
+ * function named here keeps its frame.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,6 +37,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "child/include/fleetprof.h"
+
+/* Weak: NULL unless libfleetprof is loaded (preloaded by `fleetprof record`). A NULL group
+ * makes the header's stopwatch functions do nothing, so only these need a test. */
+#pragma weak fleetprof_group_get
+#pragma weak fleetprof_event_begin
+#pragma weak fleetprof_event_end
+#pragma weak fleetprof__stopwatch_start
+#pragma weak fleetprof__stopwatch_stop
+
 #define NOINLINE __attribute__((noinline))
 
 #define DEMO_DEPTH        3    /* demo_descend frames between demo_worker_main and the work */
@@ -37,6 +55,11 @@
 #define WORKER_BACKSTOP_S 30.0 /* a worker ends this long after --seconds whatever happens */
 #define STOP_GRACE_S      10.0 /* after SIGTERM, SIGKILL workers still alive this long after */
 #define MAX_WORKERS       256
+#define SEARCH_CPU_S      0.001 /* performance groups: CPU per request of each type */
+#define CHECKOUT_CPU_S    0.003
+#define AUTH_CPU_S        0.001
+#define REPORT_CPU_S      0.020
+#define REPORT_EVERY      40 /* requests */
 
 static volatile uint64_t sink;
 static volatile sig_atomic_t stop_requested;
@@ -61,15 +84,41 @@ static void sleep_s(double s)
         ;
 }
 
-/* The work. Each loop runs a few hundred microseconds between clock reads, so nearly every
- * sample lands in the function itself. */
+/* The calling thread's CPU time: what a worker's request costs. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+
+    (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static fleetprof_group *group(const char *name)
+{
+    return fleetprof_group_get ? fleetprof_group_get(name) : NULL;
+}
+
+static void event_begin(void)
+{
+    if (fleetprof_event_begin)
+        fleetprof_event_begin();
+}
+
+static void event_end(void)
+{
+    if (fleetprof_event_end)
+        fleetprof_event_end();
+}
+
+/* The work, until the thread's CPU clock reaches until. Each loop runs a few hundred
+ * microseconds between clock reads, so nearly every sample lands in the function itself. */
 
 void demo_worker_compress(double until);
 NOINLINE void demo_worker_compress(double until)
 {
     unsigned char block[4096];
 
-    while (!stop_requested && now_s() < until) {
+    while (!stop_requested && cpu_s() < until) {
         for (int round = 0; round < 64; round++) {
             size_t runs = 0;
 
@@ -85,7 +134,7 @@ NOINLINE void demo_worker_compress(double until)
 void demo_worker_hash(double until);
 NOINLINE void demo_worker_hash(double until)
 {
-    while (!stop_requested && now_s() < until) {
+    while (!stop_requested && cpu_s() < until) {
         uint64_t h = 0xcbf29ce484222325ull;
 
         for (uint64_t i = 0; i < 200000; i++) {
@@ -101,7 +150,7 @@ NOINLINE void demo_worker_parse(double until)
 {
     static const char text[] = "1234 5678 91011 1213 1415 161718 1920 2122 232425 2627 ";
 
-    while (!stop_requested && now_s() < until) {
+    while (!stop_requested && cpu_s() < until) {
         uint64_t total = 0;
 
         for (int round = 0; round < 4000; round++) {
@@ -123,7 +172,7 @@ NOINLINE void demo_worker_parse(double until)
 void demo_worker_render(double until);
 NOINLINE void demo_worker_render(double until)
 {
-    while (!stop_requested && now_s() < until) {
+    while (!stop_requested && cpu_s() < until) {
         double acc = 0;
 
         for (int y = 0; y < 120; y++)
@@ -165,19 +214,41 @@ static void on_sigterm(int sig)
     stop_requested = 1;
 }
 
+/* One request: its type's CPU cost in the worker's own function, timed by its group. */
+static void serve(fleetprof_group *g, demo_work_fn fn, double cost_s, fleetprof_group *callee,
+                  double callee_cost_s)
+{
+    FLEETPROF_GROUP(g);
+
+    demo_descend(DEMO_DEPTH, fn, cpu_s() + cost_s);
+    if (callee) {
+        /* A calls B: the caller's stopwatch keeps running, both groups are charged. */
+        FLEETPROF_GROUP(callee);
+
+        demo_descend(DEMO_DEPTH, fn, cpu_s() + callee_cost_s);
+    }
+}
+
 int demo_worker_main(int index, double until, double hang_at);
 NOINLINE int demo_worker_main(int index, double until, double hang_at)
 {
     demo_work_fn fn = kinds[(size_t)index % N_KINDS].fn;
+    fleetprof_group *search = group("search"), *checkout = group("checkout");
+    fleetprof_group *auth = group("auth"), *report = group("report");
 
-    while (!stop_requested && now_s() < until) {
-        double slice = now_s() + 0.1;
-
+    for (unsigned request = 0; !stop_requested && now_s() < until; request++) {
         if (hang_at > 0 && now_s() >= hang_at) {
             hang_at = 0;
             (void)raise(SIGSTOP);
         }
-        demo_descend(DEMO_DEPTH, fn, slice < until ? slice : until);
+        event_begin();
+        if (request % REPORT_EVERY == 2) /* early, so that even a short run has one */
+            serve(report, fn, REPORT_CPU_S, NULL, 0);
+        else if (request % 3 == 0)
+            serve(checkout, fn, CHECKOUT_CPU_S, auth, AUTH_CPU_S);
+        else
+            serve(search, fn, SEARCH_CPU_S, NULL, 0);
+        event_end();
     }
     return 0;
 }
@@ -207,10 +278,13 @@ NOINLINE void demo_forked_helper(void)
     sink++;
 }
 
-/* The master's own bit of work between spawns, so its profile is not only sleep. */
-void demo_master_tick(void);
-NOINLINE void demo_master_tick(void)
+/* The master's own bit of work between spawns, so its profile is not only sleep. Timed
+ * with no event open: the stopwatch's span is an event of its own. */
+void demo_master_tick(fleetprof_group *housekeeping);
+NOINLINE void demo_master_tick(fleetprof_group *housekeeping)
 {
+    FLEETPROF_GROUP(housekeeping);
+
     demo_helper_burn(now_s() + 0.002);
     sink++;
 }
@@ -229,6 +303,8 @@ static void usage(FILE *out)
             "Usage: demo-fleet [--workers N] [--helpers-per-sec R] [--seconds S] [--hang-worker K]\n"
             "A master, N CPU-bound workers (demo_worker_compress, _hash, _parse, _render,\n"
             "cycling) and R short-lived helpers a second (alternately fork+exec and fork-only).\n"
+            "Workers serve search, checkout (calling auth) and report requests, timed by\n"
+            "fleetprof performance groups when libfleetprof is preloaded.\n"
             "  --workers N          workers to fork (default 4, at most %d)\n"
             "  --helpers-per-sec R  helpers started per second (default 5; 0: none)\n"
             "  --seconds S          how long the fleet runs (default 5)\n"
@@ -366,6 +442,7 @@ static void start_helper(const char *self, bool exec_it, unsigned *exec_count, u
 int main(int argc, char **argv)
 {
     static pid_t workers[MAX_WORKERS];
+    fleetprof_group *housekeeping;
     struct options o;
     char self[4096];
     ssize_t n;
@@ -386,6 +463,7 @@ int main(int argc, char **argv)
     }
     self[n] = '\0';
 
+    housekeeping = group("housekeeping");
     start = now_s();
     deadline = start + o.seconds;
     (void)printf("demo-fleet: master %d\n", (int)getpid());
@@ -409,7 +487,7 @@ int main(int argc, char **argv)
     while (now_s() < deadline) {
         double wake = period > 0 && next_helper < deadline ? next_helper : deadline;
 
-        demo_master_tick();
+        demo_master_tick(housekeeping);
         sleep_s(wake - now_s());
         if (period > 0 && now_s() >= next_helper && next_helper < deadline) {
             start_helper(self, exec_next, &exec_count, &fork_count);
