@@ -1,11 +1,11 @@
 /* tools/cmd-top.c - `fleetprof top`: the fleet's performance groups, live.
  *
  * Each refresh asks the daemon for a GroupsReport (one short connection, like `status`) and
- * shows rates against the previous report, or against the last second's first report for
- * intervals below it (tools/top-model.c does the arithmetic and the text). On a terminal it redraws
- * in place on the alternate screen and reads keys; on a pipe it prints one plain block per refresh;
- * --json prints one JSON object per refresh. The terminal is restored on every way out: q,
- * SIGINT/SIGTERM/SIGHUP, errors, Ctrl-Z.
+ * shows rates against the previous report, or against the report of a second ago for
+ * intervals below a second (tools/top-model.c does the arithmetic and the text). On a
+ * terminal it redraws in place on the alternate screen and reads keys; on a pipe it prints
+ * one plain block per refresh; --json prints one JSON object per refresh. The terminal is
+ * restored on every way out: q, SIGINT/SIGTERM/SIGHUP, errors, Ctrl-Z.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,7 +56,6 @@ struct fetch {
     int daemon_code;           /* its errno */
     int error;                 /* negative errno, 0 while fine */
     char reason[128];          /* the connection's close reason */
-    bool interrupted;
 };
 
 static void on_fetch_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *userdata)
@@ -110,7 +109,6 @@ static void on_fetch_signal(uv_poll_t *p, int status, int events)
 
     (void)status;
     (void)events;
-    f->interrupted = true;
     f->error = -EINTR;
     (void)uv_poll_stop(p); /* the byte stays in the pipe for the main loop */
     if (f->conn)
@@ -442,7 +440,10 @@ static void history_drop(struct top *t, size_t n)
  * older than the current one, or the oldest kept while there is none yet. */
 static int refresh(struct top *t, bool rotate)
 {
-    uint64_t window = t->interval_ns > RATE_WINDOW_MIN_NS ? t->interval_ns : RATE_WINDOW_MIN_NS;
+    /* Half an interval of slack: reports come an interval apart give or take the requests'
+     * jitter, and one a little short of it must still count as the previous report. */
+    uint64_t window = (t->interval_ns > RATE_WINDOW_MIN_NS ? t->interval_ns : RATE_WINDOW_MIN_NS) -
+                      t->interval_ns / 2;
     struct top_snapshot *snap, *cur;
     struct fetch f;
     int r;
@@ -601,8 +602,8 @@ static void top_usage(FILE *out)
             "\n"
             "On a terminal: q quits, Up/Down marks a group, Enter shows its processes (g: the\n"
             "top group's), Esc goes back. Processes send their totals about once a second, so\n"
-            "with an interval below 1 s the rates cover the last second (the header says over\n"
-            "how long).\n");
+            "with an interval below 1 s the rates cover about the last second (the header says\n"
+            "over how long).\n");
 }
 
 static int parse_args(struct top *t, int argc, char **argv)
