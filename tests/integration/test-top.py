@@ -381,6 +381,17 @@ def test_pipe(tmp):
         r = top(d.sock, "--once", "--interval", "0.3", "--group", "top-30")
         assert r.returncode == 0, r.stderr
         assert 'group "top-30"' in r.stdout and r.stdout.count(" live ") == 2, r.stdout
+
+        # --json without --once: one object per line, per refresh, the later ones rated.
+        p = subprocess.Popen([CLI, "top", "--socket", d.sock, "--interval", "0.2", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        objs = [json.loads(p.stdout.readline()) for _ in range(3)]
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 0, (p.returncode, err)
+        assert not objs[0]["rated"] and objs[2]["rated"], objs
+        assert objs[0]["time_ns"] < objs[1]["time_ns"] < objs[2]["time_ns"]
+        assert set(GROUPS) <= {g["name"] for g in objs[2]["groups"]}
     finally:
         if p and p.poll() is None:
             p.kill()
