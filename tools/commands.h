@@ -26,4 +26,8 @@ int recover_chunks_to(const char *path, const char *out_path, bool quiet);
  * (caller unlinks and frees). */
 int recover_chunks_to_temp(const char *path, const char *near, char **ret_tmp);
 
+/* fleetprof top [--interval S] [--once] [--json] [--group NAME]: socket_path (borrowed) is
+ * the daemon's socket. */
+int cmd_top(const char *socket_path, int argc, char **argv);
+
 #endif /* FLEETPROF_TOOLS_COMMANDS_H */

@@ -334,6 +334,7 @@ static void usage(FILE *out)
                  "  record -- CMD     profile CMD and every process it starts, into one file\n"
                  "  capture [-o FILE] gather a running fleetprofd's fleet into one file\n"
                  "  status [--json]   processes connected to the daemon, buffer memory, groups\n"
+                 "  top [--once]      the fleet's performance groups, live (--json, --group)\n"
                  "  summary FILE      top functions per process, gathering log (--json, --top N)\n"
                  "  merge -o OUT IN... process profiles into one fleet profile\n"
                  "  recover -o OUT FILE.chunks...\n"
@@ -401,6 +402,8 @@ int main(int argc, char **argv)
         return cmd_status(sock, argc - i, argv + i);
     if (!strcmp(argv[i], "capture"))
         return cmd_capture(sock, argc - i, argv + i);
+    if (!strcmp(argv[i], "top"))
+        return cmd_top(sock, argc - i, argv + i);
     fprintf(stderr, "fleetprof: unknown command '%s'\n", argv[i]);
     usage(stderr);
     return 2;
