@@ -275,8 +275,7 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
                ",\"destroy_requests\":%" PRIu64 ",\"dropped_children\":%" PRIu64
                ",\"rejected_updates\":%" PRIu64 ",\"symbol_modules_loaded\":%" PRIu64
                ",\"symbol_modules_names_only\":%" PRIu64 ",\"symbol_requests\":%" PRIu64
-               ",\"exit_profiles\":%" PRIu32 ",\"exit_profile_bytes\":%" PRIu64
-               ",\"children\":[",
+               ",\"exit_profiles\":%" PRIu32 ",\"exit_profile_bytes\":%" PRIu64 ",\"children\":[",
                rep->global_limit_bytes, t ? t->unreleased_bytes : 0, t ? t->released_bytes : 0,
                t ? t->evicted_chunks : 0, t ? t->destroy_requests : 0, t ? t->dropped_children : 0,
                t ? t->rejected_updates : 0, t ? t->symbol_modules_loaded : 0,
