@@ -6,8 +6,9 @@ set -euo pipefail
 # binutils: the symbol tests strip and re-link debug files (objcopy, strip, readelf).
 # libc6-dbg: source lines for libc frames, in profiles and in the symbol tests.
 # tmux: a real terminal for the `fleetprof top` tests.
+# g++: libstdc++ (its demangler, for C++ and Rust names) and the C++ test program.
 packages=(
-    meson ninja-build pkg-config gcc python3 binutils
+    meson ninja-build pkg-config gcc g++ python3 binutils
     libuv1-dev libunwind-dev libprotobuf-c-dev protobuf-c-compiler libdw-dev libelf-dev
     libcmocka-dev clang libclang-rt-14-dev clang-format libc6-dbg tmux
 )

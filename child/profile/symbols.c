@@ -1205,6 +1205,30 @@ static const struct sym_func *find_func(const struct sym_module *m, uint64_t add
     return f->size == 0 && addr < f->end ? f : NULL;
 }
 
+/* libstdc++'s demangler (the Itanium C++ ABI's, which Rust's legacy symbols follow too):
+ * declared here, as it has no C header. */
+char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status);
+
+char *prof_symbol_demangle(const char *name, size_t len)
+{
+    char *copy, *out;
+    int status = -1;
+
+    /* Only Itanium-mangled names; anything else (C, already readable) is left alone. */
+    if (len < 3 || name[0] != '_' || name[1] != 'Z')
+        return NULL;
+    copy = strndup(name, len);
+    if (!copy)
+        return NULL;
+    out = __cxa_demangle(copy, NULL, NULL, &status);
+    free(copy);
+    if (status != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* Resolves vaddr in m with libdwfl into e. Returns 0 or -ENOMEM. */
 static int entry_resolve(struct prof_symbols *s, struct sym_module *m, struct sym_entry *e)
 {
@@ -1223,7 +1247,16 @@ static int entry_resolve(struct prof_symbols *s, struct sym_module *m, struct sy
         return 0;
     }
     name = func->name;
-    e->function = str_pool_intern(&s->strings, name, unversioned_len(name));
+    {
+        /* C++ and Rust names readable wherever they are shown (profile, summary, exports):
+         * `bitmap_set_bit(bitmap_head*, int)`, not `_Z14bitmap_set_bitP11bitmap_headi`. */
+        size_t len = unversioned_len(name);
+        char *demangled = prof_symbol_demangle(name, len);
+
+        e->function = demangled ? str_pool_intern(&s->strings, demangled, strlen(demangled))
+                                : str_pool_intern(&s->strings, name, len);
+        free(demangled);
+    }
     if (!e->function)
         return -ENOMEM;
 

@@ -134,6 +134,10 @@ struct prof_symbols *prof_symbols_free(struct prof_symbols *s);
  * resolving (libdw holds the file open); otherwise -ENOENT, unless a debug file found by
  * build-id stands in. /proc/PID/map_files is not used: opening it needs CAP_SYS_ADMIN, and
  * answers should not depend on privileges. */
+/* The demangled form of the C++ (or Rust legacy) symbol name[0..len), malloc'd; NULL when
+ * the name is not mangled, cannot be demangled, or memory ran out (show it as it is). */
+char *prof_symbol_demangle(const char *name, size_t len);
+
 int prof_symbols_resolve(struct prof_symbols *s, const char *path, const uint8_t *build_id,
                          size_t build_id_len, uint64_t vaddr, struct prof_symbol *ret_symbol);
 

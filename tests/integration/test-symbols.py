@@ -33,6 +33,7 @@ WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
 SYM_WAIT = os.path.join(BUILD, "tests", "integration", "sym-wait")
 NOSYMS = os.path.join(BUILD, "tests", "integration", "libsym-wait-nosyms.so")
 SYM_LIB = os.path.join(BUILD, "tests", "unit", "profile", "libsym-lib.so")
+WL_CXX = os.path.join(BUILD, "tests", "workloads", "wl-cxx")
 HELLO, SYMBOLIZE, SYMBOLS = 1, 16, 17
 
 # The wait stack, innermost last, as (function, module) pairs.
@@ -648,6 +649,38 @@ def test_falls_back_to_local_without_a_daemon(tmp):
     assert log["symbolServiceBatches"] == 0 and log["symbolModulesLoaded"] >= 3, log
 
 
+def cxx_functions(doc):
+    return {n for _, t in pc.all_threads(doc) for n in pc.frame_names(t)}
+
+
+def test_cxx_names_are_demangled(tmp):
+    """A C++ program's functions are shown demangled, by the daemon's service and by a
+    process that symbolizes alone, in the profile and in the summary."""
+    assert os.path.exists(WL_CXX), f"{WL_CXX} not built (no C++ compiler?)"
+    want = "wl::Hot<int>::spin(int)"
+    d = Daemon(tmp)
+    try:
+        r = subprocess.run([WL_CXX, "0.3"], env=env(d), capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out = os.path.join(tmp, "cxx.json")
+        _, error = capture(d.sock, out)
+        assert error is None, error
+        fns = cxx_functions(checked(out))
+        assert any(n.startswith(want) for n in fns), sorted(fns)[:20]
+        assert any(n.startswith("wl::run(double)") for n in fns), sorted(fns)[:20]
+        assert not any("_ZN2wl" in n for n in fns), [n for n in fns if "_ZN2wl" in n]
+        s = subprocess.run([CLI, "summary", out], capture_output=True, text=True, timeout=60)
+        assert s.returncode == 0 and f"wl-cxx!{want}" in s.stdout, s.stdout[-2000:]
+    finally:
+        d.stop()
+    alone = os.path.join(tmp, "alone.json")
+    r = subprocess.run([WL_CXX, "0.3"], env=env(FLEETPROF_OUTPUT=alone), capture_output=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    fns = cxx_functions(checked(alone))
+    assert any(n.startswith(want) for n in fns), sorted(fns)[:20]
+
+
 LIBC_NAMES_ONLY = libc_compressed_dwarf_bytes() > MAX_COMPRESSED_DWARF
 
 taplib.run([
@@ -661,4 +694,5 @@ taplib.run([
     test_hostile_requests,
     test_vdso_frames_are_named,
     test_falls_back_to_local_without_a_daemon,
+    test_cxx_names_are_demangled,
 ])
