@@ -86,6 +86,7 @@ static int describe_locked(void)
     size_t thread_count = 0, field_count = 0, packed;
     uint32_t counter_count, schema_count;
     uint8_t *out = NULL;
+    char title[256];
     unsigned loader = rt_loader_generation();
     uint64_t threads_gen = atomic_load(&threads_generation);
     int r;
@@ -119,7 +120,7 @@ static int describe_locked(void)
 
     d.pid = rt.pid;
     d.ppid = (int32_t)getppid();
-    d.name = dup_or_empty(rt_program_name());
+    d.name = dup_or_empty(rt_process_name(title, sizeof(title)));
     d.product = dup_or_empty(rt_product());
     d.start_ns = rt.start_ns;
     d.start_epoch_ms = atomic_load(&rt.start_epoch_ms);

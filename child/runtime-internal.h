@@ -283,6 +283,9 @@ int rt_ipc_abandon(void);
  * update. Returns 0 or -ENOMEM. */
 int rt_ipc_send_exit_profile(struct json_writer *w);
 const char *rt_program_name(void);
+/* The process title the program set over its argv if it did (read now, into buf), else the
+ * program's name. */
+const char *rt_process_name(char *buf, size_t size);
 
 /* One batch of symbol requests that a profile writer hands to the IPC thread, which sends
  * it as a Symbolize and copies the Symbols reply (possibly in pieces) into it. The writer

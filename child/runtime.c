@@ -41,8 +41,9 @@ static bool hooks_installed;
 static bool first_fork_hook_installed;
 static char product[4096];
 static char program_name[256];
-static bool command_line_known; /* product and program_name are current: a forked child
-                                 * starting again keeps its parent's */
+static char argv0_at_start[256]; /* argv[0] as it was: a different one is a process title */
+static bool command_line_known;  /* product and program_name are current: a forked child
+                                  * starting again keeps its parent's */
 static int exit_signals[] = {SIGTERM, SIGINT};
 
 void rt_debug(const char *fmt, ...)
@@ -94,6 +95,7 @@ static void read_command_line(void)
         n = (ssize_t)strlen(product);
     }
     product[n] = '\0';
+    (void)snprintf(argv0_at_start, sizeof(argv0_at_start), "%s", product);
     base = strrchr(product, '/');
     (void)snprintf(program_name, sizeof(program_name), "%.255s", base ? base + 1 : product);
     for (ssize_t i = 0; i < n - 1; i++)
@@ -262,6 +264,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     struct prof_group_totals *groups = NULL;
     struct prof_process_info info = {0};
     struct prof_libs libs = {0};
+    char title[256];
     struct write_symbols *ws;
     struct prof_symbolizer symbolizer;
     size_t thread_count = 0;
@@ -289,7 +292,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
 
     info.pid = rt.pid;
     info.ppid = (int32_t)getppid();
-    info.name = program_name;
+    info.name = rt_process_name(title, sizeof(title));
     info.product = product;
     info.process_type = "default";
     info.start_ns = rt.start_ns;
@@ -486,6 +489,28 @@ uint64_t rt_fds_taken(void)
 const char *rt_product(void)
 {
     return product;
+}
+
+const char *rt_process_name(char *buf, size_t size)
+{
+    ssize_t n = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+
+    /* Servers name their processes by writing over their argv (postgres' "postgres:
+     * checkpointer", nginx's "nginx: worker process"): what /proc shows now. */
+    if (fd >= 0) {
+        n = read(fd, buf, size - 1);
+        (void)close(fd);
+    }
+    if (n <= 0)
+        return program_name;
+    buf[n] = '\0';
+    n = (ssize_t)strlen(buf); /* the first string: the title, or argv[0] */
+    while (n > 0 && buf[n - 1] == ' ')
+        buf[--n] = '\0'; /* setproctitle() pads with spaces */
+    if (n == 0 || strncmp(buf, argv0_at_start, sizeof(argv0_at_start) - 1) == 0)
+        return program_name;
+    return buf;
 }
 
 const char *rt_program_name(void)

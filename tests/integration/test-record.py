@@ -203,6 +203,25 @@ def test_record_prefork_fleet(tmp):
     assert not private_dirs(tmp), f"private directory left behind: {private_dirs(tmp)}"
 
 
+def test_a_process_title_names_the_process(tmp):
+    """A program that names itself over its argv (postgres, nginx) is shown by that title,
+    in the profile and the summary; one that does not keeps its program name."""
+    out = os.path.join(tmp, "title.json")
+    r = record(tmp, "-o", out, "--", WORKLOAD, "title", "0.3", "wl: worker busy")
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    doc = check_file(out)
+    names = {t.get("processName") for p in processes(doc) for t in p["threads"]
+             if t["name"] == "GeckoMain"}
+    assert names == {"wl: worker busy"}, names
+    s = subprocess.run([CLI, "summary", out], capture_output=True, text=True, timeout=60)
+    assert s.returncode == 0 and "wl: worker busy (exit profile" in s.stdout, s.stdout[:2000]
+    r = record(tmp, "-o", out, "--", WORKLOAD, "busy", "0.1")
+    doc = check_file(out)
+    names = {t.get("processName") for p in processes(doc) for t in p["threads"]
+             if t["name"] == "GeckoMain"}
+    assert names == {"workload"}, names
+
+
 def test_record_demo_fleet_of_eight_workers(tmp):
     """The issue's fleet test: the demo with 8 workers is one file with >= 9 processes (master
     + workers + helpers), each worker with samples and its own recognisable function."""
@@ -480,6 +499,7 @@ def test_capture_of_an_empty_fleet_fails_fast(tmp):
 
 if __name__ == "__main__":
     taplib.run([
+    test_a_process_title_names_the_process,
         test_help_for_every_command,
         test_record_prefork_fleet,
         test_record_demo_fleet_of_eight_workers,

@@ -45,6 +45,8 @@
  *                                      (siglongjmp back, like a JIT's guard page), faults N
  *                                      times, prints "segv_handled=N" and what sigaction()
  *                                      reports ("segv_after=own"); exits 0
+ *   workload title SECONDS TITLE       writes TITLE over its argv[0] (a process title, as
+ *                                      postgres and nginx set theirs), then busy SECONDS
  *   workload --cpu MODE ARGS...        the same MODE, but each SECONDS of work (busy loops,
  *                                      thread and worker bodies, prefork's WAIT, the dlopen
  *                                      loop) is CPU time of the thread doing it
@@ -505,6 +507,13 @@ int main(int argc, char **argv)
                 sink += (uint64_t)i * 2654435761u;
         setitimer(ITIMER_PROF, &off, NULL);
         printf("own_sigprof=%d\n", (int)own_sigprof_calls);
+    } else if (!strcmp(mode, "title") && argc > 3) {
+        size_t room = strlen(argv[0]);
+
+        /* setproctitle's way: the title over argv[0], the rest of it cleared. */
+        memset(argv[0], 0, room);
+        memcpy(argv[0], argv[3], strlen(argv[3]) < room ? strlen(argv[3]) : room);
+        wl_recurse(4, work_deadline(seconds));
     } else if (!strcmp(mode, "segv")) {
         wl_recurse(4, work_deadline(seconds));
         wl_crash_here();
