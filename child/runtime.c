@@ -95,7 +95,7 @@ static void read_command_line(void)
         n = (ssize_t)strlen(product);
     }
     product[n] = '\0';
-    (void)snprintf(argv0_at_start, sizeof(argv0_at_start), "%s", product);
+    (void)snprintf(argv0_at_start, sizeof(argv0_at_start), "%.255s", product);
     base = strrchr(product, '/');
     (void)snprintf(program_name, sizeof(program_name), "%.255s", base ? base + 1 : product);
     for (ssize_t i = 0; i < n - 1; i++)
