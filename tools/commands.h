@@ -15,6 +15,9 @@ int cmd_summary(int argc, char **argv);
 /* fleetprof merge -o OUT IN... */
 int cmd_merge(int argc, char **argv);
 
+/* fleetprof export --format collapsed [-o OUT] IN (cmd-export.c) */
+int cmd_export(int argc, char **argv);
+
 /* fleetprof recover -o OUT FILE.chunks... (cmd-recover.c) */
 int cmd_recover(int argc, char **argv);
 /* Whether path names a chunk file (fleetprof-PID.chunks). */

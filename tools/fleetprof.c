@@ -336,6 +336,8 @@ static void usage(FILE *out)
                  "  top [--once]      the fleet's performance groups, live (--json, --group)\n"
                  "  summary FILE      top functions per process, gathering log (--json, --top N)\n"
                  "  merge -o OUT IN... process profiles into one fleet profile\n"
+                 "  export --format collapsed [-o OUT] IN\n"
+                 "                    folded stacks for flamegraph.pl, inferno, Speedscope\n"
                  "  recover -o OUT FILE.chunks...\n"
                  "                    profiles of processes killed or crashed without a daemon\n"
                  "Run `fleetprof COMMAND --help` for a command's options.\n");
@@ -372,6 +374,8 @@ int main(int argc, char **argv)
         return cmd_merge(argc - i, argv + i);
     if (!strcmp(argv[i], "recover"))
         return cmd_recover(argc - i, argv + i);
+    if (!strcmp(argv[i], "export"))
+        return cmd_export(argc - i, argv + i);
     /* record runs its own daemon; CMD's arguments (even a --socket) are CMD's. */
     if (!strcmp(argv[i], "record")) {
         (void)signal(SIGPIPE, SIG_IGN); /* a child gone mid-write costs the daemon an EPIPE */

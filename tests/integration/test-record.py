@@ -222,6 +222,55 @@ def test_a_process_title_names_the_process(tmp):
     assert names == {"workload"}, names
 
 
+def test_export_collapsed_totals_equal_the_profiles(tmp):
+    """`fleetprof export --format collapsed` of a recorded fleet: every line splits back into
+    process;thread;frames and a count; per process and per leaf function, the counts equal
+    the profile's samples (from stdin and to -o alike)."""
+    out = os.path.join(tmp, "fleet.json")
+    r = record(tmp, "--no-summary", "-o", out, "--", WORKLOAD, "prefork", "3", "0.5")
+    assert r.returncode == 0, r.stderr
+    doc = check_file(out)
+    want_proc, want_leaf = {}, {}
+    for p in processes(doc):
+        pid = p["meta"]["fleetprof"]["pid"]
+        for t in p["threads"]:
+            sms, fs = t["samples"]["schema"], t["frameTable"]["schema"]
+            for row in t["samples"]["data"]:
+                idx = row[sms["stack"]]
+                if idx is None:
+                    leaf = "(no stack)"
+                else:
+                    frame = t["stackTable"]["data"][idx][t["stackTable"]["schema"]["frame"]]
+                    leaf = t["stringTable"][t["frameTable"]["data"][frame][fs["location"]]]
+                want_proc[pid] = want_proc.get(pid, 0) + 1
+                leaf = leaf.replace(";", ":")
+                want_leaf[leaf] = want_leaf.get(leaf, 0) + 1
+    folded = os.path.join(tmp, "fleet.folded")
+    e = subprocess.run([CLI, "export", "--format", "collapsed", "-o", folded, out],
+                       capture_output=True, text=True, timeout=60)
+    assert e.returncode == 0, e.stderr
+    with open(out) as f:
+        piped = subprocess.run([CLI, "export", "--format", "collapsed", "-"], stdin=f,
+                               capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    text = open(folded).read()
+    assert text == piped.stdout
+    got_proc, got_leaf = {}, {}
+    for line in text.splitlines():
+        path, count = line.rsplit(" ", 1)
+        frames = path.split(";")
+        assert len(frames) >= 3, line
+        pid = int(frames[0].rsplit("(", 1)[1].rstrip(")"))
+        got_proc[pid] = got_proc.get(pid, 0) + int(count)
+        got_leaf[frames[-1]] = got_leaf.get(frames[-1], 0) + int(count)
+    assert got_proc == want_proc, (got_proc, want_proc)
+    assert got_leaf == want_leaf
+    assert any(k.startswith("wl_worker_task_") for k in got_leaf), sorted(got_leaf)[:10]
+    bad = subprocess.run([CLI, "export", "--format", "pprof", out], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown --format" in bad.stderr, bad.stderr
+
+
 def test_record_demo_fleet_of_eight_workers(tmp):
     """The issue's fleet test: the demo with 8 workers is one file with >= 9 processes (master
     + workers + helpers), each worker with samples and its own recognisable function."""
@@ -499,6 +548,7 @@ def test_capture_of_an_empty_fleet_fails_fast(tmp):
 
 if __name__ == "__main__":
     taplib.run([
+    test_export_collapsed_totals_equal_the_profiles,
     test_a_process_title_names_the_process,
         test_help_for_every_command,
         test_record_prefork_fleet,
