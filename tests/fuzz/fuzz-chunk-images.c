@@ -4,35 +4,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "block-walk.h"
 #include "buffer/chunk.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-struct bounds {
-    const uint8_t *lo, *hi;
-};
-
-static int read_block(struct buf_entry_reader *r, uint64_t index, void *userdata)
-{
-    const struct bounds *b = userdata;
-    uint8_t byte;
-
-    (void)index;
-    for (int i = 0; i < 2; i++)
-        if (r->len[i] > 0 && (r->span[i] < b->lo || r->span[i] + r->len[i] > b->hi))
-            abort();
-    while (buf_entry_reader_remaining(r) > 0)
-        if (buf_entry_reader_read(r, &byte, 1) != 0)
-            abort();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct bounds b = {data, data + size};
+    struct block_bounds b = {data, data + size};
     struct buf_images_stats st;
 
-    (void)buf_chunk_images_read_each(data, size, read_block, &b, &st);
+    (void)buf_chunk_images_read_each(data, size, block_read_within, &b, &st);
     if (st.blocks > size)
         abort(); /* every block takes at least 2 bytes of input */
     return 0;

@@ -5,32 +5,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "block-walk.h"
 #include "buffer/region.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-struct bounds {
-    const uint8_t *lo, *hi;
-};
-
-static int read_block(struct buf_entry_reader *r, uint64_t index, void *userdata)
-{
-    const struct bounds *b = userdata;
-    uint8_t byte;
-
-    (void)index;
-    for (int i = 0; i < 2; i++)
-        if (r->len[i] > 0 && (r->span[i] < b->lo || r->span[i] + r->len[i] > b->hi))
-            abort();
-    while (buf_entry_reader_remaining(r) > 0)
-        if (buf_entry_reader_read(r, &byte, 1) != 0)
-            abort();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct bounds b = {data, data + size};
+    struct block_bounds b = {data, data + size};
     struct buf_region_stats st;
     struct buf_region_crash crash;
     const uint8_t *meta;
@@ -42,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (buf_region_read_crash(data, size, &crash) == 0 &&
         crash.frame_count > BUF_REGION_CRASH_FRAMES)
         abort();
-    (void)buf_region_read_each(data, size, read_block, &b, &st);
+    (void)buf_region_read_each(data, size, block_read_within, &b, &st);
     if (st.blocks > size || st.chunks > st.slots)
         abort(); /* every block takes at least 2 bytes; a chunk needs a slot */
     return 0;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block-walk.h"
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
 #include "testlib.h"
@@ -30,26 +31,6 @@ static int append_image(const struct buf_chunk *chunk, void *userdata)
     return 0;
 }
 
-/* Hash of every block (index, bytes), to compare two walks. */
-struct digest {
-    uint64_t hash;
-    uint64_t blocks;
-};
-
-static int digest_cb(struct buf_entry_reader *r, uint64_t index, void *userdata)
-{
-    struct digest *d = userdata;
-    uint8_t byte;
-
-    d->hash = (d->hash ^ index) * 0x100000001b3u;
-    while (buf_entry_reader_remaining(r) > 0) {
-        assert_int_equal(buf_entry_reader_read(r, &byte, 1), 0);
-        d->hash = (d->hash ^ byte) * 0x100000001b3u;
-    }
-    d->blocks++;
-    return 0;
-}
-
 static void make_buffer(struct test_rng *rng, struct buf_chunk_manager **ret_m,
                         struct buf_chunked_buffer **ret_b, struct image *img)
 {
@@ -73,14 +54,14 @@ static void test_faithful_copy_reads_the_same(void **state)
     struct buf_chunk_manager *m;
     struct buf_chunked_buffer *b;
     struct image img;
-    struct digest live = {0xcbf29ce484222325u, 0}, copy = {0xcbf29ce484222325u, 0};
+    struct block_digest live = {0xcbf29ce484222325u, 0}, copy = {0xcbf29ce484222325u, 0};
     struct buf_images_stats st;
 
     (void)state;
     test_rng_init(&rng, test_seed());
     make_buffer(&rng, &m, &b, &img);
-    assert_int_equal(buf_chunked_buffer_read_each(b, digest_cb, &live), 0);
-    assert_int_equal(buf_chunk_images_read_each(img.mem, img.len, digest_cb, &copy, &st), 0);
+    assert_int_equal(buf_chunked_buffer_read_each(b, block_digest_cb, &live), 0);
+    assert_int_equal(buf_chunk_images_read_each(img.mem, img.len, block_digest_cb, &copy, &st), 0);
     assert_true(live.blocks > 20);
     assert_true(copy.blocks == live.blocks);
     assert_true(copy.hash == live.hash);
@@ -98,7 +79,7 @@ static void test_damaged_copies(void **state)
     struct buf_chunked_buffer *b;
     struct image img;
     struct buf_images_stats st;
-    struct digest d = {0, 0};
+    struct block_digest d = {0, 0};
     size_t one = 512 + BUF_CHUNK_HEADER_BYTES;
     uint8_t *copy;
     struct buf_chunk_header h;
@@ -110,13 +91,13 @@ static void test_damaged_copies(void **state)
     assert_non_null(copy);
 
     /* Truncated image: the images no longer tile the memory. */
-    assert_int_equal(buf_chunk_images_read_each(img.mem, img.len - 1, digest_cb, &d, &st),
+    assert_int_equal(buf_chunk_images_read_each(img.mem, img.len - 1, block_digest_cb, &d, &st),
                      -EBADMSG);
 
     /* Bad magic in the second chunk stops the walk there. */
     memcpy(copy, img.mem, img.len);
     copy[one] ^= 0xff;
-    assert_int_equal(buf_chunk_images_read_each(copy, img.len, digest_cb, &d, &st), -EBADMSG);
+    assert_int_equal(buf_chunk_images_read_each(copy, img.len, block_digest_cb, &d, &st), -EBADMSG);
     assert_true(st.chunks == 0 || st.chunks == 1);
 
     /* A block count that lies makes that chunk corrupt; the others still read. */
@@ -124,7 +105,7 @@ static void test_damaged_copies(void **state)
     memcpy(&h, copy + 2 * one, sizeof(h));
     h.block_count += 3;
     memcpy(copy + 2 * one, &h, sizeof(h));
-    assert_int_equal(buf_chunk_images_read_each(copy, img.len, digest_cb, &d, &st), 0);
+    assert_int_equal(buf_chunk_images_read_each(copy, img.len, block_digest_cb, &d, &st), 0);
     assert_true(st.corrupt_chunks == 1);
     assert_true(st.chunks == img.len / one - 1);
 
@@ -133,13 +114,13 @@ static void test_damaged_copies(void **state)
     memcpy(&h, copy, sizeof(h));
     h.past_last_block_offset = h.buffer_bytes + 1;
     memcpy(copy, &h, sizeof(h));
-    assert_int_equal(buf_chunk_images_read_each(copy, img.len, digest_cb, &d, &st), 0);
+    assert_int_equal(buf_chunk_images_read_each(copy, img.len, block_digest_cb, &d, &st), 0);
     assert_true(st.corrupt_chunks == 1);
 
     /* Only the first full chunk: its straddling last block has no tail to read. */
     memcpy(&h, img.mem, sizeof(h));
     if (h.past_last_block_offset == h.buffer_bytes) {
-        assert_int_equal(buf_chunk_images_read_each(img.mem, one, digest_cb, &d, &st), 0);
+        assert_int_equal(buf_chunk_images_read_each(img.mem, one, block_digest_cb, &d, &st), 0);
         assert_true(st.chunks == 1);
     }
 
@@ -148,7 +129,7 @@ static void test_damaged_copies(void **state)
         memcpy(copy, img.mem, img.len);
         for (int k = 0; k < 4; k++)
             copy[test_rng_range(&rng, 0, img.len - 1)] = (uint8_t)test_rng_next(&rng);
-        (void)buf_chunk_images_read_each(copy, img.len, digest_cb, &d, &st);
+        (void)buf_chunk_images_read_each(copy, img.len, block_digest_cb, &d, &st);
     }
     free(copy);
     free(img.mem);

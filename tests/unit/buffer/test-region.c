@@ -9,32 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "block-walk.h"
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
 #include "buffer/region.h"
 #include "testlib.h"
 
 #define CHUNK 4096u
-
-/* Hash of every block (index, bytes), to compare two walks. */
-struct digest {
-    uint64_t hash;
-    uint64_t blocks;
-};
-
-static int digest_cb(struct buf_entry_reader *r, uint64_t index, void *userdata)
-{
-    struct digest *d = userdata;
-    uint8_t byte;
-
-    d->hash = (d->hash ^ index) * 0x100000001b3u;
-    while (buf_entry_reader_remaining(r) > 0) {
-        assert_int_equal(buf_entry_reader_read(r, &byte, 1), 0);
-        d->hash = (d->hash ^ byte) * 0x100000001b3u;
-    }
-    d->blocks++;
-    return 0;
-}
 
 struct fixture {
     struct buf_region *region;
@@ -84,7 +65,7 @@ static void test_reads_back_like_the_buffer(void **state)
 {
     struct test_rng rng;
     struct fixture f = {0};
-    struct digest live = {0}, copy = {0};
+    struct block_digest live = {0}, copy = {0};
     struct buf_region_stats stats;
     uint8_t *mem;
     size_t len;
@@ -93,9 +74,9 @@ static void test_reads_back_like_the_buffer(void **state)
     test_rng_init(&rng, test_seed());
     /* Enough entries to fill several segments; no limit pressure: nothing destroyed. */
     fill(&f, 1u << 30, 300, &rng);
-    assert_int_equal(buf_chunked_buffer_read_each(f.b, digest_cb, &live), 0);
+    assert_int_equal(buf_chunked_buffer_read_each(f.b, block_digest_cb, &live), 0);
     mem = copy_file(buf_region_fd(f.region), &len);
-    assert_int_equal(buf_region_read_each(mem, len, digest_cb, &copy, &stats), 0);
+    assert_int_equal(buf_region_read_each(mem, len, block_digest_cb, &copy, &stats), 0);
     assert_true(live.blocks == 300);
     assert_true(copy.blocks == live.blocks);
     assert_true(copy.hash == live.hash);
@@ -110,7 +91,7 @@ static void test_destroyed_chunks_give_pages_back(void **state)
 {
     struct test_rng rng;
     struct fixture f = {0};
-    struct digest live = {0}, copy = {0};
+    struct block_digest live = {0}, copy = {0};
     struct buf_region_stats stats;
     struct stat before, after;
     uint8_t *mem;
@@ -127,9 +108,9 @@ static void test_destroyed_chunks_give_pages_back(void **state)
     assert_true(after.st_blocks < before.st_blocks);
 
     /* The copy still reads exactly what the buffer has left. */
-    assert_int_equal(buf_chunked_buffer_read_each(f.b, digest_cb, &live), 0);
+    assert_int_equal(buf_chunked_buffer_read_each(f.b, block_digest_cb, &live), 0);
     mem = copy_file(buf_region_fd(f.region), &len);
-    assert_int_equal(buf_region_read_each(mem, len, digest_cb, &copy, &stats), 0);
+    assert_int_equal(buf_region_read_each(mem, len, block_digest_cb, &copy, &stats), 0);
     assert_true(copy.blocks == live.blocks);
     assert_true(copy.hash == live.hash);
     assert_true(stats.corrupt_chunks == 0);
@@ -141,7 +122,7 @@ static void test_limit_pressure_reuses_slots(void **state)
 {
     struct test_rng rng;
     struct fixture f = {0};
-    struct digest live = {0}, copy = {0};
+    struct block_digest live = {0}, copy = {0};
     uint8_t *mem;
     size_t len;
 
@@ -150,9 +131,9 @@ static void test_limit_pressure_reuses_slots(void **state)
     /* A limit of 8 chunks, 60 chunks' worth written: slots are reused, the file stays small. */
     fill(&f, 8u * CHUNK, 1000, &rng);
     assert_true(buf_region_size(f.region) <= BUF_REGION_HEADER_BYTES + 16u * 2 * CHUNK);
-    assert_int_equal(buf_chunked_buffer_read_each(f.b, digest_cb, &live), 0);
+    assert_int_equal(buf_chunked_buffer_read_each(f.b, block_digest_cb, &live), 0);
     mem = copy_file(buf_region_fd(f.region), &len);
-    assert_int_equal(buf_region_read_each(mem, len, digest_cb, &copy, NULL), 0);
+    assert_int_equal(buf_region_read_each(mem, len, block_digest_cb, &copy, NULL), 0);
     assert_true(live.blocks > 0 && live.blocks < 1000);
     assert_true(copy.blocks == live.blocks);
     assert_true(copy.hash == live.hash);
@@ -184,7 +165,7 @@ static void test_file_region(void **state)
     struct buf_region *region;
     struct buf_chunk_manager *m;
     struct buf_chunked_buffer *b;
-    struct digest live = {0}, copy = {0};
+    struct block_digest live = {0}, copy = {0};
     uint8_t data[100] = {1, 2, 3};
     uint8_t *mem;
     size_t len;
@@ -203,13 +184,13 @@ static void test_file_region(void **state)
         data[0] = (uint8_t)test_rng_next(&rng);
         assert_int_equal(buf_chunked_buffer_put_bytes(b, data, 1 + (size_t)i % 99, NULL), 0);
     }
-    assert_int_equal(buf_chunked_buffer_read_each(b, digest_cb, &live), 0);
+    assert_int_equal(buf_chunked_buffer_read_each(b, block_digest_cb, &live), 0);
     /* As `fleetprof recover` after a crash: only the file is left. */
     fd = open(path, O_RDONLY | O_CLOEXEC);
     assert_true(fd >= 0);
     mem = copy_file(fd, &len);
     close(fd);
-    assert_int_equal(buf_region_read_each(mem, len, digest_cb, &copy, NULL), 0);
+    assert_int_equal(buf_region_read_each(mem, len, block_digest_cb, &copy, NULL), 0);
     assert_true(copy.blocks == 200 && copy.hash == live.hash);
     free(mem);
     b = buf_chunked_buffer_free(b);
@@ -278,7 +259,7 @@ static void test_damaged_copies_are_survived(void **state)
 {
     struct test_rng rng;
     struct fixture f = {0};
-    struct digest d;
+    struct block_digest d;
     struct buf_region_stats stats;
     uint8_t *mem, *bad;
     size_t len;
@@ -293,8 +274,8 @@ static void test_damaged_copies_are_survived(void **state)
     /* A bad region header: nothing is read. */
     memcpy(bad, mem, len);
     bad[0] ^= 0xff;
-    assert_int_equal(buf_region_read_each(bad, len, digest_cb, &d, NULL), -EBADMSG);
-    assert_int_equal(buf_region_read_each(mem, 10, digest_cb, &d, NULL), -EBADMSG);
+    assert_int_equal(buf_region_read_each(bad, len, block_digest_cb, &d, NULL), -EBADMSG);
+    assert_int_equal(buf_region_read_each(mem, 10, block_digest_cb, &d, NULL), -EBADMSG);
 
     /* A chunk whose used length points past its end: counted corrupt, others read. */
     memcpy(bad, mem, len);
@@ -306,8 +287,8 @@ static void test_damaged_copies_are_survived(void **state)
         h.past_last_block_offset = 0x7fffffff;
         memcpy(at, &h, sizeof(h));
     }
-    d = (struct digest){0};
-    assert_int_equal(buf_region_read_each(bad, len, digest_cb, &d, &stats), 0);
+    d = (struct block_digest){0};
+    assert_int_equal(buf_region_read_each(bad, len, block_digest_cb, &d, &stats), 0);
     assert_true(stats.corrupt_chunks == 1);
     assert_true(d.blocks > 0 && d.blocks < 200);
 
@@ -320,8 +301,8 @@ static void test_damaged_copies_are_survived(void **state)
             bad[test_rng_range(&rng, 0, (len)-1)] = (uint8_t)test_rng_next(&rng);
         if (round % 3 == 0)
             n = test_rng_range(&rng, 0, (len + 1) - 1);
-        d = (struct digest){0};
-        (void)buf_region_read_each(bad, n, digest_cb, &d, &stats);
+        d = (struct block_digest){0};
+        (void)buf_region_read_each(bad, n, block_digest_cb, &d, &stats);
         assert_true(d.blocks <= 200 + 16);
     }
     free(bad);
