@@ -16,6 +16,7 @@
 #include "tools/commands.h"
 #include "tools/json-read.h"
 #include "tools/profile-read.h"
+#include "tools/profile-stacks.h"
 
 static void usage(FILE *out)
 {
@@ -40,43 +41,15 @@ static void put_name(FILE *out, const char *s)
     }
 }
 
-struct thread_ctx {
-    const struct json_doc *doc;
-    const struct json_value *strings, *frames, *stacks;
-    int frame_location, stack_prefix, stack_frame;
-    size_t n_stacks;
-};
-
-/* The frame names of stack, root first, written after the prefix. -EBADMSG for a cycle or
- * a bad index (the file is the user's: never trusted). */
-static int put_stack(FILE *out, const struct thread_ctx *t, int64_t stack, size_t depth)
+/* Writes function f as its location string: "name (in lib)", or the name. */
+static void put_func(FILE *out, const struct pstack_func *f)
 {
-    const struct json_value *row, *loc;
-    int64_t prefix = -1, frame = -1, str = -1;
-    const char *name;
-    int r;
-
-    if (stack < 0 || (size_t)stack >= t->n_stacks || depth > t->n_stacks)
-        return -EBADMSG;
-    row = json_array_at(t->doc, t->stacks, (size_t)stack);
-    if (json_value_type(json_array_at(t->doc, row, (size_t)t->stack_prefix)) != JSON_NULL &&
-        profile_value_int(t->doc, json_array_at(t->doc, row, (size_t)t->stack_prefix), &prefix) < 0)
-        return -EBADMSG;
-    if (profile_value_int(t->doc, json_array_at(t->doc, row, (size_t)t->stack_frame), &frame) < 0)
-        return -EBADMSG;
-    if (prefix >= 0) {
-        r = put_stack(out, t, prefix, depth + 1);
-        if (r < 0)
-            return r;
+    put_name(out, f->name);
+    if (f->lib) {
+        (void)fputs(" (in ", out);
+        put_name(out, f->lib);
+        (void)fputc(')', out);
     }
-    loc = json_array_at(t->doc, json_array_at(t->doc, t->frames, (size_t)frame),
-                        (size_t)t->frame_location);
-    if (profile_value_int(t->doc, loc, &str) < 0)
-        return -EBADMSG;
-    name = json_value_string(t->doc, json_array_at(t->doc, t->strings, (size_t)str), NULL);
-    (void)fputc(';', out);
-    put_name(out, name ? name : "?");
-    return 0;
 }
 
 static int by_path(const void *a, const void *b)
@@ -84,119 +57,107 @@ static int by_path(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* One thread's folded lines. Returns the number of bad samples skipped, or -ENOMEM. */
-static long export_thread(FILE *out, const struct json_doc *doc, const struct json_value *thread,
-                          const char *proc_label)
+struct collapsed {
+    FILE *out;
+    const struct json_doc *doc;
+    struct pstack_funcs funcs;
+    uint64_t bad;
+    uint32_t *path; /* scratch: a stack's indexes, leaf first */
+    size_t path_cap;
+};
+
+/* The folded line of stack k of t (k == n_stacks: the samples without one), without count. */
+static char *folded_path(struct collapsed *c, const char *proc_label, const struct pstack_thread *t,
+                         size_t k)
 {
-    const struct json_value *samples = json_object_get(doc, thread, "samples");
-    const struct json_value *data = json_object_get(doc, samples, "data");
-    struct thread_ctx t = {.doc = doc};
-    const char *tname = json_value_string(doc, json_object_get(doc, thread, "name"), NULL);
-    int stack_col = profile_schema_column(doc, samples, "stack");
-    uint64_t *counts, no_stack = 0;
-    long bad = 0;
+    char *path = NULL;
+    size_t size = 0, depth = 0;
+    FILE *m = open_memstream(&path, &size);
 
-    t.strings = json_object_get(doc, thread, "stringTable");
-    t.frames = json_object_get(doc, json_object_get(doc, thread, "frameTable"), "data");
-    t.stacks = json_object_get(doc, json_object_get(doc, thread, "stackTable"), "data");
-    t.frame_location =
-            profile_schema_column(doc, json_object_get(doc, thread, "frameTable"), "location");
-    t.stack_prefix =
-            profile_schema_column(doc, json_object_get(doc, thread, "stackTable"), "prefix");
-    t.stack_frame = profile_schema_column(doc, json_object_get(doc, thread, "stackTable"), "frame");
-    t.n_stacks = json_value_type(t.stacks) == JSON_ARRAY ? json_value_len(t.stacks) : 0;
-    if (stack_col < 0 || json_value_type(data) != JSON_ARRAY)
-        return 0; /* no samples */
-    counts = calloc(t.n_stacks + 1, sizeof(*counts));
-    if (!counts)
-        return -ENOMEM;
-    for (size_t i = 0; i < json_value_len(data); i++) {
-        const struct json_value *s =
-                json_array_at(doc, json_array_at(doc, data, i), (size_t)stack_col);
-        int64_t stack;
-
-        if (json_value_type(s) == JSON_NULL)
-            no_stack++;
-        else if (profile_value_int(doc, s, &stack) == 0 && stack >= 0 && (size_t)stack < t.n_stacks)
-            counts[stack]++;
-        else
-            bad++;
-    }
-    /* Stacks with equal names (a function's frames at several addresses) are one line. */
-    {
-        struct line {
-            char *path;
-            uint64_t n;
-        } *lines = calloc(t.n_stacks + 1, sizeof(*lines));
-        size_t n_lines = 0;
-
-        if (!lines) {
-            free(counts);
-            return -ENOMEM;
-        }
-        for (size_t k = 0; k <= t.n_stacks; k++) {
-            uint64_t n = k < t.n_stacks ? counts[k] : no_stack;
-            size_t size = 0;
-            FILE *m;
-
-            if (!n)
-                continue;
-            m = open_memstream(&lines[n_lines].path, &size);
-            if (!m) {
-                bad = -ENOMEM;
-                break;
-            }
-            put_name(m, proc_label);
+    if (!m)
+        return NULL;
+    put_name(m, proc_label);
+    (void)fputc(';', m);
+    put_name(m, t->name ? t->name : "thread");
+    if (k == t->n_stacks) {
+        (void)fputs(";(no stack)", m);
+    } else {
+        for (uint32_t s = (uint32_t)k; s != PSTACK_NONE; s = t->prefix[s])
+            c->path[depth++] = s;
+        while (depth-- > 0) {
             (void)fputc(';', m);
-            put_name(m, tname ? tname : "thread");
-            if (k == t.n_stacks) {
-                (void)fputs(";(no stack)", m);
-            } else if (put_stack(m, &t, (int64_t)k, 0) < 0) {
-                (void)fputs(";(bad stack)", m);
-                bad += (long)n;
-            }
-            if (fclose(m) != 0) {
-                bad = -ENOMEM;
-                break;
-            }
-            lines[n_lines++].n = n;
+            put_func(m, &c->funcs.v[t->func[c->path[depth]]]);
         }
-        qsort(lines, n_lines, sizeof(*lines), by_path);
-        for (size_t i = 0; i < n_lines; i++) {
-            uint64_t n = lines[i].n;
-
-            while (i + 1 < n_lines && strcmp(lines[i].path, lines[i + 1].path) == 0) {
-                free(lines[i].path);
-                n += lines[++i].n;
-            }
-            if (bad >= 0)
-                (void)fprintf(out, "%s %llu\n", lines[i].path, (unsigned long long)n);
-            free(lines[i].path);
-        }
-        free(lines);
     }
-    free(counts);
-    return bad;
+    if (fclose(m) != 0) {
+        free(path);
+        return NULL;
+    }
+    return path;
 }
 
-static long export_process(FILE *out, const struct json_doc *doc, const struct json_value *proc)
+/* One thread's folded lines; stacks with equal names (a function's frames at several
+ * addresses) are one line. */
+static int export_thread(const struct pstack_process *proc, const struct pstack_thread *t,
+                         void *userdata)
 {
-    const struct json_value *threads = json_object_get(doc, proc, "threads");
-    struct profile_process info;
+    struct collapsed *c = userdata;
+    struct line {
+        char *path;
+        uint64_t n;
+    } * lines;
+    size_t n_lines = 0;
     char label[512];
-    long bad = 0;
+    int r = 0;
 
-    profile_process_describe(doc, proc, &info);
-    (void)snprintf(label, sizeof(label), "%s (%lld)", info.name ? info.name : "?",
-                   (long long)info.pid);
-    for (size_t i = 0; json_value_type(threads) == JSON_ARRAY && i < json_value_len(threads); i++) {
-        long r = export_thread(out, doc, json_array_at(doc, threads, i), label);
+    (void)snprintf(label, sizeof(label), "%s (%lld)", proc->info.name ? proc->info.name : "?",
+                   (long long)proc->info.pid);
+    c->bad += t->bad_samples;
+    if (t->n_stacks > c->path_cap) {
+        uint32_t *grown = realloc(c->path, t->n_stacks * sizeof(*grown));
 
-        if (r < 0)
-            return r;
-        bad += r;
+        if (!grown)
+            return -ENOMEM;
+        c->path = grown;
+        c->path_cap = t->n_stacks;
     }
-    return bad;
+    lines = calloc(t->n_stacks + 1, sizeof(*lines));
+    if (!lines)
+        return -ENOMEM;
+    for (size_t k = 0; k <= t->n_stacks; k++) {
+        uint64_t n = k < t->n_stacks ? t->samples[k] : t->no_stack_samples;
+
+        if (!n)
+            continue;
+        lines[n_lines].path = folded_path(c, label, t, k);
+        if (!lines[n_lines].path) {
+            r = -ENOMEM;
+            break;
+        }
+        lines[n_lines++].n = n;
+    }
+    if (n_lines > 1)
+        qsort(lines, n_lines, sizeof(*lines), by_path);
+    for (size_t i = 0; i < n_lines; i++) {
+        uint64_t n = lines[i].n;
+
+        while (i + 1 < n_lines && strcmp(lines[i].path, lines[i + 1].path) == 0) {
+            free(lines[i].path);
+            n += lines[++i].n;
+        }
+        if (r == 0)
+            (void)fprintf(c->out, "%s %llu\n", lines[i].path, (unsigned long long)n);
+        free(lines[i].path);
+    }
+    free(lines);
+    return r;
+}
+
+static int export_process(const struct pstack_process *proc, void *userdata)
+{
+    struct collapsed *c = userdata;
+
+    return pstack_each_thread(&c->funcs, c->doc, proc, export_thread, c);
 }
 
 int cmd_export(int argc, char **argv)
@@ -207,10 +168,9 @@ int cmd_export(int argc, char **argv)
                                              {NULL, 0, NULL, 0}};
     const char *format = NULL, *out_path = NULL, *in;
     struct json_doc *doc = NULL;
-    const struct json_value *root, *subs;
+    struct collapsed col = {0};
     char why[512];
     FILE *out = stdout;
-    long bad;
     int c, r, status = 1;
 
     optind = 1;
@@ -249,28 +209,24 @@ int cmd_export(int argc, char **argv)
         json_doc_free(doc);
         return 1;
     }
-    root = json_doc_root(doc);
-    bad = export_process(out, doc, root);
-    subs = json_object_get(doc, root, "processes");
-    for (size_t i = 0; bad >= 0 && json_value_type(subs) == JSON_ARRAY && i < json_value_len(subs);
-         i++) {
-        long b = export_process(out, doc, json_array_at(doc, subs, i));
-
-        bad = b < 0 ? b : bad + b;
-    }
-    if (bad < 0)
+    col.out = out;
+    col.doc = doc;
+    r = pstack_each_process(doc, export_process, &col);
+    if (r < 0)
         (void)fprintf(stderr, "fleetprof export: out of memory\n");
-    else if (bad > 0)
+    else if (col.bad > 0)
         (void)fprintf(stderr,
-                      "fleetprof export: %ld samples had stacks that are not in their "
-                      "thread's tables (shown as (bad stack) or left out)\n",
-                      bad);
-    if ((out != stdout ? fclose(out) : fflush(out)) != 0 && bad >= 0) {
+                      "fleetprof export: %llu samples had stacks that are not in their "
+                      "thread's tables (left out)\n",
+                      (unsigned long long)col.bad);
+    if ((out != stdout ? fclose(out) : fflush(out)) != 0 && r >= 0) {
         (void)fprintf(stderr, "fleetprof export: cannot write %s: %s\n",
                       out_path ? out_path : "standard output", strerror(errno));
-        bad = -1;
+        r = -EIO;
     }
-    status = bad < 0 ? 1 : 0;
+    status = r < 0 ? 1 : 0;
+    free(col.path);
+    pstack_funcs_done(&col.funcs);
     json_doc_free(doc);
     return status;
 }
