@@ -120,6 +120,7 @@ static int describe_locked(void)
 
     d.pid = rt.pid;
     d.ppid = (int32_t)getppid();
+    d.forked = rt.forked;
     d.name = dup_or_empty(rt_process_name(title, sizeof(title)));
     d.product = dup_or_empty(rt_product());
     d.start_ns = rt.start_ns;

@@ -146,6 +146,7 @@ struct rt {
     _Atomic int exec_failed;       /* an exec failed: re-signal captures in flight */
     struct rt_config cfg;
     int32_t pid;
+    bool forked; /* this process is a fork of its parent's image (not exec'd since) */
     uint64_t start_ns;
     _Atomic double start_epoch_ms; /* aligned to the daemon's clock by its Welcome */
     struct buf_chunk_manager *manager;

@@ -292,6 +292,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
 
     info.pid = rt.pid;
     info.ppid = (int32_t)getppid();
+    info.forked = rt.forked;
     info.name = rt_process_name(title, sizeof(title));
     info.product = product;
     info.process_type = "default";
@@ -574,6 +575,7 @@ static void install_exit_signal_handlers(void)
  * be real, and the new pipe is the runtime's. on_fork_child() ends the capture. */
 static void on_fork_child_first(void)
 {
+    rt.forked = true;
     if (!atomic_load(&rt.running))
         return;
     rt_fds_forget();

@@ -259,6 +259,7 @@ static int info_from(const uint8_t *meta, size_t meta_len, const struct buf_regi
         return -ENOMEM;
 
     ri->info.ppid = d->ppid;
+    ri->info.forked = d->forked;
     ri->info.name = d->name[0] ? d->name : "unknown";
     ri->info.product = or_null(d->product);
     ri->info.start_ns = d->start_ns;

@@ -1056,6 +1056,8 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_object_begin(w, "fleetprof");
     json_writer_int(w, "pid", info->pid);
     json_writer_int(w, "ppid", info->ppid);
+    if (info->forked) /* how `fleetprof summary` tells forked workers from exec'd children */
+        json_writer_bool(w, "forked", true);
     json_writer_string(w, "stackwalk", info->stackwalk ? info->stackwalk : "dwarf");
     json_writer_bool(w, "exit", info->exit_profile);
     if (info->recovered)

@@ -72,6 +72,7 @@ struct prof_marker_schema {
 struct prof_process_info {
     int32_t pid;
     int32_t ppid;
+    bool forked;              /* a fork of its parent's image, not exec'd since */
     const char *name;         /* program name: processName of the GeckoMain thread */
     const char *product;      /* command line: meta.product */
     const char *process_type; /* thread processType: "default" (top level) or "tab" */
