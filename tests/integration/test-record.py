@@ -214,7 +214,9 @@ def test_a_process_title_names_the_process(tmp):
              if t["name"] == "GeckoMain"}
     assert names == {"wl: worker busy"}, names
     s = subprocess.run([CLI, "summary", out], capture_output=True, text=True, timeout=60)
-    assert s.returncode == 0 and "wl: worker busy (exit profile" in s.stdout, s.stdout[:2000]
+    assert s.returncode == 0, s.stderr
+    (line,) = [x for x in s.stdout.splitlines() if "wl: worker busy" in x]
+    assert line.split()[0] == "1" and "wl_hot_leaf" in line, s.stdout[:2000]
     r = record(tmp, "-o", out, "--", WORKLOAD, "busy", "0.1")
     doc = check_file(out)
     names = {t.get("processName") for p in processes(doc) for t in p["threads"]

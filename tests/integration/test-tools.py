@@ -171,9 +171,16 @@ def test_summary_of_a_runtime_profile(tmp):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"{path}: 1 process, {total} samples"), lines[0]
+    assert lines[1].startswith("Ranked by CPU time"), lines[1]
+    (program,) = [line for line in lines if line.endswith("%") and " workload " in line]
+    assert program.split()[:2] == ["1", "100.0%"] and "wl_hot_leaf" in program, r.stdout
+    r = fleetprof("summary", "--per-process", path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("Process "))
     assert lines[first].startswith(f"Process {proc['pid']} workload ("), lines[first]
-    assert lines[first + 1].split()[-1] == "workload!wl_hot_leaf", lines[first + 1]
+    assert lines[first + 1].split() == ["SELF%", "TOTAL%", "SELF", "ms", "FUNCTION"]
+    assert lines[first + 2].split()[-1] == "workload!wl_hot_leaf", lines[first + 2]
 
 
 def test_summary_top_option_and_json_document(tmp):
@@ -207,7 +214,8 @@ def test_summary_names_unnamed_code_by_module_and_offset(tmp):
                    ("hot", "app", 1)], top
     r = fleetprof("summary", path)
     assert r.returncode == 0, r.stderr
-    lines = [line.split("%  ", 1)[1] for line in r.stdout.splitlines() if "%  " in line]
+    table = r.stdout[r.stdout.index("Top functions of the fleet"):].splitlines()[2:]
+    lines = [line.split(None, 3)[3] for line in table if line.startswith("  ") and "%" in line]
     assert lines[:3] == ["libfoo.so+0x1a2c", "[vdso]+0x8f0 (called from __vdso_clock_gettime)",
                          "app!hot"], r.stdout
 
@@ -242,6 +250,22 @@ def test_summary_prints_gathering_log_and_digest(tmp):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "\x1b" not in out, "a control character from the file reached the terminal"
+    # By default, a digest: counts, then each event that needs reading once.
+    for expected in [
+        "Gathering (daemon 7, 2009.8 ms, 9 events): answered 1, no answer 2, no progress 2, "
+        "dropped 3.\n",
+        "  no answer from 102 (worker), 104\n",
+        "  1x gave up on pending children: no progress  pending=[102, 104]\n",
+        "  1x dropped exit profile of 105  reason=evicted by the limit\n",
+        "  1x child 107 ended without sending an exit profile\n",
+        "Problems (profilingLog): unresolvedFrames 3 (1 process), evicted chunks 1 (1 log).",
+    ]:
+        assert expected in out, f"missing {expected!r} in:\n{out}"
+    assert "asked child" not in out and "received profile" not in out, out
+    r = fleetprof("summary", "--log", "--per-process", path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "\x1b" not in out, "a control character from the file reached the terminal"
     for expected in [
         "Gathering log of daemon 7 (2009.8 ms, 9 events):",
         "+2005.5 ms  child 107 ended without sending an exit profile\n",
@@ -270,8 +294,13 @@ def test_summary_prints_gathering_log_and_digest(tmp):
     s = summary_json(path)
     assert [p["pid"] for p in s["processes"]] == [100, 101, 102, 103]
     assert [p["exit"] for p in s["processes"]] == [False, False, False, True]
-    assert s["fleet"]["top"][0] == {"function": "crunch", "lib": "app", "samples": 10,
-                                    "percent": 52.63}, s["fleet"]["top"][0]
+    top = s["fleet"]["top"][0]
+    assert {k: top[k] for k in ("function", "lib", "samples", "percent", "totalSamples")} == {
+        "function": "crunch", "lib": "app", "samples": 10, "percent": 52.63,
+        "totalSamples": 10}, top
+    assert s["rankedBy"] == "samples" and s["cpuNs"] is None  # no CPU deltas in the file
+    assert [(p["name"], p["processes"], p["samples"]) for p in s["programs"]] == [
+        ("worker", 2, 12), ("master", 1, 4), ("helper", 1, 3)], s["programs"]
     (log,) = s["gatheringLogs"]
     assert log["daemon"] == "7" and log["begin"] == 5000.5 and log["end"] == 7010.25
     assert log["digest"] == {"waitedFor": [101, 102, 104], "answered": [101],
@@ -329,10 +358,11 @@ def test_summary_survives_malformed_tables(tmp):
     proc = s["processes"][0]
     # 5 bad sample rows, a stack with a bad frame, a frame with a bad location string.
     assert proc["samples"] == 10 and proc["invalidSamples"] == 7, proc
-    assert {f["function"]: f["samples"] for f in proc["top"]} == {
-        "(invalid stack)": 7, "b": 2, "a": 1}, proc["top"]
+    assert {f["function"]: f["samples"] for f in proc["top"]} == {"b": 2, "a": 1}, proc["top"]
     assert len(s["processes"]) == 4
     r = fleetprof("summary", path)
+    assert r.returncode == 0 and "invalid stack indexes 7;" in r.stdout, r
+    r = fleetprof("summary", "--per-process", path)
     assert r.returncode == 0 and "7 samples have invalid stack" in r.stdout, r
 
 
