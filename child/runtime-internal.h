@@ -147,6 +147,10 @@ struct rt {
     struct rt_config cfg;
     int32_t pid;
     bool forked; /* this process is a fork of its parent's image (not exec'd since) */
+    /* The thread that starts the runtime, and when the start ended (0 while it runs): its
+     * samples until then are of our start-up, not of the program (sampler.c). */
+    int32_t start_tid;
+    _Atomic uint64_t start_done_ns;
     uint64_t start_ns;
     _Atomic double start_epoch_ms; /* aligned to the daemon's clock by its Welcome */
     struct buf_chunk_manager *manager;

@@ -117,6 +117,8 @@ static int start_locked(void)
     int r;
 
     rt.pid = (int32_t)getpid();
+    rt.start_tid = (int32_t)gettid();
+    atomic_store(&rt.start_done_ns, 0);
     if (!command_line_known)
         read_command_line();
     command_line_known = true;
@@ -174,6 +176,7 @@ static int start_locked(void)
     rt_debug("profiling %s every %.3f ms, %s stacks, buffer %llu MiB", product,
              (double)rt.cfg.interval_ns / 1e6, rt_stackwalk_name(rt.cfg.stackwalk),
              (unsigned long long)(rt.cfg.buffer_bytes >> 20));
+    atomic_store(&rt.start_done_ns, rt_now_ns());
     return 0;
 }
 

@@ -388,6 +388,18 @@ static void write_sample(struct rt_thread *t)
     (void)prof_entry_put_sample(rt.buffer, &s);
     t->sampled = true;
     put_deferred_ticks(t, 0);
+    /* A capture of the runtime's own start-up is not where the program is: a thread that
+     * blocks right after it (a sleeper, a server's main waiting for work) must not have every
+     * later tick repeat it (a same-sample). It counts as not sampled yet, so its idle ticks
+     * say why they have no stack and a runnable one is signalled again. */
+    if (t->tid == rt.start_tid) {
+        uint64_t done = atomic_load(&rt.start_done_ns);
+
+        if (!done || t->request_ns <= done) {
+            t->sampled = false;
+            t->probe_cpu_ns = 0;
+        }
+    }
     atomic_store_explicit(&c->state, RT_CAPTURE_EMPTY, memory_order_release);
 }
 
