@@ -797,6 +797,26 @@ static bool says_error(const char *message)
     return false;
 }
 
+/* Whether two messages differ at most in their numbers ("child 12 ended", "child 345
+ * ended"): daemons often write the pid into the text rather than as an argument. */
+static bool same_but_numbers(const char *a, const char *b)
+{
+    while (*a && *b) {
+        bool da = *a >= '0' && *a <= '9', db = *b >= '0' && *b <= '9';
+
+        if (da && db) {
+            while (*a >= '0' && *a <= '9')
+                a++;
+            while (*b >= '0' && *b <= '9')
+                b++;
+            continue;
+        }
+        if (*a++ != *b++)
+            return false;
+    }
+    return *a == *b;
+}
+
 static void note_event(struct log_walk *walk, bool has_ms, double ms, enum event_class cls,
                        void *userdata)
 {
@@ -809,7 +829,7 @@ static void note_event(struct log_walk *walk, bool has_ms, double ms, enum event
     if (cls != EV_DROP && cls != EV_STALL && !(cls == EV_OTHER && says_error(walk->message)))
         return;
     for (size_t i = 0; i < ns->n && !n; i++)
-        if (!strcmp(ns->v[i].message, walk->message))
+        if (same_but_numbers(ns->v[i].message, walk->message))
             n = &ns->v[i];
     if (!n) {
         if (ns->n == ns->cap) {
@@ -938,10 +958,11 @@ int summary_log_print_digest(const struct json_doc *d, const struct summary_name
             const struct notable *n = &ns.v[k];
 
             (void)printf("  %zux ", n->count);
-            summary_print_cleans(n->count > 1 ? n->message : n->example);
+            summary_print_cleans(n->example);
             if (n->count > 1 && n->pids.n) {
-                (void)printf(": ");
+                (void)printf("\n       (all %zu: ", n->count);
                 print_some_pids(s, &walk.names, &n->pids);
+                (void)printf(")");
             }
             (void)putchar('\n');
             free((char *)n->example);

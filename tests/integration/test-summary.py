@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Integration tests of `fleetprof summary` on real recordings: a fleet's summary fits a
+screen (the demo in 40 lines, 200 short-lived children in 60), ranks by CPU time rather than
+by sleeping threads' samples, and its detailed views (--per-process, --pid, --log, --tree)
+agree with the profile.
+
+Usage: test-summary.py BUILD_DIR   (TAP output)
+"""
+import atexit
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import taplib  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location(
+    "test_record", os.path.join(os.path.dirname(os.path.abspath(__file__)), "test-record.py"))
+rec = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rec)
+
+BUILD = rec.BUILD
+CLI = rec.CLI
+WORKLOAD = rec.WORKLOAD
+DEMO = os.path.join(BUILD, "tools", "demo", "demo-fleet")
+SHORTLIVED = os.path.join(BUILD, "tests", "workloads", "wl-shortlived")
+JOBS = ("demo_worker_compress", "demo_worker_hash", "demo_worker_parse", "demo_worker_render")
+
+
+def summary(path, *args):
+    r = subprocess.run([CLI, "summary", *args, path], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"summary {args}: status {r.returncode}: {r.stderr}"
+    assert "\x1b" not in r.stdout
+    return r.stdout
+
+
+def summary_json(path, *args):
+    return json.loads(summary(path, "--json", *args))
+
+
+def section(text, title):
+    """The lines of the section whose heading starts with title, up to a blank line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start + 1:end]
+
+
+_DEMO = {}
+
+
+@atexit.register
+def _remove_demo():
+    if "dir" in _DEMO:
+        shutil.rmtree(_DEMO["dir"], ignore_errors=True)
+
+
+def demo_recording(tmp):
+    """The bundled demo, recorded once (in a directory of its own, which outlives a test's)
+    for the tests that read it."""
+    if "path" not in _DEMO:
+        _DEMO["dir"] = tempfile.mkdtemp(prefix="fleetprof-summary-demo-")
+        out = os.path.join(_DEMO["dir"], "demo.json")
+        r = rec.record(tmp, "--no-summary", "-o", out, "--", DEMO, "--workers", "4",
+                       "--seconds", "2", "--helpers-per-sec", "5")
+        assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+        rec.check_file(out)
+        _DEMO["path"] = out
+    return _DEMO["path"]
+
+
+def test_demo_summary_fits_a_screen(tmp):
+    """The demo's summary is at most 40 lines; every worker's function is in it, and the
+    exec'd helpers are one program line, not one block each."""
+    path = demo_recording(tmp)
+    doc = json.load(open(path))
+    text = summary(path)
+    lines = text.splitlines()
+    assert len(lines) <= 40, f"{len(lines)} lines:\n{text}"
+    for job in JOBS:
+        assert job in text, f"{job} is not in the summary:\n{text}"
+    programs = section(text, "Programs (")
+    helpers = [line for line in programs if "demo-fleet-helper" in line]
+    assert len(helpers) == 1, text
+    n_helpers = sum(1 for p in doc["processes"]
+                    if p["threads"] and p["threads"][0].get("processName") == "demo-fleet-helper")
+    assert n_helpers >= 2 and helpers[0].split()[0] == str(n_helpers), (n_helpers, helpers)
+    assert "(exec'd child)" in helpers[0], helpers[0]
+    assert any("demo-fleet (master)" in line for line in programs), programs
+    assert any("demo-fleet (forked worker)" in line for line in programs), programs
+    assert "Process " not in text  # no per-process blocks by default
+    # The program lines add up to the fleet.
+    s = summary_json(path)
+    assert sum(p["processes"] for p in s["programs"]) == len(s["processes"])
+    assert sum(p["samples"] for p in s["programs"]) == s["samples"]
+    assert sum(p["cpuNs"] for p in s["programs"]) == s["cpuNs"] > 0
+
+
+def test_summary_of_200_short_lived_children(tmp):
+    """200 short-lived children: one program line for them all, the whole summary in 60 lines
+    (the old summary printed a block per process, about a thousand lines)."""
+    out = os.path.join(tmp, "short.json")
+    r = rec.record(tmp, "--no-summary", "-o", out, "--", SHORTLIVED, "200", "5", timeout=300)
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    doc = rec.check_file(out)
+    text = summary(out)
+    lines = text.splitlines()
+    assert len(lines) <= 60, f"{len(lines)} lines:\n{text}"
+    programs = section(text, "Programs (")
+    children = [line for line in programs if "(forked worker" in line]
+    assert "wl_short_task" in children[0], programs
+    # Every child is in the file, or the digest says it was dropped.
+    s = summary_json(out)
+    (log,) = s["gatheringLogs"]
+    dropped = {d["pid"] for d in log["digest"]["dropped"]}
+    workers = sum(p["processes"] for p in s["programs"] if p["role"] == "forked worker")
+    assert workers + len(dropped) == 200 == len(rec.processes(doc)) - 1 + len(dropped), (
+        workers, dropped)
+    for pid in dropped:
+        assert str(pid) in text, f"dropped child {pid} is not named:\n{text}"
+    assert "wl_short_task" in "\n".join(section(text, "Top functions of the fleet"))
+
+
+def test_ranked_by_cpu_not_by_sleeping_samples(tmp):
+    """A process that sleeps is sampled as often as one that computes: by samples (--wall)
+    its sleep comes first; by CPU (the default) the computation does, as `perf report` and
+    `pprof -top` would show it."""
+    out = os.path.join(tmp, "mixed.json")
+    r = rec.record(tmp, "--no-summary", "-o", out, "--", "/bin/sh", "-c",
+                   f"{WORKLOAD} idle 1.5 & {WORKLOAD} --cpu busy 0.3; wait")
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    rec.check_file(out)
+    cpu = summary_json(out)
+    wall = summary_json(out, "--wall")
+    assert cpu["rankedBy"] == "cpu" and wall["rankedBy"] == "samples"
+    assert cpu["fleet"]["top"][0]["function"] == "wl_hot_leaf", cpu["fleet"]["top"][:3]
+    sleep = wall["fleet"]["top"][0]
+    assert sleep["function"] in ("clock_nanosleep", "__nanosleep", "nanosleep",
+                                 "(no stack: blocked since the thread started)"), wall["fleet"]
+    assert sleep["selfCpuNs"] * 20 < cpu["fleet"]["top"][0]["selfCpuNs"], (sleep, cpu["fleet"])
+    text = summary(out)
+    assert "Ranked by CPU time" in text
+    top = section(text, "Top functions of the fleet")
+    assert top[1].split()[-1] == "workload!wl_hot_leaf", top
+    text = summary(out, "--wall")
+    assert "Ranked by samples (--wall)" in text
+    # The shell that ran them is their master; they are its exec'd children.
+    roles = {(p["name"], p["role"]) for p in cpu["processes"]}
+    assert ("workload", "exec'd child") in roles and ("sh", "master") in roles, roles
+
+
+def test_per_process_and_pid_views(tmp):
+    path = demo_recording(tmp)
+    s = summary_json(path)
+    text = summary(path, "--per-process")
+    blocks = [line for line in text.splitlines() if line.startswith("Process ")]
+    assert len(blocks) == len(s["processes"]), (len(blocks), len(s["processes"]))
+    worker = next(p for p in s["processes"] if p["top"] and p["top"][0]["function"] in JOBS)
+    one = summary(path, "--pid", str(worker["pid"]))
+    blocks = [line for line in one.splitlines() if line.startswith("Process ")]
+    assert len(blocks) == 1 and blocks[0].startswith(f"Process {worker['pid']} demo-fleet ")
+    assert "forked worker" in blocks[0], blocks[0]
+    assert worker["top"][0]["function"] in one
+    r = subprocess.run([CLI, "summary", "--pid", "1", path], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "has no process 1" in r.stderr, r.stderr
+    only = summary_json(path, "--pid", str(worker["pid"]))
+    assert [p["pid"] for p in only["processes"]] == [worker["pid"]]
+
+
+def test_log_view_has_every_event(tmp):
+    path = demo_recording(tmp)
+    doc = json.load(open(path))
+    (log,) = doc["profileGatheringLog"].values()
+    default = summary(path)
+    full = summary(path, "--log")
+    timeline = [line for line in full.splitlines() if line.strip().startswith("+")
+                and " ms  " in line]
+    assert len(timeline) == len(log["events"]), (len(timeline), len(log["events"]))
+    # The digest counts them; the default summary does not list answered children.
+    assert "added the exit profile" not in default and "added the exit profile" in full
+    n = len(doc["processes"])
+    assert f"answered {n}, no answer 0, no progress 0, dropped 0." in default, default
+
+
+def test_tree_view(tmp):
+    """--tree: per program, the hottest call paths, each node's total at least the sum of
+    its children's, and no deeper than --depth."""
+    path = demo_recording(tmp)
+    text = summary(path, "--tree", "--depth", "6")
+    rows = section(text, "Call tree")
+    assert rows, text
+    parsed = []
+    for row in rows:
+        if row.strip().startswith("..."):
+            continue
+        total, self_, rest = row[2:9], row[10:17], row[19:]
+        depth = (len(rest) - len(rest.lstrip(" "))) // 2
+        parsed.append((float(total.strip(" %")), float(self_.strip(" %")), depth,
+                       rest.strip()))
+    assert max(d for _, _, d, _ in parsed) <= 5
+    assert any(name == "demo-fleet (forked worker)" and d == 0 for _, _, d, name in parsed)
+    for i, (total, self_, depth, name) in enumerate(parsed):
+        assert self_ <= total + 0.05, (name, total, self_)
+        kids = []
+        for t2, _, d2, _ in parsed[i + 1:]:
+            if d2 <= depth:
+                break
+            if d2 == depth + 1:
+                kids.append(t2)
+        assert sum(kids) <= total + 0.05 * (len(kids) + 1), (name, total, kids)
+    roots = sum(t for t, _, d, _ in parsed if d == 0)
+    assert roots <= 100.05
+    deep = summary(path, "--tree")
+    assert any(job in deep for job in JOBS), deep
+
+
+if __name__ == "__main__":
+    taplib.run([
+        test_demo_summary_fits_a_screen,
+        test_summary_of_200_short_lived_children,
+        test_ranked_by_cpu_not_by_sleeping_samples,
+        test_per_process_and_pid_views,
+        test_log_view_has_every_event,
+        test_tree_view,
+    ])
