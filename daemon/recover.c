@@ -387,6 +387,7 @@ int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
     if (r < 0)
         goto out;
     ri.info.recovered = how;
+    ri.info.exit_profile = true; /* the profile of a process that ended, like an exit profile */
     (void)snprintf(log, sizeof(log),
                    "{\"recovered\":{\"from\":\"%s\",\"described\":%s,\"crashSignal\":%d"
                    ",\"chunks\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"corruptChunks\":%" PRIu64
