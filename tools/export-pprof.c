@@ -324,7 +324,6 @@ struct exporter {
     size_t n_libs, cap_libs;
     uint32_t *func_map; /* pstack function id -> mapping id + 1; 0: not looked up yet */
     size_t cap_func_map;
-    uint64_t pid;
 
     /* The current thread. */
     uint32_t *stack_canon; /* stack -> canonical stack */
