@@ -7,10 +7,13 @@ set -euo pipefail
 # libc6-dbg: source lines for libc frames, in profiles and in the symbol tests.
 # tmux: a real terminal for the `fleetprof top` tests.
 # g++: libstdc++ (its demangler, for C++ and Rust names) and the C++ test program.
+# zlib1g-dev: gzip for `fleetprof export --format pprof`.
+# protobuf-compiler: protoc, the pprof tests' independent decoder of what we export.
 packages=(
     meson ninja-build pkg-config gcc g++ python3 binutils
     libuv1-dev libunwind-dev libprotobuf-c-dev protobuf-c-compiler libdw-dev libelf-dev
     libcmocka-dev clang libclang-rt-14-dev clang-format libc6-dbg tmux
+    zlib1g-dev protobuf-compiler
 )
 
 missing=()

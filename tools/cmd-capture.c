@@ -24,6 +24,7 @@
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
+#include "tools/export-pprof.h"
 
 #define METER_PERIOD_NS 500000000ull /* non-tty: at most one line per 0.5 s */
 
@@ -261,11 +262,13 @@ static int absolute_output(const char *path, char *out, size_t size)
 static void capture_usage(FILE *out)
 {
     fprintf(out,
-            "Usage: fleetprof capture [--socket PATH] [-o FILE] [--timeout S]\n"
+            "Usage: fleetprof capture [--socket PATH] [-o FILE] [--pprof FILE] [--timeout S]\n"
             "Gathers every process of a running fleetprofd into one profile while the fleet\n"
             "keeps running (the daemon writes FILE; open it in profiler.firefox.com).\n"
             "\n"
             "  -o, --output FILE   where to write (default fleetprof.json)\n"
+            "  --pprof FILE        then also write it as gzipped pprof (as `fleetprof export\n"
+            "                      --format pprof`; this command writes FILE, not the daemon)\n"
             "  --timeout S         give up on a child that makes no progress for S seconds\n"
             "                      (default: the daemon's --child-timeout)\n"
             "  --socket PATH       the daemon's socket (default $XDG_RUNTIME_DIR/fleetprof.sock,\n"
@@ -279,6 +282,7 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
     static const struct option longopts[] = {
             {"output", required_argument, NULL, 'o'},
             {"timeout", required_argument, NULL, 't'},
+            {"pprof", required_argument, NULL, 'p'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
     };
@@ -287,7 +291,7 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
     Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     Fleetprof__CaptureRequest req = FLEETPROF__CAPTURE_REQUEST__INIT;
     struct capture_client c = {.status = -1, .socket_path = socket_path};
-    const char *output = "fleetprof.json";
+    const char *output = "fleetprof.json", *pprof = NULL;
     char path[PATH_MAX];
     uint64_t timeout_ns = 0;
     int ch, r;
@@ -305,6 +309,9 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
                         optarg);
                 return 2;
             }
+            break;
+        case 'p':
+            pprof = optarg;
             break;
         case 'h':
             capture_usage(stdout);
@@ -352,5 +359,23 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
     }
     (void)uv_run(&c.loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(&c.loop);
+    if (c.status == 0 && pprof && write_pprof_beside(path, pprof, "fleetprof capture", stdout) < 0)
+        c.status = 1;
     return c.status < 0 ? 1 : c.status;
+}
+
+int write_pprof_beside(const char *json_path, const char *pprof_path, const char *who, FILE *out)
+{
+    struct pprof_result res;
+    char why[768], size[32];
+    int r;
+
+    r = pprof_export_file(json_path, pprof_path, &res, why, sizeof(why));
+    if (r < 0) {
+        fprintf(stderr, "%s: pprof: %s\n", who, why);
+        return r;
+    }
+    gather_format_bytes(size, sizeof(size), res.bytes);
+    fprintf(out, "%s: wrote %s (pprof, %s)\n", who, pprof_path, size);
+    return 0;
 }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* fleetprof capture [-o FILE] [--timeout S]: argv[0] is "capture"; socket_path (borrowed) is
  * the daemon's socket. Returns the exit status: 0 written, 1 failed (explained on stderr),
@@ -20,6 +21,11 @@ int cmd_capture(const char *socket_path, int argc, char **argv);
  * (128 + signal if a signal ended it), 1 if CMD succeeded but no profile was written, 2 for a
  * usage error, 126/127 when CMD cannot be run, 130 when aborted by a second Ctrl-C. */
 int cmd_record(int argc, char **argv);
+
+/* The --pprof of both: loads the profile json_path just written and writes it as pprof to
+ * pprof_path (tools/export-pprof.h); says what it wrote on out, or why it could not on
+ * stderr, after who ("fleetprof record"). Returns 0 or a negative errno. */
+int write_pprof_beside(const char *json_path, const char *pprof_path, const char *who, FILE *out);
 
 /* A progress display for gathering, on stderr. On a terminal: one line redrawn in place
  * ("gathering: 3/9 processes, 12.4 MiB") and erased by gather_meter_finish(); otherwise at

@@ -1,6 +1,8 @@
-/* tools/cmd-export.c - `fleetprof export --format collapsed [-o OUT] IN`: a recorded or
- * captured profile as folded stacks, the format flamegraph.pl, inferno and Speedscope read:
- * one line per distinct stack, `process (pid);thread;root frame;...;leaf frame count`.
+/* tools/cmd-export.c - `fleetprof export --format collapsed|pprof [--split] [-o OUT] IN`: a
+ * recorded or captured profile for other tools. pprof: gzipped perftools.profiles.Profile
+ * (tools/export-pprof.c). collapsed: folded stacks, the format flamegraph.pl, inferno and
+ * Speedscope read: one line per distinct stack, `process (pid);thread;root frame;...;leaf
+ * frame count`.
  *
  * Counts are samples, as in the profile (a sample with no stack is `(no stack)`). Names keep
  * their spaces (the count is after the last one); the separator `;` and line breaks inside a
@@ -12,19 +14,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tools/commands.h"
+#include "tools/export-pprof.h"
 #include "tools/json-read.h"
 #include "tools/profile-read.h"
 #include "tools/profile-stacks.h"
 
 static void usage(FILE *out)
 {
-    (void)fprintf(out,
-                  "Usage: fleetprof export --format collapsed [-o OUT] IN.json\n"
-                  "Writes the profile's stacks as folded lines (process;thread;frames... count)\n"
-                  "for flamegraph.pl, inferno or Speedscope; IN may be - (standard input), OUT\n"
-                  "defaults to standard output.\n");
+    (void)fprintf(
+            out,
+            "Usage: fleetprof export --format collapsed|pprof [--split] [-o OUT] IN.json\n"
+            "Writes a profile's stacks for other tools. IN may be - (standard input).\n"
+            "\n"
+            "  --format collapsed  folded lines (process (pid);thread;frames... count) for\n"
+            "                      flamegraph.pl, inferno or Speedscope\n"
+            "  --format pprof      a gzipped pprof profile (profile.proto) for go tool pprof,\n"
+            "                      Pyroscope/Grafana or Speedscope: sample types samples/count\n"
+            "                      and cpu/nanoseconds (threadCPUDelta), labels pid, tid,\n"
+            "                      process, thread on every sample\n"
+            "  -o, --output OUT    where to write (default standard output; pprof refuses a\n"
+            "                      terminal); written whole or not at all\n"
+            "  --split             pprof only: one file per process, OUT/<pid>.pb.gz in the\n"
+            "                      directory OUT (created if missing; -o is required; a pid\n"
+            "                      seen twice in IN gives OUT/<pid>.2.pb.gz)\n"
+            "Exit status: 0 written, 1 cannot read IN or write OUT, 2 usage error.\n");
 }
 
 /* Writes s with the folded format's separators made harmless. */
@@ -160,15 +176,53 @@ static int export_process(const struct pstack_process *proc, void *userdata)
     return pstack_each_thread(&c->funcs, c->doc, proc, export_thread, c);
 }
 
+/* export --format pprof of the loaded doc. Returns the exit status. */
+static int export_pprof(const struct json_doc *doc, const char *out_path, bool split)
+{
+    struct pprof_result res;
+    char why[768];
+
+    if (pprof_export(doc, out_path, split, &res, why, sizeof(why)) < 0) {
+        (void)fprintf(stderr, "fleetprof export: %s\n", why);
+        return 1;
+    }
+    if (res.bad_samples > 0)
+        (void)fprintf(stderr,
+                      "fleetprof export: %llu samples had stacks that are not in their "
+                      "thread's tables (counted under \"(invalid stack)\")\n",
+                      (unsigned long long)res.bad_samples);
+    return 0;
+}
+
+/* The reason the arguments are refused, or NULL. */
+static const char *usage_error(const char *format, const char *out_path, bool split, int n_inputs)
+{
+    if (!format)
+        return "--format is required";
+    if (strcmp(format, "collapsed") != 0 && strcmp(format, "pprof") != 0)
+        return "unknown --format (collapsed, pprof)";
+    if (n_inputs != 1)
+        return "one input file, or -";
+    if (split && strcmp(format, "pprof") != 0)
+        return "--split is for --format pprof";
+    if (split && (!out_path || !strcmp(out_path, "-")))
+        return "--split needs -o DIR";
+    if (!strcmp(format, "pprof") && (!out_path || !strcmp(out_path, "-")) && isatty(STDOUT_FILENO))
+        return "pprof is gzipped binary: not writing it to a terminal (use -o FILE)";
+    return NULL;
+}
+
 int cmd_export(int argc, char **argv)
 {
     static const struct option longopts[] = {{"format", required_argument, NULL, 'f'},
                                              {"output", required_argument, NULL, 'o'},
+                                             {"split", no_argument, NULL, 's'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    const char *format = NULL, *out_path = NULL, *in;
+    const char *format = NULL, *out_path = NULL, *in, *bad_usage;
     struct json_doc *doc = NULL;
     struct collapsed col = {0};
+    bool split = false;
     char why[512];
     FILE *out = stdout;
     int c, r, status = 1;
@@ -182,6 +236,9 @@ int cmd_export(int argc, char **argv)
         case 'o':
             out_path = optarg;
             break;
+        case 's':
+            split = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -190,11 +247,9 @@ int cmd_export(int argc, char **argv)
             return 2;
         }
     }
-    if (!format || strcmp(format, "collapsed") != 0 || optind != argc - 1) {
-        (void)fprintf(stderr, "fleetprof export: %s\n",
-                      !format                            ? "--format is required"
-                      : strcmp(format, "collapsed") != 0 ? "unknown --format (collapsed)"
-                                                         : "one input file, or -");
+    bad_usage = usage_error(format, out_path, split, argc - optind);
+    if (bad_usage) {
+        (void)fprintf(stderr, "fleetprof export: %s\n", bad_usage);
         usage(stderr);
         return 2;
     }
@@ -203,6 +258,11 @@ int cmd_export(int argc, char **argv)
     if (r < 0) {
         (void)fprintf(stderr, "fleetprof export: %s: %s\n", argv[optind], why);
         return 1;
+    }
+    if (!strcmp(format, "pprof")) {
+        status = export_pprof(doc, out_path, split);
+        json_doc_free(doc);
+        return status;
     }
     if (out_path && !(out = fopen(out_path, "w"))) {
         (void)fprintf(stderr, "fleetprof export: cannot write %s: %s\n", out_path, strerror(errno));

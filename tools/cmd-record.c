@@ -66,6 +66,7 @@ struct record {
     int capture_error;    /* 0 once the file is written; negative errno otherwise */
     uint64_t grace_ms;    /* stop grace after Ctrl-C */
     const char *output;   /* borrowed from argv */
+    const char *pprof;    /* --pprof FILE, borrowed from argv; NULL: none */
     char *product;        /* owned: CMD's command line */
     const char *cmd_name; /* borrowed: argv of CMD, [0] */
     struct daemon_stats settle_last;
@@ -87,6 +88,8 @@ static void record_usage(FILE *out)
                  "running. Ctrl-C once: stop CMD (SIGTERM) and write the profile; twice: abort.\n"
                  "\n"
                  "  -o, --output FILE      where to write (default fleetprof.json)\n"
+                 "  --pprof FILE           also write the profile as gzipped pprof (as\n"
+                 "                         `fleetprof export --format pprof`)\n"
                  "  --interval MS          sampling interval in milliseconds (default 1)\n"
                  "  --global-limit SIZE    memory for the whole fleet's buffers (default 256M)\n"
                  "  --stackwalk MODE       fp, dwarf or copy (default dwarf)\n"
@@ -170,7 +173,7 @@ check:
 
 /* Fails early (before CMD runs, maybe for hours) when the output cannot be written: its
  * directory must exist and be writable. Returns 0, or 1 after explaining. */
-static int check_output(const char *path)
+static int check_output(const char *option, const char *path)
 {
     const char *slash = strrchr(path, '/');
     char dir[PATH_MAX];
@@ -182,7 +185,8 @@ static int check_output(const char *path)
     else
         (void)snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
     if (!*path || (slash && !slash[1])) {
-        fprintf(stderr, "fleetprof record: -o %s: expected a file name, not a directory\n", path);
+        fprintf(stderr, "fleetprof record: %s %s: expected a file name, not a directory\n", option,
+                path);
         return 1;
     }
     if (access(dir, W_OK | X_OK) < 0) {
@@ -656,6 +660,7 @@ int cmd_record(int argc, char **argv)
             {"stackwalk", required_argument, NULL, 'w'},
             {"child-timeout", required_argument, NULL, 't'},
             {"no-summary", no_argument, NULL, 'n'},
+            {"pprof", required_argument, NULL, 'p'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
     };
@@ -733,6 +738,9 @@ int cmd_record(int argc, char **argv)
         case 'n':
             summary = false;
             break;
+        case 'p':
+            rec->pprof = optarg;
+            break;
         case 'h':
             record_usage(stdout);
             free(rec);
@@ -752,7 +760,8 @@ int cmd_record(int argc, char **argv)
     rec->grace_ms = opt.child_timeout_ns / 1000000;
     if (rec->grace_ms < STOP_GRACE_MIN_MS)
         rec->grace_ms = STOP_GRACE_MIN_MS;
-    if (check_output(rec->output) || find_runtime(runtime))
+    if (check_output("-o", rec->output) || (rec->pprof && check_output("--pprof", rec->pprof)) ||
+        find_runtime(runtime))
         goto err_free;
     rec->product = command_line(argc - optind, argv + optind);
     if (!rec->product)
@@ -842,6 +851,9 @@ int cmd_record(int argc, char **argv)
         }
     }
     remove_private_dir(rec, exits > 0);
+    if (rec->pprof && !rec->aborted && !rec->capture_error &&
+        write_pprof_beside(rec->output, rec->pprof, "fleetprof record", stderr) < 0 && status == 0)
+        status = 1;
     if (summary && !rec->aborted && !rec->capture_error) {
         char *sargv[] = {"summary", "--top", "5", (char *)rec->output, NULL};
 

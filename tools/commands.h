@@ -15,7 +15,7 @@ int cmd_summary(int argc, char **argv);
 /* fleetprof merge -o OUT IN... */
 int cmd_merge(int argc, char **argv);
 
-/* fleetprof export --format collapsed [-o OUT] IN (cmd-export.c) */
+/* fleetprof export --format collapsed|pprof [--split] [-o OUT] IN (cmd-export.c) */
 int cmd_export(int argc, char **argv);
 
 /* fleetprof recover -o OUT FILE.chunks... (cmd-recover.c) */

@@ -336,8 +336,9 @@ static void usage(FILE *out)
                  "  top [--once]      the fleet's performance groups, live (--json, --group)\n"
                  "  summary FILE      top functions per process, gathering log (--json, --top N)\n"
                  "  merge -o OUT IN... process profiles into one fleet profile\n"
-                 "  export --format collapsed [-o OUT] IN\n"
-                 "                    folded stacks for flamegraph.pl, inferno, Speedscope\n"
+                 "  export --format collapsed|pprof [--split] [-o OUT] IN\n"
+                 "                    folded stacks for flamegraph.pl, inferno, Speedscope;\n"
+                 "                    gzipped pprof for go tool pprof, Pyroscope\n"
                  "  recover -o OUT FILE.chunks...\n"
                  "                    profiles of processes killed or crashed without a daemon\n"
                  "Run `fleetprof COMMAND --help` for a command's options.\n");

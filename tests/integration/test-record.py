@@ -19,6 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pprof_text  # noqa: E402
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
 
@@ -268,9 +269,146 @@ def test_export_collapsed_totals_equal_the_profiles(tmp):
     assert got_proc == want_proc, (got_proc, want_proc)
     assert got_leaf == want_leaf
     assert any(k.startswith("wl_worker_task_") for k in got_leaf), sorted(got_leaf)[:10]
-    bad = subprocess.run([CLI, "export", "--format", "pprof", out], capture_output=True,
+    bad = subprocess.run([CLI, "export", "--format", "svg", out], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "unknown --format" in bad.stderr, bad.stderr
+
+
+def export(*args, stdin=None):
+    return subprocess.run([CLI, "export", *args], stdin=stdin, capture_output=True,
+                          timeout=120)
+
+
+def assert_pprof_matches(pp, doc, pids=None):
+    """The decoded pprof pp holds the Gecko profile doc's samples: per process samples and
+    CPU ns (threadCPUDelta), per leaf function samples, the same (function, line) frames.
+    pids: only those processes of doc."""
+    want_pid, want_leaf, want_located = pprof_text.gecko_totals(doc)
+    if pids is not None:
+        want_pid = {p: v for p, v in want_pid.items() if p in pids}
+    got_pid, got_leaf = pp.totals()
+    assert got_pid == want_pid, f"per pid [samples, cpu ns]: pprof {got_pid}, gecko {want_pid}"
+    if pids is None:
+        assert got_leaf == want_leaf, f"per leaf: pprof {got_leaf}, gecko {want_leaf}"
+        assert pp.located_functions() == want_located, \
+            (pp.located_functions() ^ want_located)
+    assert pp.sample_types == [("samples", "count"), ("cpu", "nanoseconds")], pp.sample_types
+
+
+def test_export_pprof_totals_equal_the_profiles(tmp):
+    """`fleetprof export --format pprof` of a recorded fleet, decoded by protoc: per process
+    and per leaf function the samples equal the profile's, the CPU equals its threadCPUDelta;
+    every sample is labelled; frames keep their lines and their library's mapping."""
+    out = os.path.join(tmp, "fleet.json")
+    r = record(tmp, "--no-summary", "-o", out, "--", WORKLOAD, "prefork", "3", "0.5")
+    assert r.returncode == 0, r.stderr
+    doc = check_file(out)
+    pb = os.path.join(tmp, "fleet.pb.gz")
+    e = export("--format", "pprof", "-o", pb, out)
+    assert e.returncode == 0 and not e.stdout, e.stderr
+    pp = pprof_text.Pprof(pb)
+    assert_pprof_matches(pp, doc)
+    assert len(pp.totals()[0]) == 4, f"a master and 3 workers: {pp.totals()[0]}"
+    assert {f"wl_worker_task_{i}" for i in range(3)} <= set(pp.totals()[1]), pp.totals()[1]
+    assert any(line > 0 for _, line in pp.located_functions()), "no line numbers"
+    tree = pp.tree
+    assert pp.s(pprof_text.one(tree, "default_sample_type")) == "cpu"
+    (period_type,) = tree["period_type"]
+    assert (pp.s(pprof_text.one(period_type, "type")),
+            pp.s(pprof_text.one(period_type, "unit"))) == ("cpu", "nanoseconds")
+    assert pprof_text.one(tree, "period") == round(doc["meta"]["interval"] * 1e6)
+    assert pprof_text.one(tree, "time_nanos") == round(doc["meta"]["startTime"] * 1e6)
+    assert 0.4e9 < pprof_text.one(tree, "duration_nanos") < 60e9, tree.get("duration_nanos")
+    # Labels on every sample: the process's pid and name, the thread's name and tid.
+    names = {p["meta"]["fleetprof"]["pid"]: p["threads"][0]["processName"]
+             for p in processes(doc)}
+    for values, locs, labels in pp.samples:
+        assert labels["process"] == names[labels["pid"]], labels
+        assert labels["thread"] and isinstance(labels["tid"], int), labels
+    # A worker function's location is in the workload's mapping, named by its path and
+    # build id (the lib's codeId).
+    lib = next(lib for lib in processes(doc)[1]["libs"] if lib["name"] == "workload")
+    (mid,) = {m for f, _, m in pp.locations.values() if f == "wl_worker_task_0"}
+    m = pp.mappings[mid]
+    assert pp.s(pprof_text.one(m, "filename")) == lib["path"], m
+    assert pp.s(pprof_text.one(m, "build_id")) == lib["codeId"], m
+    assert pprof_text.one(m, "has_functions") is True, m
+    # From standard input to standard output: the same profile.
+    with open(out) as f:
+        piped = export("--format", "pprof", "-", stdin=f)
+    assert piped.returncode == 0, piped.stderr
+    piped_path = os.path.join(tmp, "piped.pb.gz")
+    with open(piped_path, "wb") as f:
+        f.write(piped.stdout)
+    assert pprof_text.Pprof(piped_path).text == pp.text
+
+
+def test_export_pprof_split_one_file_per_process(tmp):
+    """--split -o DIR: DIR/<pid>.pb.gz for each process, each with that process's totals."""
+    out = os.path.join(tmp, "fleet.json")
+    r = record(tmp, "--no-summary", "-o", out, "--", WORKLOAD, "prefork", "2", "0.3")
+    assert r.returncode == 0, r.stderr
+    doc = check_file(out)
+    d = os.path.join(tmp, "split")
+    e = export("--format", "pprof", "--split", "-o", d, out)
+    assert e.returncode == 0, e.stderr
+    pids = [p["meta"]["fleetprof"]["pid"] for p in processes(doc)]
+    assert sorted(os.listdir(d)) == sorted(f"{pid}.pb.gz" for pid in pids), os.listdir(d)
+    for pid in pids:
+        pp = pprof_text.Pprof(os.path.join(d, f"{pid}.pb.gz"))
+        assert_pprof_matches(pp, doc, pids={pid})
+    e = export("--format", "pprof", "--split", out)
+    assert e.returncode == 2 and b"--split needs -o DIR" in e.stderr, e.stderr
+
+
+def test_record_pprof_writes_the_same_profile_as_export(tmp):
+    """record --pprof FILE: FILE is what exporting the JSON it wrote gives."""
+    out, pb = os.path.join(tmp, "fleet.json"), os.path.join(tmp, "fleet.pb.gz")
+    r = record(tmp, "--no-summary", "-o", out, "--pprof", pb, "--", WORKLOAD, "prefork", "2",
+               "0.3")
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {pb} (pprof" in r.stderr, r.stderr
+    doc = check_file(out)
+    pp = pprof_text.Pprof(pb)
+    assert_pprof_matches(pp, doc)
+    again = os.path.join(tmp, "again.pb.gz")
+    assert export("--format", "pprof", "-o", again, out).returncode == 0
+    assert pprof_text.Pprof(again).text == pp.text
+    # An unwritable --pprof is refused before CMD runs.
+    marker = os.path.join(tmp, "ran")
+    r = record(tmp, "--no-summary", "-o", out, "--pprof", os.path.join(tmp, "no", "x.pb.gz"),
+               "--", "touch", marker)
+    assert r.returncode == 1 and "cannot write" in r.stderr, r.stderr
+    assert not os.path.exists(marker), "CMD ran although --pprof could not be written"
+
+
+def test_export_pprof_errors(tmp):
+    """Clear one-line errors: unknown format and bad arguments (2), unreadable input or
+    unwritable output (1), and no file left behind."""
+    good = os.path.join(tmp, "fleet.json")
+    r = record(tmp, "--no-summary", "-o", good, "--", WORKLOAD, "busy", "0.1")
+    assert r.returncode == 0, r.stderr
+    cases = [
+        (["--format", "perf", good], 2, "unknown --format"),
+        (["--format", "collapsed", "--split", "-o", tmp, good], 2, "--split is for"),
+        (["--format", "pprof", os.path.join(tmp, "missing.json")], 1, "missing.json"),
+        (["--format", "pprof", "-o", os.path.join(tmp, "no", "x.pb.gz"), good], 1,
+         "cannot write"),
+        (["--format", "pprof", "--split", "-o", "/proc/fleetprof-split", good], 1,
+         "cannot create directory"),
+    ]
+    notjson = os.path.join(tmp, "bad.json")
+    with open(notjson, "w") as f:
+        f.write("{not json")
+    cases.append((["--format", "pprof", "-o", os.path.join(tmp, "x.pb.gz"), notjson], 1,
+                  "not JSON"))
+    for args, status, text in cases:
+        e = export(*args)
+        err = e.stderr.decode()
+        assert e.returncode == status and text in err, f"{args}: {e.returncode} {err}"
+        assert err.startswith("fleetprof export: "), err
+    assert not os.path.exists(os.path.join(tmp, "x.pb.gz"))
+    assert not [f for f in os.listdir(tmp) if ".pb.gz" in f], os.listdir(tmp)
 
 
 def test_record_demo_fleet_of_eight_workers(tmp):
@@ -494,6 +632,30 @@ def test_second_capture_is_refused_while_one_runs(tmp):
         d.stop()
 
 
+def test_capture_pprof(tmp):
+    """capture --pprof FILE: the captured profile also as pprof, with the same totals."""
+    d = Daemon(tmp)
+    child = None
+    try:
+        child = subprocess.Popen([WORKLOAD, "busy", "60"], env=d.child_env(tmp),
+                                 stdout=subprocess.DEVNULL)
+        d.wait_children(1)
+        wait_for(lambda: cpu_seconds(child.pid) > 0.2, "the child to run 0.2 s of CPU")
+        out, pb = os.path.join(tmp, "now.json"), os.path.join(tmp, "now.pb.gz")
+        r = d.capture(tmp, out, "--pprof", pb)
+        assert r.returncode == 0, f"status {r.returncode}: {r.stderr}\n{d.log()[-3000:]}"
+        assert f"wrote {pb} (pprof" in r.stdout, r.stdout
+        doc = check_file(out)
+        pp = pprof_text.Pprof(pb)
+        assert_pprof_matches(pp, doc)
+        assert child.pid in pp.totals()[0], pp.totals()[0]
+    finally:
+        if child and child.poll() is None:
+            child.kill()
+            child.wait()
+        d.stop()
+
+
 def test_capture_errors(tmp):
     # No daemon: say how to start one.
     r = subprocess.run([CLI, "capture", "--socket", os.path.join(tmp, "none.sock"), "-o",
@@ -551,6 +713,11 @@ def test_capture_of_an_empty_fleet_fails_fast(tmp):
 if __name__ == "__main__":
     taplib.run([
     test_export_collapsed_totals_equal_the_profiles,
+        test_export_pprof_totals_equal_the_profiles,
+        test_export_pprof_split_one_file_per_process,
+        test_record_pprof_writes_the_same_profile_as_export,
+        test_export_pprof_errors,
+        test_capture_pprof,
     test_a_process_title_names_the_process,
         test_help_for_every_command,
         test_record_prefork_fleet,
