@@ -437,7 +437,8 @@ static int compare_offsets(const void *a, const void *b)
 /* Every element but the first in file order gets its comma. */
 static void finish_elements(struct gather *g)
 {
-    qsort(g->elements, g->element_count, sizeof(*g->elements), compare_offsets);
+    if (g->element_count > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(g->elements, g->element_count, sizeof(*g->elements), compare_offsets);
     for (size_t i = 1; i < g->element_count && !g->write_error; i++)
         (void)write_at(g, g->elements[i], ",", 1);
 }

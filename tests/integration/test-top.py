@@ -121,7 +121,8 @@ def test_fleet_totals_are_the_sum_of_the_processes(tmp):
         # While the fleet runs: two reports 1 s apart give rates; the split of the interval
         # holds too (every round splits 50/30/20), within a round's granularity.
         snap = top_json(d.sock, "--interval", "1")
-        assert snap["rated"] and snap["interval_ns"] >= 900_000_000, snap
+        # top rates over reports at least half an interval apart (its rule for jitter).
+        assert snap["rated"] and snap["interval_ns"] >= 500_000_000, snap
         assert snap["fleet_cpu_per_s"] > 0 and snap["processes"] >= 4, snap
         live = groups_by_name(snap)
         interval_sum = sum(live[n]["interval_cpu_ns"] for n in GROUPS)
