@@ -232,7 +232,12 @@ static int write_input(struct merge *m, const char *path, const struct json_doc 
     const struct json_value *subs = json_object_get(doc, root, "processes");
     int r;
 
-    r = write_subprocess(m, path, doc, root);
+    /* A gathered fleet's top level is its daemon's part: no threads, no process of the
+     * fleet. Only its logs move; as an entry of processes it would be an empty process. */
+    if (json_value_len(json_object_get(doc, root, "threads")) == 0 && json_value_len(subs) > 0)
+        r = collect_logs(m, doc, root);
+    else
+        r = write_subprocess(m, path, doc, root);
     for (size_t i = 0; r >= 0 && json_value_type(subs) == JSON_ARRAY && i < json_value_len(subs);
          i++)
         r = write_subprocess(m, path, doc, json_array_at(doc, subs, i));
@@ -438,7 +443,9 @@ int cmd_merge(int argc, char **argv)
     if (r < 0)
         goto oom;
     m.w = w;
-    m.processes = 1;
+    /* The top level is a process, unless it is a gathered fleet's daemon part. */
+    m.processes = json_value_len(json_object_get(top_doc, top_root, "threads")) > 0 ||
+                  json_value_len(json_object_get(top_doc, top_root, "processes")) == 0;
     json_writer_object_begin(w, NULL);
     write_members(top_doc, top_root, w);
     r = note_pid(&m, top->path, top_doc, top_root);

@@ -435,6 +435,21 @@ def test_merge_top_is_earliest_and_fleets_are_flattened(tmp):
     assert doc["meta"]["fleetprof"]["pid"] == 1
     assert [p["meta"]["fleetprof"]["pid"] for p in doc["processes"]] == [2, 3]
     assert sorted(doc["profilingLog"]) == ["1", "2", "3"]
+    # Two gathered fleets: the later one's daemon part (no threads) is not a process.
+    fleets = []
+    for n, start in ((10, 4000), (20, 5000)):
+        top = make_process(n, "fleetprofd", start, [])
+        top["threads"] = []
+        top["processes"] = [make_process(n + 1, "w", start + 1, ["w"]),
+                            make_process(n + 2, "w", start + 2, ["w"])]
+        top["profileGatheringLog"] = {str(n): {"begin": 0, "end": 1, "events": []}}
+        fleets.append(write_json(os.path.join(tmp, f"fleet{n}.json"), top))
+    both = os.path.join(tmp, "both.json")
+    r = fleetprof("merge", "-o", both, *fleets)
+    assert r.returncode == 0 and "4 processes from 2 files" in r.stdout, r
+    doc = load_checked(both)
+    assert [p["meta"]["fleetprof"]["pid"] for p in doc["processes"]] == [11, 12, 21, 22]
+    assert sorted(doc["profileGatheringLog"]) == ["10", "20"]
     # The same pid twice keeps both log entries.
     r = fleetprof("merge", "-o", os.path.join(tmp, "twice.json"), a, a)
     assert r.returncode == 0, r
