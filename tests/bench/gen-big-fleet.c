@@ -9,7 +9,7 @@
  * tiny CPU deltas), with a few short-lived "gzip" helpers (exit profiles) every ten workers,
  * until the process profiles add up to MB. Each process is a chunked buffer of deterministic
  * entries (a fixed seed, fixed times: no clock) written by prof_gecko_write_process() with a
- * fake symbolizer naming ~300 functions in 7 modules (C++ names included): deep stacks
+ * fake symbolizer naming ~500 functions in 7 modules (C++ names included): deep stacks
  * (15-60 frames) drawn from a call tree, skewed so that some paths are hot, threadCPUDelta
  * varying, request markers, an RSS counter. The process profiles go to OUTDIR/procs/ and are
  * folded into OUTDIR/fleet.json by the real `fleetprof merge` (next to this program in a build
