@@ -12,47 +12,20 @@
  * DIR/<case>.json, so two builds can be compared byte for byte. Measures, never asserts on
  * time.
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
-#include "buffer/json-writer.h"
 #include "child/profile/entries.h"
 #include "child/profile/gecko.h"
 #include "child/profile/libs.h"
+#include "tests/bench/synth-profile.h"
 
-#define RUNS        11
-#define BUFFER_MIB  8
-#define CHUNK_BYTES (256u << 10)
-#define START_NS    1000000000ull
-
-#define CHECK(x)                                                                               \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "bench-gecko: %s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-
-    (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
+#define RUNS       11
+#define BUFFER_MIB 8
+#define START_NS   1000000000ull
+#define CHECK      SYNTH_CHECK
 
 static char exe_path[] = "/bench/program", exe_name[] = "program";
 static char lib_path[] = "/bench/libbench.so", lib_name[] = "libbench.so";
@@ -66,23 +39,15 @@ static struct prof_lib libs_array[] = {
 };
 static const struct prof_libs libs = {libs_array, 2};
 
-static int fake_resolve(void *userdata, const struct prof_frame_request *requests, size_t count,
-                        struct prof_frame_result *results)
-{
-    static char names[64][48];
-
-    (void)userdata;
-    for (size_t i = 0; i < 64; i++)
-        (void)snprintf(names[i], sizeof(names[i]), "bench_function_%zu(int, char const*)", i);
-    for (size_t i = 0; i < count; i++) {
-        uint64_t v = requests[i].vaddr;
-
-        results[i].function = v % 17 == 0 ? NULL : names[(v >> 4) % 64];
-        results[i].file = "bench.c";
-        results[i].line = (uint32_t)(v % 1000);
-    }
-    return 0;
-}
+/* Both modules: "bench_function_<n>(int, char const*)" by 16-byte steps, none for every
+ * 17th address, line vaddr % 1000 of bench.c. */
+static char function_names[64][48];
+static const char *function_table[64];
+static const struct synth_module_names module_names[2] = {
+        {function_table, 64, 4, 17, "bench.c"},
+        {function_table, 64, 4, 17, "bench.c"},
+};
+static const struct synth_symbols symbols = {&libs, module_names};
 
 static void fill_markers(struct buf_chunked_buffer *b)
 {
@@ -175,7 +140,7 @@ static void run_case(const char *name, void (*fill)(struct buf_chunked_buffer *)
             {103, "worker 3", START_NS + 7000, 0, false},
     };
     static const struct prof_counter_info counters[] = {{0, "malloc", "Memory", "bytes"}};
-    struct prof_symbolizer symbolizer = {fake_resolve, NULL};
+    struct prof_symbolizer symbolizer = {synth_resolve, (void *)&symbols};
     struct prof_process_info info = {
             .pid = 100,
             .ppid = 1,
@@ -194,47 +159,43 @@ static void run_case(const char *name, void (*fill)(struct buf_chunked_buffer *)
     };
     struct buf_chunk_manager *manager = NULL;
     struct buf_chunked_buffer *buffer = NULL;
-    double times[RUNS];
+    double times[RUNS], median;
     size_t bytes = 0;
 
-    CHECK(buf_chunk_manager_local_new((uint64_t)BUFFER_MIB << 20, CHUNK_BYTES, &manager) == 0);
-    CHECK(buf_chunked_buffer_new(manager, info.pid, &buffer) == 0);
+    synth_buffer_new((uint64_t)BUFFER_MIB << 20, info.pid, &manager, &buffer);
     fill(buffer);
     for (int run = 0; run < RUNS; run++) {
-        struct json_writer *w = NULL;
         char *json = NULL;
-        double t0 = cpu_s();
+        double t0 = synth_thread_cpu_s();
 
-        CHECK(json_writer_new_memory(&w) == 0);
-        CHECK(prof_gecko_write_process(w, NULL, &info, buffer, &symbolizer, NULL) == 0);
-        CHECK(json_writer_finish(w) == 0);
-        CHECK(json_writer_copy_to(w, &json) == 0);
-        w = json_writer_free(w);
-        bytes = strlen(json);
-        times[run] = cpu_s() - t0;
+        synth_write_profile(&info, buffer, &symbolizer, &json, &bytes);
+        times[run] = synth_thread_cpu_s() - t0;
         if (run == 0 && out_dir) {
             char path[4096];
-            FILE *f;
 
             (void)snprintf(path, sizeof(path), "%s/%s.json", out_dir, name);
-            f = fopen(path, "w");
-            CHECK(f && fwrite(json, 1, bytes, f) == bytes && fclose(f) == 0);
+            synth_write_file(path, json, bytes);
         }
         free(json);
     }
-    qsort(times, RUNS, sizeof(times[0]), cmp_double);
-    CHECK(times[0] > 0); /* a rate needs CPU time measured: never an inf */
+    median = synth_median(times, RUNS); /* sorts: times[0] is the best */
+    CHECK(times[0] > 0);                /* a rate needs CPU time measured: never an inf */
     printf("%-8s %10.1f MB %8.1f ms median %8.1f ms best\n", name, (double)bytes / 1e6,
-           times[RUNS / 2] * 1e3, times[0] * 1e3);
-    printf("BENCH gecko.%s_MBps %.1f MB/s\n", name, (double)bytes / 1e6 / times[RUNS / 2]);
-    buffer = buf_chunked_buffer_free(buffer);
-    manager = buf_chunk_manager_free(manager);
+           median * 1e3, times[0] * 1e3);
+    printf("BENCH gecko.%s_MBps %.1f MB/s\n", name, (double)bytes / 1e6 / median);
+    synth_buffer_free(manager, buffer);
 }
 
 int main(int argc, char **argv)
 {
     const char *out_dir = argc > 1 && argv[1][0] ? argv[1] : NULL;
     const char *only = argc > 2 ? argv[2] : NULL;
+
+    for (size_t i = 0; i < 64; i++) {
+        (void)snprintf(function_names[i], sizeof(function_names[i]),
+                       "bench_function_%zu(int, char const*)", i);
+        function_table[i] = function_names[i];
+    }
 
     if (!only || !strcmp(only, "markers"))
         run_case("markers", fill_markers, out_dir);
