@@ -18,6 +18,7 @@
 
 #include "tools/commands.h"
 #include "tools/export-pprof.h"
+#include "tools/idmap.h"
 #include "tools/json-read.h"
 #include "tools/profile-read.h"
 #include "tools/profile-stacks.h"
@@ -46,7 +47,13 @@ static void usage(FILE *out)
 /* Writes s with the folded format's separators made harmless. */
 static void put_name(FILE *out, const char *s)
 {
-    for (; s && *s; s++) {
+    if (!s)
+        return;
+    if (!strpbrk(s, ";\n\r")) {
+        (void)fputs(s, out);
+        return;
+    }
+    for (; *s; s++) {
         char c = *s;
 
         if (c == ';')
@@ -68,105 +75,96 @@ static void put_func(FILE *out, const struct pstack_func *f)
     }
 }
 
-static int by_path(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+/* A thread's stacks merged by their functions' names all the way up (a function's frames at
+ * several addresses or lines are one line of output). */
+struct canon {
+    uint32_t func, parent; /* parent: canonical caller + 1, 0 at a root */
+    uint64_t samples;
+};
 
 struct collapsed {
     FILE *out;
     const struct json_doc *doc;
     struct pstack_funcs funcs;
     uint64_t bad;
-    uint32_t *path; /* scratch: a stack's indexes, leaf first */
-    size_t path_cap;
+    uint32_t *stack_canon; /* stack -> canonical stack */
+    struct canon *canon;
+    size_t cap_stacks, n_canon;
+    uint32_t *path; /* scratch: a canonical stack's functions, leaf first */
+    struct idmap ids;
 };
 
-/* The folded line of stack k of t (k == n_stacks: the samples without one), without count. */
-static char *folded_path(struct collapsed *c, const char *proc_label, const struct pstack_thread *t,
-                         size_t k)
+static int grow_scratch(struct collapsed *c, size_t n_stacks)
 {
-    char *path = NULL;
-    size_t size = 0, depth = 0;
-    FILE *m = open_memstream(&path, &size);
+    uint32_t *sc, *path;
+    struct canon *canon;
 
-    if (!m)
-        return NULL;
-    put_name(m, proc_label);
-    (void)fputc(';', m);
-    put_name(m, t->name ? t->name : "thread");
-    if (k == t->n_stacks) {
-        (void)fputs(";(no stack)", m);
-    } else {
-        for (uint32_t s = (uint32_t)k; s != PSTACK_NONE; s = t->prefix[s])
-            c->path[depth++] = s;
-        while (depth-- > 0) {
-            (void)fputc(';', m);
-            put_func(m, &c->funcs.v[t->func[c->path[depth]]]);
-        }
-    }
-    if (fclose(m) != 0) {
-        free(path);
-        return NULL;
-    }
-    return path;
+    if (n_stacks <= c->cap_stacks)
+        return 0;
+    sc = realloc(c->stack_canon, n_stacks * sizeof(*sc));
+    if (sc)
+        c->stack_canon = sc;
+    canon = realloc(c->canon, n_stacks * sizeof(*canon));
+    if (canon)
+        c->canon = canon;
+    path = realloc(c->path, n_stacks * sizeof(*path));
+    if (path)
+        c->path = path;
+    if (!sc || !canon || !path)
+        return -ENOMEM;
+    c->cap_stacks = n_stacks;
+    return 0;
 }
 
-/* One thread's folded lines; stacks with equal names (a function's frames at several
- * addresses) are one line. */
+/* One thread's folded lines, in the order their stacks first appear. */
 static int export_thread(const struct pstack_process *proc, const struct pstack_thread *t,
                          void *userdata)
 {
     struct collapsed *c = userdata;
-    struct line {
-        char *path;
-        uint64_t n;
-    } * lines;
-    size_t n_lines = 0;
     char label[512];
-    int r = 0;
 
     (void)snprintf(label, sizeof(label), "%s (%lld)", proc->info.name ? proc->info.name : "?",
                    (long long)proc->info.pid);
     c->bad += t->bad_samples;
-    if (t->n_stacks > c->path_cap) {
-        uint32_t *grown = realloc(c->path, t->n_stacks * sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        c->path = grown;
-        c->path_cap = t->n_stacks;
-    }
-    lines = calloc(t->n_stacks + 1, sizeof(*lines));
-    if (!lines)
+    if (grow_scratch(c, t->n_stacks) < 0)
         return -ENOMEM;
-    for (size_t k = 0; k <= t->n_stacks; k++) {
-        uint64_t n = k < t->n_stacks ? t->samples[k] : t->no_stack_samples;
+    c->n_canon = 0;
+    idmap_done(&c->ids);
+    for (size_t s = 0; s < t->n_stacks; s++) {
+        /* A valid stack's prefix is valid and earlier: its canonical stack is known. */
+        uint32_t parent = t->prefix[s] == PSTACK_NONE ? 0 : c->stack_canon[t->prefix[s]] + 1;
+        uint32_t k = idmap_get(&c->ids, parent, t->func[s], (uint32_t)c->n_canon);
 
-        if (!n)
+        if (k == UINT32_MAX)
+            return -ENOMEM;
+        if (k == c->n_canon)
+            c->canon[c->n_canon++] = (struct canon){t->func[s], parent, 0};
+        c->canon[k].samples += t->samples[s];
+        c->stack_canon[s] = k;
+    }
+    for (size_t k = 0; k < c->n_canon; k++) {
+        size_t depth = 0;
+
+        if (!c->canon[k].samples)
             continue;
-        lines[n_lines].path = folded_path(c, label, t, k);
-        if (!lines[n_lines].path) {
-            r = -ENOMEM;
-            break;
+        for (uint32_t at = (uint32_t)k + 1; at; at = c->canon[at - 1].parent)
+            c->path[depth++] = c->canon[at - 1].func;
+        put_name(c->out, label);
+        (void)fputc(';', c->out);
+        put_name(c->out, t->name ? t->name : "thread");
+        while (depth-- > 0) {
+            (void)fputc(';', c->out);
+            put_func(c->out, &c->funcs.v[c->path[depth]]);
         }
-        lines[n_lines++].n = n;
+        (void)fprintf(c->out, " %llu\n", (unsigned long long)c->canon[k].samples);
     }
-    if (n_lines > 1)
-        qsort(lines, n_lines, sizeof(*lines), by_path);
-    for (size_t i = 0; i < n_lines; i++) {
-        uint64_t n = lines[i].n;
-
-        while (i + 1 < n_lines && strcmp(lines[i].path, lines[i + 1].path) == 0) {
-            free(lines[i].path);
-            n += lines[++i].n;
-        }
-        if (r == 0)
-            (void)fprintf(c->out, "%s %llu\n", lines[i].path, (unsigned long long)n);
-        free(lines[i].path);
+    if (t->no_stack_samples) {
+        put_name(c->out, label);
+        (void)fputc(';', c->out);
+        put_name(c->out, t->name ? t->name : "thread");
+        (void)fprintf(c->out, ";(no stack) %llu\n", (unsigned long long)t->no_stack_samples);
     }
-    free(lines);
-    return r;
+    return 0;
 }
 
 static int export_process(const struct pstack_process *proc, void *userdata)
@@ -286,6 +284,9 @@ int cmd_export(int argc, char **argv)
     }
     status = r < 0 ? 1 : 0;
     free(col.path);
+    free(col.stack_canon);
+    free(col.canon);
+    idmap_done(&col.ids);
     pstack_funcs_done(&col.funcs);
     json_doc_free(doc);
     return status;

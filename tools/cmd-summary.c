@@ -22,6 +22,7 @@
 
 #include "buffer/json-writer.h"
 #include "tools/commands.h"
+#include "tools/idmap.h"
 #include "tools/json-read.h"
 #include "tools/profile-read.h"
 #include "tools/profile-stacks.h"
@@ -79,9 +80,7 @@ struct tree_node {
 struct tree {
     struct tree_node *v; /* owned */
     size_t n, cap;
-    uint64_t *keys; /* owned: open addressing (parent + 1) << 32 | func, 0 = empty */
-    uint32_t *ids;
-    size_t nslots;
+    struct idmap ids; /* (parent + 1, func) -> node; (0, program) for a program's node */
 };
 
 struct summary {
@@ -175,49 +174,14 @@ static int ensure_funcs(struct summary *s)
 
 /* The call tree. */
 
-static int tree_grow(struct tree *t)
-{
-    size_t nslots = t->nslots ? t->nslots * 2 : 4096;
-    uint64_t *keys = calloc(nslots, sizeof(*keys));
-    uint32_t *ids = malloc(nslots * sizeof(*ids));
-
-    if (!keys || !ids) {
-        free(keys);
-        free(ids);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < t->nslots; i++) {
-        size_t k;
-
-        if (!t->keys[i])
-            continue;
-        k = (size_t)((t->keys[i] * 0x9e3779b97f4a7c15ull) >> 20) & (nslots - 1);
-        while (keys[k])
-            k = (k + 1) & (nslots - 1);
-        keys[k] = t->keys[i];
-        ids[k] = t->ids[i];
-    }
-    free(t->keys);
-    free(t->ids);
-    t->keys = keys;
-    t->ids = ids;
-    t->nslots = nslots;
-    return 0;
-}
-
 /* The child of parent for func (parent PSTACK_NONE: program func's node), made if new. */
 static uint32_t tree_child(struct tree *t, uint32_t parent, uint32_t func)
 {
-    /* Never 0 (an empty slot): a program's node has the top bit, any other a parent + 1. */
-    uint64_t key = parent == PSTACK_NONE ? 1ull << 63 | func : ((uint64_t)parent + 1) << 32 | func;
-    size_t k;
+    uint32_t id = idmap_get(&t->ids, parent == PSTACK_NONE ? 0 : (uint64_t)parent + 1, func,
+                            (uint32_t)t->n);
 
-    if ((t->n + 1) * 2 > t->nslots && tree_grow(t) < 0)
-        return PSTACK_NONE;
-    k = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & (t->nslots - 1);
-    for (; t->keys[k]; k = (k + 1) & (t->nslots - 1))
-        if (t->keys[k] == key)
-            return t->ids[k];
+    if (id != t->n)
+        return id; /* known, or PSTACK_NONE: out of memory */
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 4096;
         struct tree_node *v = realloc(t->v, cap * sizeof(*v));
@@ -228,8 +192,6 @@ static uint32_t tree_child(struct tree *t, uint32_t parent, uint32_t func)
         t->cap = cap;
     }
     t->v[t->n] = (struct tree_node){.parent = parent, .func = func};
-    t->keys[k] = key;
-    t->ids[k] = (uint32_t)t->n;
     return (uint32_t)t->n++;
 }
 
@@ -1113,8 +1075,7 @@ static void summary_done(struct summary *s)
     free(s->prog_touched);
     free(s->scratch);
     free(s->tree.v);
-    free(s->tree.keys);
-    free(s->tree.ids);
+    idmap_done(&s->tree.ids);
     summary_groups_done(&s->groups);
     pstack_funcs_done(&s->funcs);
 }
