@@ -121,8 +121,9 @@ def test_summary_of_200_short_lived_children(tmp):
     workers = sum(p["processes"] for p in s["programs"] if p["role"] == "forked worker")
     assert workers + len(dropped) == 200 == len(rec.processes(doc)) - 1 + len(dropped), (
         workers, dropped)
-    for pid in dropped:
-        assert str(pid) in text, f"dropped child {pid} is not named:\n{text}"
+    if dropped:
+        assert f"dropped {len(dropped)}." in text, text
+        assert any(str(pid) in text for pid in dropped), text
     assert "wl_short_task" in "\n".join(section(text, "Top functions of the fleet"))
 
 
@@ -143,8 +144,6 @@ def test_ranked_by_cpu_not_by_sleeping_samples(tmp):
     # first (nanosleep, or the shell's wait4 or sigsuspend), one that used next to no CPU.
     sleep = wall["fleet"]["top"][0]
     assert sleep["function"] != "wl_hot_leaf", wall["fleet"]
-    assert sleep["samples"] > wall["fleet"]["top"][1]["samples"] or \
-        wall["fleet"]["top"][1]["function"] != "wl_hot_leaf", wall["fleet"]
     assert sleep["selfCpuNs"] * 20 < cpu["fleet"]["top"][0]["selfCpuNs"], (sleep, cpu["fleet"])
     text = summary(out)
     assert "Ranked by CPU time" in text
