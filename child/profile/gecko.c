@@ -556,7 +556,9 @@ static const char *no_stack_reason(const struct prof_sample *s, uint32_t *ret_ca
         return "(no stack: interrupted in the dynamic loader)";
     if (s->flags & PROF_SAMPLE_UNWIND_FAIL)
         return "(no stack: unwinding failed)";
-    return "(no stack)";
+    /* The runtime always walks at least the interrupted frame, or gives one of the reasons
+     * above: an entry with neither comes from damaged chunks, or a runtime that wrote none. */
+    return "(no stack: none recorded)";
 }
 
 static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)

@@ -666,7 +666,8 @@ static void test_stacks_without_runtime_unchanged(void **state)
 /* A recovered process's damaged stacks (addresses in no module, a kernel address, zero, a
  * garbage address with bit 62 set) still get the pseudo-frame above the runtime's outermost
  * frame; unknown frames above it stay Native, those below are Profiler. A garbage address is
- * never taken for a frame under the runtime. */
+ * never taken for a frame under the runtime. A sample without frames says why, or that no
+ * reason was recorded: never a bare "(no stack)". */
 static void test_damaged_stacks_with_runtime_frames(void **state)
 {
     const uint64_t garbage = (LIBC(0x1000) + 0x10 - 1) | (1ull << 62);
@@ -679,6 +680,9 @@ static void test_damaged_stacks_with_runtime_frames(void **state)
              .count = 3,
              .root_first = {PROG(0x1000), PROG(0x1100), garbage - 0x10}},
             {.count = 1, .root_first = {RT(0x1100)}},
+            /* no frames: the reason recorded, or that none was */
+            {.flags = PROF_SAMPLE_UNWIND_FAIL, .count = 0, .root_first = {0}},
+            {.flags = PROF_SAMPLE_TRUNCATED, .count = 0, .root_first = {0}},
     };
     struct json_doc *doc = NULL;
     const struct json_value *root;
@@ -694,6 +698,8 @@ static void test_damaged_stacks_with_runtime_frames(void **state)
     (void)snprintf(want, sizeof(want), "main:2;work:2;0x%" PRIx64 ":2", garbage);
     expect_path(doc, root, 2, want);
     expect_path(doc, root, 3, "fleetprof:8;commit_event:8");
+    expect_path(doc, root, 4, "(no stack: unwinding failed):8");
+    expect_path(doc, root, 5, "(no stack: none recorded):8");
     json_doc_free(doc);
 }
 
