@@ -38,6 +38,12 @@
  * Profiler category (the same address elsewhere keeps its own). native_key() never sets it;
  * user-space addresses are far below it on every 64-bit architecture Linux runs. */
 #define UNDER_RUNTIME_KEY     (1ull << 62)
+/* In a frame-table value: the frame is code of the runtime's module. Kept in the map (its
+ * slot is read anyway), not in struct gframe: one load less per frame of every stack. */
+#define RUNTIME_FRAME_BIT     (1u << 31)
+/* In prefix_next_label[]: the runtime's pseudo-frame is in the stack at that depth. */
+#define PREFIX_UNDER_RUNTIME  0x80u
+_Static_assert(PROF_MAX_LABELS < PREFIX_UNDER_RUNTIME, "label counts share a byte with the bit");
 
 /* Marker names up to this long are remembered per thread (struct gthread). */
 #define MARKER_NAME_CACHE_BYTES 64
@@ -124,6 +130,16 @@ static int u64map_intern(struct u64map *m, uint64_t key, uint32_t next_value, ui
     return 0;
 }
 
+/* Sets the value of key, which is in the map. */
+static void u64map_set(struct u64map *m, uint64_t key, uint32_t value)
+{
+    size_t s;
+
+    for (s = slot_of(key, m->cap); m->slots[s].key != key; s = (s + 1) & (m->cap - 1))
+        ;
+    m->slots[s].value = value;
+}
+
 static void u64map_done(struct u64map *m)
 {
     free(m->slots);
@@ -154,7 +170,6 @@ struct gframe {
     uint32_t label_name; /* string index, labels only */
     uint32_t category;
     bool is_label;
-    bool is_runtime; /* native code of the runtime's module (RUNTIME_MODULE_PREFIX) */
 };
 
 struct gstack {
@@ -190,10 +205,10 @@ struct gthread {
      * samples share most of their stack, and that shared prefix needs no lookups. */
     uint32_t prefix_depth;
     uint32_t prefix_label_count; /* NO_INDEX: none remembered */
-    /* native_key() of the frame at each depth, with UNDER_RUNTIME_KEY set from the
-     * outermost frame of the runtime on (the pseudo-frame is in the stack from there). */
     uint64_t prefix_key[PROF_MAX_FRAMES];
     uint32_t prefix_stack[PROF_MAX_FRAMES];
+    /* Labels merged in (at most PROF_MAX_LABELS), | PREFIX_UNDER_RUNTIME from the outermost
+     * frame of the runtime on (the pseudo-frame is in the stack from there). */
     uint8_t prefix_next_label[PROF_MAX_FRAMES];
     struct gprefix_label prefix_labels[PROF_MAX_LABELS];
     char prefix_label_names[PREFIX_LABEL_BYTES];
@@ -300,18 +315,25 @@ static bool is_runtime_module(const struct prof_lib *lib)
 
 /* A native frame at lookup = native_key(address, ...), keyed by lookup, or by
  * lookup | UNDER_RUNTIME_KEY under the runtime's pseudo-frame (then in the Profiler
- * category, as the runtime's own frames always are). */
+ * category, as the runtime's own frames always are). Returns 1 for code of the runtime's
+ * module, 0 for other code, or -ENOMEM. */
 static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, uint64_t lookup,
                          bool under_runtime, uint32_t *ret_frame)
 {
+    uint64_t key = lookup | (uint64_t)under_runtime << 62; /* UNDER_RUNTIME_KEY */
     struct gframe *f;
+    uint32_t value;
     bool inserted;
     int r;
 
-    r = u64map_intern(&t->frame_map, under_runtime ? lookup | UNDER_RUNTIME_KEY : lookup,
-                      (uint32_t)t->frame_count, ret_frame, &inserted);
-    if (r < 0 || !inserted)
+    r = u64map_intern(&t->frame_map, key, (uint32_t)t->frame_count, &value, &inserted);
+    if (r < 0)
         return r;
+    *ret_frame = value & ~RUNTIME_FRAME_BIT;
+    if (!inserted)
+        return value >> 31;
+    if (value & RUNTIME_FRAME_BIT) /* 2^31 frames: the map cannot tell them apart */
+        return -ENOMEM;
     if (reserve((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
         return -ENOMEM;
     f = &t->frames[t->frame_count++];
@@ -322,10 +344,11 @@ static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, u
 
     /* One symbolization request per unique address in the whole process. */
     const struct prof_lib *lib = g->info->libs ? prof_libs_lookup(g->info->libs, lookup) : NULL;
+    int is_runtime = is_runtime_module(lib);
 
-    if (is_runtime_module(lib)) {
-        f->is_runtime = true;
+    if (is_runtime) {
         f->category = PROF_CATEGORY_PROFILER;
+        u64map_set(&t->frame_map, key, value | RUNTIME_FRAME_BIT);
     }
     if (lib) {
         uint32_t req;
@@ -341,7 +364,7 @@ static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, u
         }
         f->request = req;
     }
-    return 0;
+    return is_runtime;
 }
 
 /* A label frame; under the runtime's pseudo-frame it is in the Profiler category. */
@@ -462,13 +485,13 @@ static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frame
      * whether the runtime's pseudo-frame is in it. */
     if (same_labels(t, labels, label_count)) {
         while (depth <= frame_count && depth <= t->prefix_depth &&
-               (t->prefix_key[depth - 1] & ~UNDER_RUNTIME_KEY) ==
+               t->prefix_key[depth - 1] ==
                        native_key(frames[frame_count - depth], depth != frame_count))
             depth++;
         if (depth > 1) {
             stack = t->prefix_stack[depth - 2];
-            next_label = t->prefix_next_label[depth - 2];
-            under_runtime = (t->prefix_key[depth - 2] & UNDER_RUNTIME_KEY) != 0;
+            next_label = t->prefix_next_label[depth - 2] & ~PREFIX_UNDER_RUNTIME;
+            under_runtime = (t->prefix_next_label[depth - 2] & PREFIX_UNDER_RUNTIME) != 0;
             g->label_frames += next_label;
         }
     } else {
@@ -483,7 +506,7 @@ static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frame
         r = intern_native(g, t, frames[i], key, under_runtime, &frame);
         if (r < 0)
             return r;
-        if (!under_runtime && t->frames[frame].is_runtime) {
+        if (r > 0 && !under_runtime) {
             under_runtime = true;
             r = push_runtime_frame(t, &stack);
             if (r < 0)
@@ -503,9 +526,10 @@ static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frame
             g->label_frames++;
         }
         if (cacheable) {
-            t->prefix_key[depth - 1] = under_runtime ? key | UNDER_RUNTIME_KEY : key;
+            t->prefix_key[depth - 1] = key;
             t->prefix_stack[depth - 1] = stack;
-            t->prefix_next_label[depth - 1] = (uint8_t)next_label;
+            t->prefix_next_label[depth - 1] =
+                    (uint8_t)(next_label | (under_runtime ? PREFIX_UNDER_RUNTIME : 0));
             t->prefix_depth = depth;
         }
     }
