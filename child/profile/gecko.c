@@ -28,6 +28,23 @@
 #define GECKO_VERSION 36
 #define NO_INDEX      UINT32_MAX
 
+/* The runtime's own code: frames in a module whose name starts with this (libfleetprof.so,
+ * libfleetprof.so.0.1.0; the runtime is always a shared object, linked or preloaded). The
+ * module's name, not our own address: the daemon writes the profiles of dead children. */
+#define RUNTIME_MODULE_PREFIX "libfleetprof"
+/* The pseudo-frame put above the outermost frame of the runtime in a stack. */
+#define RUNTIME_FRAME_NAME    "fleetprof"
+/* In a frame-table key: a native frame under the runtime's pseudo-frame, which gets the
+ * Profiler category (the same address elsewhere keeps its own). native_key() never sets it;
+ * user-space addresses are far below it on every 64-bit architecture Linux runs. */
+#define UNDER_RUNTIME_KEY     (1ull << 62)
+/* In a frame-table value: the frame is code of the runtime's module. Kept in the map (its
+ * slot is read anyway), not in struct gframe: one load less per frame of every stack. */
+#define RUNTIME_FRAME_BIT     (1u << 31)
+/* In prefix_next_label[]: the runtime's pseudo-frame is in the stack at that depth. */
+#define PREFIX_UNDER_RUNTIME  0x80u
+_Static_assert(PROF_MAX_LABELS < PREFIX_UNDER_RUNTIME, "label counts share a byte with the bit");
+
 /* Marker names up to this long are remembered per thread (struct gthread). */
 #define MARKER_NAME_CACHE_BYTES 64
 /* Text payloads up to this long take the one-call path of add_marker(). */
@@ -113,6 +130,16 @@ static int u64map_intern(struct u64map *m, uint64_t key, uint32_t next_value, ui
     return 0;
 }
 
+/* Sets the value of key, which is in the map. */
+static void u64map_set(struct u64map *m, uint64_t key, uint32_t value)
+{
+    size_t s;
+
+    for (s = slot_of(key, m->cap); m->slots[s].key != key; s = (s + 1) & (m->cap - 1))
+        ;
+    m->slots[s].value = value;
+}
+
 static void u64map_done(struct u64map *m)
 {
     free(m->slots);
@@ -180,6 +207,8 @@ struct gthread {
     uint32_t prefix_label_count; /* NO_INDEX: none remembered */
     uint64_t prefix_key[PROF_MAX_FRAMES];
     uint32_t prefix_stack[PROF_MAX_FRAMES];
+    /* Labels merged in (at most PROF_MAX_LABELS), | PREFIX_UNDER_RUNTIME from the outermost
+     * frame of the runtime on (the pseudo-frame is in the stack from there). */
     uint8_t prefix_next_label[PROF_MAX_FRAMES];
     struct gprefix_label prefix_labels[PROF_MAX_LABELS];
     char prefix_label_names[PREFIX_LABEL_BYTES];
@@ -273,33 +302,54 @@ static inline uint64_t native_key(uint64_t address, bool is_return)
 {
     uint64_t lookup = is_return ? address - 1 : address;
 
-    if (lookup == 0 || lookup >> 63) /* not a user-space code address */
+    if (lookup == 0 || lookup >> 62) /* not a user-space code address */
         lookup = 1;
     return lookup;
 }
 
-/* A native frame, keyed by lookup = native_key(address, ...). */
-static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, uint64_t lookup,
-                         uint32_t *ret_frame)
+static bool is_runtime_module(const struct prof_lib *lib)
 {
+    return lib && lib->name &&
+           strncmp(lib->name, RUNTIME_MODULE_PREFIX, sizeof(RUNTIME_MODULE_PREFIX) - 1) == 0;
+}
+
+/* A native frame at lookup = native_key(address, ...), keyed by lookup, or by
+ * lookup | UNDER_RUNTIME_KEY under the runtime's pseudo-frame (then in the Profiler
+ * category, as the runtime's own frames always are). Returns 1 for code of the runtime's
+ * module, 0 for other code, or -ENOMEM. */
+static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, uint64_t lookup,
+                         bool under_runtime, uint32_t *ret_frame)
+{
+    uint64_t key = lookup | (uint64_t)under_runtime << 62; /* UNDER_RUNTIME_KEY */
     struct gframe *f;
+    uint32_t value;
     bool inserted;
     int r;
 
-    r = u64map_intern(&t->frame_map, lookup, (uint32_t)t->frame_count, ret_frame, &inserted);
-    if (r < 0 || !inserted)
+    r = u64map_intern(&t->frame_map, key, (uint32_t)t->frame_count, &value, &inserted);
+    if (r < 0)
         return r;
+    *ret_frame = value & ~RUNTIME_FRAME_BIT;
+    if (!inserted)
+        return value >> 31;
+    if (value & RUNTIME_FRAME_BIT) /* 2^31 frames: the map cannot tell them apart */
+        return -ENOMEM;
     if (reserve((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
         return -ENOMEM;
     f = &t->frames[t->frame_count++];
     memset(f, 0, sizeof(*f));
     f->address = address;
-    f->category = PROF_CATEGORY_NATIVE;
+    f->category = under_runtime ? PROF_CATEGORY_PROFILER : PROF_CATEGORY_NATIVE;
     f->request = NO_INDEX;
 
     /* One symbolization request per unique address in the whole process. */
     const struct prof_lib *lib = g->info->libs ? prof_libs_lookup(g->info->libs, lookup) : NULL;
+    int is_runtime = is_runtime_module(lib);
 
+    if (is_runtime) {
+        f->category = PROF_CATEGORY_PROFILER;
+        u64map_set(&t->frame_map, key, value | RUNTIME_FRAME_BIT);
+    }
     if (lib) {
         uint32_t req;
 
@@ -314,10 +364,12 @@ static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, u
         }
         f->request = req;
     }
-    return 0;
+    return is_runtime;
 }
 
-static int intern_label(struct gthread *t, const struct prof_label *l, uint32_t *ret_frame)
+/* A label frame; under the runtime's pseudo-frame it is in the Profiler category. */
+static int intern_label(struct gthread *t, const struct prof_label *l, bool under_runtime,
+                        uint32_t *ret_frame)
 {
     uint32_t category = l->category < PROF_CATEGORY_COUNT ? l->category : PROF_CATEGORY_OTHER;
     uint32_t name;
@@ -325,6 +377,8 @@ static int intern_label(struct gthread *t, const struct prof_label *l, uint32_t 
     bool inserted;
     int r;
 
+    if (under_runtime)
+        category = PROF_CATEGORY_PROFILER;
     r = intern_string(t, l->name.data, l->name.len, &name);
     if (r < 0)
         return r;
@@ -401,18 +455,34 @@ static bool remember_labels(struct gthread *t, const struct prof_label *labels, 
     return true;
 }
 
-/* Builds the stack of native frames (innermost first) with labels merged in; NO_INDEX for
- * an empty stack. Prefixes always point to earlier stacks (parents first). */
+/* The runtime's frames are the profiler's overhead, not the program's work: the outermost
+ * frame of the runtime's module gets the pseudo-frame RUNTIME_FRAME_NAME (Profiler category)
+ * as its caller, and it and every frame under it (the runtime's, and the libc it calls)
+ * the Profiler category. Appends the pseudo-frame to *stack. */
+static int push_runtime_frame(struct gthread *t, uint32_t *stack)
+{
+    static const struct prof_label runtime = {
+            {RUNTIME_FRAME_NAME, sizeof(RUNTIME_FRAME_NAME) - 1}, PROF_CATEGORY_PROFILER, 0, 0, 0};
+    uint32_t frame;
+    int r = intern_label(t, &runtime, true, &frame);
+
+    return r < 0 ? r : intern_stack(t, *stack, frame, stack);
+}
+
+/* Builds the stack of native frames (innermost first) with labels merged in, and the
+ * runtime's pseudo-frame above its outermost frame (push_runtime_frame); NO_INDEX for an
+ * empty stack. Prefixes always point to earlier stacks (parents first). */
 static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frames,
                        uint32_t frame_count, const struct prof_label *labels, uint32_t label_count,
                        uint32_t *ret_stack)
 {
     uint32_t stack = NO_INDEX, frame, next_label = 0, depth = 1;
-    bool cacheable = true;
+    bool cacheable = true, under_runtime = false;
     int r;
 
     /* Reuse the prefix shared with the previous stack of this thread (same labels: they are
-     * merged in at the same depths): the stack index and the labels consumed so far. */
+     * merged in at the same depths): the stack index, the labels consumed so far, and
+     * whether the runtime's pseudo-frame is in it. */
     if (same_labels(t, labels, label_count)) {
         while (depth <= frame_count && depth <= t->prefix_depth &&
                t->prefix_key[depth - 1] ==
@@ -420,7 +490,8 @@ static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frame
             depth++;
         if (depth > 1) {
             stack = t->prefix_stack[depth - 2];
-            next_label = t->prefix_next_label[depth - 2];
+            next_label = t->prefix_next_label[depth - 2] & ~PREFIX_UNDER_RUNTIME;
+            under_runtime = (t->prefix_next_label[depth - 2] & PREFIX_UNDER_RUNTIME) != 0;
             g->label_frames += next_label;
         }
     } else {
@@ -432,15 +503,21 @@ static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frame
         uint32_t i = frame_count - depth; /* root first */
         uint64_t key = native_key(frames[i], i != 0);
 
-        r = intern_native(g, t, frames[i], key, &frame);
+        r = intern_native(g, t, frames[i], key, under_runtime, &frame);
         if (r < 0)
             return r;
+        if (r > 0 && !under_runtime) {
+            under_runtime = true;
+            r = push_runtime_frame(t, &stack);
+            if (r < 0)
+                return r;
+        }
         r = intern_stack(t, stack, frame, &stack);
         if (r < 0)
             return r;
         while (next_label < label_count && labels[next_label].native_depth != 0 &&
                labels[next_label].native_depth <= depth) {
-            r = intern_label(t, &labels[next_label++], &frame);
+            r = intern_label(t, &labels[next_label++], under_runtime, &frame);
             if (r < 0)
                 return r;
             r = intern_stack(t, stack, frame, &stack);
@@ -451,13 +528,14 @@ static int build_stack(struct gecko *g, struct gthread *t, const uint64_t *frame
         if (cacheable) {
             t->prefix_key[depth - 1] = key;
             t->prefix_stack[depth - 1] = stack;
-            t->prefix_next_label[depth - 1] = (uint8_t)next_label;
+            t->prefix_next_label[depth - 1] =
+                    (uint8_t)(next_label | (under_runtime ? PREFIX_UNDER_RUNTIME : 0));
             t->prefix_depth = depth;
         }
     }
     /* Labels whose function was not found go on top: they are active at the sample. */
     while (next_label < label_count) {
-        r = intern_label(t, &labels[next_label++], &frame);
+        r = intern_label(t, &labels[next_label++], under_runtime, &frame);
         if (r < 0)
             return r;
         r = intern_stack(t, stack, frame, &stack);
@@ -502,7 +580,9 @@ static const char *no_stack_reason(const struct prof_sample *s, uint32_t *ret_ca
         return "(no stack: interrupted in the dynamic loader)";
     if (s->flags & PROF_SAMPLE_UNWIND_FAIL)
         return "(no stack: unwinding failed)";
-    return "(no stack)";
+    /* The runtime always walks at least the interrupted frame, or gives one of the reasons
+     * above: an entry with neither comes from damaged chunks, or a runtime that wrote none. */
+    return "(no stack: none recorded)";
 }
 
 static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
@@ -526,7 +606,7 @@ static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
             struct prof_label l = {{reason, strlen(reason)}, category, 0, 0, 0};
             uint32_t frame;
 
-            r = intern_label(t, &l, &frame);
+            r = intern_label(t, &l, false, &frame);
             if (r == 0)
                 r = intern_stack(t, NO_INDEX, frame, &stack);
         } else {

@@ -135,7 +135,15 @@ struct prof_symbolizer {
  * for a caller frame the return address - 1, inside the call), in lowercase hex: what
  * `addr2line -e MODULE`, `objdump -d` and `nm` take. For shared objects and PIE programs
  * it is the distance from where the module was loaded. The " (in <module>)" suffix keeps
- * the frame in its library for the front-end and `fleetprof summary`. */
+ * the frame in its library for the front-end and `fleetprof summary`.
+ *
+ * The runtime's own frames (a module whose name starts with "libfleetprof") are profiler
+ * overhead: the writer puts a label-like pseudo-frame "fleetprof" (category Profiler) just
+ * above the outermost of them in each stack, and gives that frame and every frame below it
+ * toward the leaf (the runtime's, the libc it calls, labels) the Profiler category; the
+ * program's frames above keep theirs:
+ *   main;work;fleetprof_group_end;commit_event -> main;work;fleetprof;fleetprof_group_end;...
+ * By module name, not by address: the daemon writes the profiles of dead children too. */
 struct prof_frame_name {
     const char *function; /* the covering symbol, or NULL */
     const char *module;   /* basename of the module containing the address ("[vdso]"), or

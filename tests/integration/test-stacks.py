@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Integration tests of where samples get their stacks: short-lived forked children sampled
-from their first tick, and a sample with no stack saying why.
+from their first tick, a sample with no stack saying why, and the runtime's own frames under
+the `fleetprof` pseudo-frame (category Profiler) in real recordings.
 
 Usage: test-stacks.py BUILD_DIR   (TAP output)
 """
@@ -18,8 +19,14 @@ CLI = os.path.join(BUILD, "tools", "fleetprof")
 WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
 SHORTLIVED = os.path.join(BUILD, "tests", "workloads", "wl-shortlived")
 TRANSPARENT = os.path.join(BUILD, "tests", "workloads", "wl-transparent")
+WL_GROUPS = os.path.join(BUILD, "tests", "workloads", "wl-groups")
+DEMO = os.path.join(BUILD, "tools", "demo", "demo-fleet")
 
 NO_STACK = "(no stack"
+RUNTIME_FRAME = "fleetprof"  # the pseudo-frame above the runtime's outermost frame
+# The sampling handler, and the runtime's own threads' code: never in a program's stack.
+SAMPLER_CODE = {"on_sample_signal", "rt_stackwalk_capture", "unw_backtrace", "sampler_main",
+                "ipc_main", "gather_main"}
 
 
 def clean_env(tmp, **extra):
@@ -114,7 +121,98 @@ def test_a_sample_without_stack_says_why(tmp):
             assert cats[row[fs["category"]]]["name"] == "Idle", "the reason is not Idle"
 
 
+def runtime_census(doc):
+    """Checks every sample's stack in every process against the rule for the runtime's frames:
+    a frame of libfleetprof* has the `fleetprof` pseudo-frame just above the outermost of them,
+    which, and every frame below it, is in the Profiler category; nothing above it is, and no
+    stack holds the sampler's own code. Returns (samples, samples through the runtime,
+    (no stack) samples by reason, problems)."""
+    cats = [c["name"] for c in doc["meta"]["categories"]]
+    total = through = 0
+    reasons, problems = {}, []
+    for p, t in pc.all_threads(doc):
+        pid = p["meta"]["fleetprof"]["pid"]
+        fs, ss, sms = t["frameTable"]["schema"], t["stackTable"]["schema"], t["samples"]["schema"]
+        locs = [t["stringTable"][r[fs["location"]]] for r in t["frameTable"]["data"]]
+        fcats = [cats[r[fs["category"]]] if r[fs["category"]] is not None else None
+                 for r in t["frameTable"]["data"]]
+        names = pc.frame_names(t)
+        if t["name"].startswith("fleetprof-"):
+            problems.append(f"{pid}: the runtime's thread {t['name']} is in the profile")
+        for row in t["samples"]["data"]:
+            total += 1
+            chain, i = [], row[sms["stack"]]
+            while i is not None:
+                chain.append(t["stackTable"]["data"][i][ss["frame"]])
+                i = t["stackTable"]["data"][i][ss["prefix"]]
+            chain.reverse()
+            if not chain:
+                reasons["null"] = reasons.get("null", 0) + 1
+                continue
+            if locs[chain[-1]].startswith(NO_STACK):
+                reasons[locs[chain[-1]]] = reasons.get(locs[chain[-1]], 0) + 1
+            path = ";".join(names[f] for f in chain)
+            if SAMPLER_CODE & {names[f] for f in chain}:
+                problems.append(f"{pid}: the sampler's code in a stack: {path}")
+            runtime = [k for k, f in enumerate(chain) if " (in libfleetprof" in locs[f]]
+            pseudo = [k for k, f in enumerate(chain) if locs[f] == RUNTIME_FRAME]
+            if not runtime:
+                if pseudo:
+                    problems.append(f"{pid}: {RUNTIME_FRAME} without the runtime: {path}")
+                continue
+            through += 1
+            first = runtime[0]
+            if pseudo != [first - 1]:
+                problems.append(f"{pid}: {RUNTIME_FRAME} not just above the runtime: {path}")
+                continue
+            below = [fcats[f] for f in chain[first - 1:]]
+            if any(c != "Profiler" for c in below):
+                problems.append(f"{pid}: not all Profiler from {RUNTIME_FRAME} on: {path} {below}")
+            if any(fcats[f] == "Profiler" for f in chain[:first - 1]):
+                problems.append(f"{pid}: the program's frames in Profiler: {path}")
+    return total, through, reasons, problems
+
+
+def test_group_api_frames_under_fleetprof(tmp):
+    # A process that does nothing but call the performance-group API (no spin between the
+    # calls): nearly all its samples are in the runtime's code, each under `fleetprof`.
+    out = os.path.join(tmp, "groups.json")
+    r = subprocess.run([CLI, "record", "--no-summary", "-o", out, "--", WL_GROUPS, "100000",
+                        "a", "b"], env=clean_env(tmp, WL_GROUPS_SPIN_US=0), cwd=tmp,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, f"record: {r.returncode}\n{r.stderr}"
+    doc = pc.load_valid(out)
+    total, through, reasons, problems = runtime_census(doc)
+    assert not problems, "\n".join(problems[:10])
+    assert total >= 20, f"only {total} samples"
+    assert through >= 0.5 * total, f"{through} of {total} samples in the runtime's code"
+    for why in ("null", NO_STACK + ")"):
+        assert why not in reasons, f"samples without a stack or a reason: {reasons}"
+
+
+def test_demo_fleet_runtime_frames_and_no_stack(tmp):
+    # The demo fleet (master, workers, fork and fork+exec helpers): the runtime's start-up,
+    # fork handling and group API all under `fleetprof`; at most 0.5 % of samples without a
+    # stack, each saying why.
+    out = os.path.join(tmp, "fleet.json")
+    r = subprocess.run([CLI, "record", "--no-summary", "-o", out, "--", DEMO, "--workers", "2",
+                        "--seconds", "3"], env=clean_env(tmp), cwd=tmp,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, f"record: {r.returncode}\n{r.stderr}"
+    doc = pc.load_valid(out)
+    assert len(doc["processes"]) >= 4, f"{len(doc['processes'])} processes"
+    total, through, reasons, problems = runtime_census(doc)
+    assert not problems, "\n".join(problems[:10])
+    assert total >= 1000, f"only {total} samples"
+    assert through > 0, "no sample in the runtime's code (the master's group API)"
+    for why in ("null", NO_STACK + ")"):
+        assert why not in reasons, f"samples without a stack or a reason: {reasons}"
+    assert sum(reasons.values()) <= 0.005 * total, f"of {total} samples: {reasons}"
+
+
 taplib.run([
     test_short_lived_forked_children_have_stacks,
     test_a_sample_without_stack_says_why,
+    test_group_api_frames_under_fleetprof,
+    test_demo_fleet_runtime_frames_and_no_stack,
 ])

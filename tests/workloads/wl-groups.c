@@ -8,6 +8,8 @@
  * ({"pid": N, "groups": {"name": {"cpu_ns": ..., ...}}}), and waits until stdin closes
  * before it exits (normally: the runtime then sends its final group totals). Linked with
  * libfleetprof; FLEETPROF_STARTUP=1 and FLEETPROF_SOCKET connect it to a daemon.
+ * WL_GROUPS_SPIN_US sets the spin (default 20); 0 makes a process that is almost all calls
+ * of the group API, i.e. the runtime's own code.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,10 +29,14 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Spins ns of this thread's CPU time; 0 returns at once, without reading the clock. */
 static void spin(uint64_t ns)
 {
-    uint64_t end = thread_cpu_ns() + ns;
+    uint64_t end;
 
+    if (ns == 0)
+        return;
+    end = thread_cpu_ns() + ns;
     while (thread_cpu_ns() < end)
         ;
 }
@@ -39,6 +45,8 @@ int main(int argc, char **argv)
 {
     fleetprof_group *groups[MAX_GROUPS];
     int n = argc > 2 ? argc - 2 : 0;
+    const char *spin_env = getenv("WL_GROUPS_SPIN_US");
+    uint64_t spin_ns = spin_env ? strtoull(spin_env, NULL, 10) * 1000 : 20000;
     long events;
     char buf[256];
 
@@ -50,14 +58,14 @@ int main(int argc, char **argv)
         groups[g] = fleetprof_group_get(argv[g + 2]);
     for (long e = 0; e < events; e++) {
         if (n == 0) {
-            spin(20000);
+            spin(spin_ns);
             continue;
         }
         fleetprof_event_begin();
         for (int g = 0; g < n; g++) {
             fleetprof_stopwatch sw = fleetprof_stopwatch_start(groups[g]);
 
-            spin(20000);
+            spin(spin_ns);
             fleetprof_stopwatch_stop(&sw);
         }
         fleetprof_event_end();
