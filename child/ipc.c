@@ -1041,6 +1041,12 @@ void rt_ipc_forget_after_fork(void)
      * close or modify them here (uv_loop_close would epoll_ctl the parent's set). Close
      * only our copies of their descriptors, and start over. */
     /* rt_fds_forget() ran first (on_fork_child_first): these closes are real. */
+    /* The parent's sampler may have held wake_lock at the fork (its tick wakes the IPC thread
+     * under it): the copy here stays locked, with no thread left to unlock it, and this
+     * process's first wake-up, from its sampler or its exit, waited for ever. Seen as a child
+     * whose main thread sat in pthread_join() of its sampler, blocked on that lock. We are
+     * the only thread now: a fresh lock. */
+    (void)pthread_mutex_init(&wake_lock, NULL);
     if (ipc.loop_ready) {
         int fd = ipc.conn ? ipc_conn_fileno(ipc.conn) : -1;
         int fds[] = {fd,

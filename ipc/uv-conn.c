@@ -214,6 +214,70 @@ static void take_passed_fds(struct ipc_conn *c)
     }
 }
 
+/* Takes the descriptors a drain read brought: the first one kept on a pipe that accepts them
+ * (as take_passed_fds() would), every other one closed. */
+static void take_drained_fds(struct ipc_conn *c, struct msghdr *msg)
+{
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(msg); h; h = CMSG_NXTHDR(msg, h)) {
+        size_t count;
+
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+            continue;
+        count = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+
+            memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof(fd));
+            if (c->pipe.ipc && c->received_fd < 0) {
+                c->received_fd = fd;
+            } else {
+                (void)close(fd);
+                c->dropped_fds++;
+            }
+        }
+    }
+}
+
+/* libuv reported the end of the stream: reads what the socket still holds, up to its real
+ * end. libuv (1.44 here) takes a short read that comes with POLLHUP for the end and never
+ * reads again (src/unix/stream.c, uv__stream_io). Refs: libuv#2319, libuv#4992. But the
+ * kernel ends a read at a message that carried descriptors (SCM_RIGHTS), however much follows
+ * it: a child that connects, says Hello with its chunk region, streams its exit profile and
+ * closes, all before our first read (one that connects at its exit, on a busy machine), had
+ * its Hello read, then "end of stream", and its exit profile and Final update thrown away with
+ * the socket; it then counted as killed. Returns 0, or the reader's error. */
+static int drain_after_eof(struct ipc_conn *c)
+{
+    uv_os_fd_t fd;
+
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0)
+        return 0;
+    while (!c->closing) {
+        union {
+            struct cmsghdr h;
+            char space[CMSG_SPACE(4 * sizeof(int))];
+        } control;
+        struct iovec iov = {c->read_buf, IPC_READ_BUF_BYTES};
+        struct msghdr msg = {0};
+        ssize_t n, r;
+
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.space;
+        msg.msg_controllen = sizeof(control.space);
+        do
+            n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0) /* the real end, or nothing more to read: the end libuv saw */
+            return 0;
+        take_drained_fds(c, &msg);
+        r = ipc_reader_feed(&c->reader, c->read_buf, (size_t)n, deliver, c);
+        if (r < 0)
+            return (int)r;
+    }
+    return 0;
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct ipc_conn *c = container_of(stream, struct ipc_conn, pipe);
@@ -235,6 +299,13 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_EOF) {
+        r = drain_after_eof(c);
+        if (c->closing) /* a callback closed us while the rest was delivered */
+            return;
+        if (r < 0) {
+            ipc__conn_fail(c, (int)r, ipc_reader_reason(&c->reader));
+            return;
+        }
         r = ipc_reader_end(&c->reader);
         if (r < 0)
             ipc__conn_fail(c, (int)r, ipc_reader_reason(&c->reader));

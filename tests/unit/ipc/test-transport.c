@@ -511,6 +511,65 @@ static void test_shutdown_flushes(void **state)
     assert_int_equal(f->client.close_error, 0);
 }
 
+/* Sends env on a raw socket, with fd as SCM_RIGHTS when fd >= 0. */
+static void raw_send(int sock, const Fleetprof__Envelope *env, int fd)
+{
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    uint8_t frame[4096];
+    ssize_t len = ipc_frame_encode(env, frame, sizeof(frame));
+    struct iovec iov;
+    struct msghdr msg = {0};
+
+    assert_true(len > 0);
+    iov = (struct iovec){frame, (size_t)len};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (fd >= 0) {
+        memset(&control, 0, sizeof(control));
+        msg.msg_control = control.space;
+        msg.msg_controllen = sizeof(control.space);
+        CMSG_FIRSTHDR(&msg)->cmsg_level = SOL_SOCKET;
+        CMSG_FIRSTHDR(&msg)->cmsg_type = SCM_RIGHTS;
+        CMSG_FIRSTHDR(&msg)->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&msg)), &fd, sizeof(int));
+    }
+    assert_int_equal(sendmsg(sock, &msg, MSG_NOSIGNAL), len);
+}
+
+/* A peer that says Hello with a descriptor, sends more frames and closes, all before our
+ * first read (a child that connects at its exit): every frame is delivered, then the end.
+ * The kernel ends the first read at the message with the descriptor, and libuv took that
+ * short read with POLLHUP for the end of the stream: the frames after it were lost. */
+static void test_frames_after_a_descriptor_outlive_the_peer(void **state)
+{
+    struct fixture *f = *state;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    int sock, passed;
+
+    f->server.reply = false; /* the peer is gone: nothing to answer */
+    open_listener(f);
+    assert_true(strlen(f->path) < sizeof(addr.sun_path));
+    memcpy(addr.sun_path, f->path, strlen(f->path) + 1);
+    sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(sock >= 0);
+    assert_int_equal(connect(sock, (const struct sockaddr *)&addr, sizeof(addr)), 0);
+    passed = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    assert_true(passed >= 0);
+    raw_send(sock, sample(FLEETPROF__ENVELOPE__MSG_HELLO), passed);
+    for (int i = 0; i < 5; i++)
+        raw_send(sock, sample(FLEETPROF__ENVELOPE__MSG_STATUS_REQUEST), -1);
+    (void)close(passed);
+    (void)close(sock); /* before the loop first runs: accepted and read after the end */
+    SPIN_UNTIL(f, f->server.closed == 1);
+    assert_int_equal(f->accepted, 1);
+    assert_int_equal(f->server.received, 6);
+    assert_int_equal(f->server.last_kind, FLEETPROF__ENVELOPE__MSG_STATUS_REQUEST);
+    assert_int_equal(f->server.close_error, 0);
+}
+
 /* Closing from on_message stops delivery of frames that came in the same read. */
 static void test_close_inside_callback(void **state)
 {
@@ -671,6 +730,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_queue_cap_and_drain, setup, teardown),
             cmocka_unit_test_setup_teardown(test_send_errors, setup, teardown),
             cmocka_unit_test_setup_teardown(test_shutdown_flushes, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_frames_after_a_descriptor_outlive_the_peer, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_close_inside_callback, setup, teardown),
             cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
             cmocka_unit_test_setup_teardown(test_accept_refused_by_caller, setup, teardown),
