@@ -1062,8 +1062,5 @@ void rt_ipc_forget_after_fork(void)
                 (void)close(fds[i]);
     }
     memset(&ipc, 0, sizeof(ipc));
-    /* The parent's sampler may have held it at the fork (in wake_ipc): its owner does not
-     * exist here, and our first wake, or our exit's sampler join, would wait forever. */
-    (void)pthread_mutex_init(&wake_lock, NULL);
     ipc.defer_start = true; /* this child may exec at once: connect at the first tick */
 }
