@@ -15,7 +15,12 @@ repetition's unprofiled run). Each profile is parsed to report the sampling rate
 thread and the share of worker samples that show the full recursion (>= DEPTH-1 bc_recurse
 frames): low overhead with no samples would mean nothing.
 
-Output: a table, then `BENCH child.overhead_{cpu,wall}_ratio_{dwarf,fp,copy} <r> ratio`. A
+Then how long a program takes to end at a 1 s interval (`workload idle 0.05`, and SIGTERM
+to a spinning one), against a 1 ms interval: the exit path and the SIGTERM handler wake the
+sampler rather than wait up to a second for its next tick.
+
+Output: a table, then `BENCH child.overhead_{cpu,wall}_ratio_{dwarf,fp,copy} <r> ratio` and
+`BENCH child.{exit_wall_ms_interval_1ms,exit_wall_ms_interval_1s,sigterm_wall_ms_interval_1s}`. A
 profiled configuration whose run fails (crash, non-zero exit, no profile) gets a FAILED line
 saying why and a `NOT MEASURED` line instead of its figures, and the benchmark exits 1; the
 others still run. Measures, never asserts on time.
@@ -39,6 +44,7 @@ BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "5"))
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
 WORKLOAD = os.path.join(BUILD, "tests", "workloads", "bench-cpu")
+IDLE_WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
 THREADS, DEPTH, ROUNDS, LEAF = 4, 30, 1600, 200000
 TIMEOUT_S = 120
 MODES = ["dwarf", "fp", "copy"]
@@ -101,6 +107,59 @@ def run_once(tmp, mode, rep):
     return r
 
 
+def preloaded_env(tmp, interval_ms):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FLEETPROF_") and k != "LD_PRELOAD"}
+    env.update({"LD_PRELOAD": LIB, "FLEETPROF_STARTUP": "1",
+                "FLEETPROF_OUTPUT": os.path.join(tmp, "exit-%p.json"),
+                "FLEETPROF_INTERVAL_MS": interval_ms})
+    return env
+
+
+def process_cpu_s(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def exit_latency_once(tmp, interval_ms, sigterm):
+    """Wall seconds from the end of a program's work to its reaping: a 0.05 s sleep then
+    exit (the time past 0.05 s), or from SIGTERM to reaping (a spinning program, once it used
+    0.05 s of CPU). At a 1 s interval the sampler sleeps up to 1 s between ticks: the exit
+    path and the SIGTERM handler must wake it. None if the run failed."""
+    if sigterm:
+        p = subprocess.Popen([IDLE_WORKLOAD, "wait-signal"], env=preloaded_env(tmp, interval_ms))
+        deadline = time.monotonic() + TIMEOUT_S
+        while process_cpu_s(p.pid) < 0.05 and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=TIMEOUT_S)
+        return time.monotonic() - t0 if rc == -signal.SIGTERM else None
+    t0 = time.monotonic()
+    r = subprocess.run([IDLE_WORKLOAD, "idle", "0.05"], env=preloaded_env(tmp, interval_ms),
+                       timeout=TIMEOUT_S)
+    return time.monotonic() - t0 - 0.05 if r.returncode == 0 else None
+
+
+def exit_latency(tmp):
+    """Figures of exit_latency_once, interleaved over REPS rounds: medians in ms."""
+    cases = {"exit_wall_ms_interval_1ms": ("1", False), "exit_wall_ms_interval_1s": ("1000", False),
+             "sigterm_wall_ms_interval_1s": ("1000", True)}
+    times = {k: [] for k in cases}
+    for _ in range(REPS):
+        for name, (interval, sigterm) in cases.items():
+            t = exit_latency_once(tmp, interval, sigterm)
+            times[name].append(t * 1e3 if t is not None else math.nan)
+    print("exit latency (wall, spawn or SIGTERM to reap, medians in ms): " + ", ".join(
+        f"{name} {cell(med(v), '.1f')}" for name, v in times.items()))
+    return {f"child.{name}": (med(v) if all(finite(x) for x in v) else math.nan, "ms", 1)
+            for name, v in times.items()}
+
+
 def profile_stats(path, work_wall):
     """Samples per worker thread per second of work, and the share with the full stack."""
     with open(path, "rb") as f:
@@ -132,7 +191,7 @@ def profile_stats(path, work_wall):
 
 
 def main():
-    for path in (LIB, WORKLOAD):
+    for path in (LIB, WORKLOAD, IDLE_WORKLOAD):
         if not os.path.exists(path):
             print(f"bench-runtime: {path} not built", file=sys.stderr)
             return 1
@@ -194,11 +253,17 @@ def main():
     if errors["none"]:
         print("bench-runtime: the unprofiled workload itself failed", file=sys.stderr)
         return 1
+    tmp = tempfile.mkdtemp(prefix="fleetprof-bench-exit-", dir=base_dir)
+    try:
+        latency = exit_latency(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     figures = {}
     for mode in MODES:
         figures[f"child.overhead_cpu_ratio_{mode}"] = (ratios[mode][0], "ratio")
     for mode in MODES:
         figures[f"child.overhead_wall_ratio_{mode}"] = (ratios[mode][1], "ratio")
+    figures.update(latency)
     return print_figures(figures)
 
 

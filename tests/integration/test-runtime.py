@@ -394,32 +394,29 @@ def test_sigterm_writes_profile_and_dies_by_signal(tmp):
     assert "wl_hot_leaf" in pc.functions(doc)
 
 
-def test_exit_and_sigterm_do_not_wait_for_the_next_tick(tmp):
-    """At a 1 s interval the sampler sleeps up to 1 s between ticks: the exit path and the
-    SIGTERM handler must wake it, not wait (with a plain sleep each of these runs took a
-    uniformly random 0-1 s more; all 5 + 2 under 0.3 s would be a 1-in-15,000 fluke)."""
+def test_exit_and_sigterm_at_a_1s_interval(tmp):
+    """At a 1 s interval the sampler sleeps up to 1 s between ticks. A program that exits, or
+    is sent SIGTERM, in between still ends as it would without us (its status) and leaves its
+    profile. How long that takes (the exit path and the handler wake the sampler rather than
+    wait for its tick) is bench-runtime's `child.exit_wall_ms_interval_1s` and
+    `child.sigterm_wall_ms_interval_1s`: a time, so a benchmark, not a test."""
     for i in range(5):
-        t0 = time.monotonic()
         r = run(tmp, [WORKLOAD, "idle", "0.05"], FLEETPROF_INTERVAL_MS=1000)
-        took = time.monotonic() - t0
         assert r.returncode == 0, f"run {i}: exit status {r.returncode}: {r.stderr}"
-        assert took < 0.35, f"run {i}: a 0.05 s program took {took:.3f} s to exit"
     assert len(profiles(tmp)) == 5, f"profiles: {profiles(tmp)}"
     e = dict(os.environ, FLEETPROF_STARTUP="1", LD_PRELOAD=LIB, FLEETPROF_INTERVAL_MS="1000",
              FLEETPROF_OUTPUT=os.path.join(tmp, "s-%p.json"))
     for i in range(2):
         p = subprocess.Popen([WORKLOAD, "wait-signal"], env=e)
         try:
-            time.sleep(0.3)
-            t0 = time.monotonic()
+            wait_until(lambda: cpu_seconds(p.pid) >= 0.05 or p.poll() is not None,
+                       "the workload to use 0.05 s of CPU")
             p.send_signal(signal.SIGTERM)
             rc = p.wait(timeout=20)
-            took = time.monotonic() - t0
         finally:
             if p.poll() is None:
                 p.kill()
         assert rc == -signal.SIGTERM, f"run {i}: must die by SIGTERM, got {rc}"
-        assert took < 0.3, f"run {i}: died {took:.3f} s after SIGTERM"
     assert len(glob.glob(os.path.join(tmp, "s-*.json"))) == 2
 
 
@@ -544,7 +541,7 @@ taplib.run([
     test_a_profile_that_cannot_be_written_is_named_on_stderr,
     test_underscore_exit_writes_profile_and_keeps_status,
     test_sigterm_writes_profile_and_dies_by_signal,
-    test_exit_and_sigterm_do_not_wait_for_the_next_tick,
+    test_exit_and_sigterm_at_a_1s_interval,
     test_a_program_that_resets_or_takes_sigprof_is_not_killed_and_keeps_its_own,
     test_api_labels_markers_counters,
     test_dlopen_loop_at_10khz_never_deadlocks,
