@@ -73,9 +73,10 @@ void rt_config_from_env(struct rt_config *cfg)
     }
     v = getenv("FLEETPROF_BUFFER_MB");
     if (v && *v) {
-        if (parse_double(v, 1, 65536, &d) == 0)
+        if (parse_double(v, 1, 65536, &d) == 0) {
             cfg->buffer_bytes = (uint64_t)(d * 1024 * 1024);
-        else
+            cfg->buffer_set = true;
+        } else
             complain("FLEETPROF_BUFFER_MB", v, "a size in MiB from 1 to 65536");
     }
     v = getenv("FLEETPROF_CHUNK_KB");

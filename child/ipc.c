@@ -258,7 +258,10 @@ static void apply_welcome(const Fleetprof__Welcome *w)
 {
     if (w->interval_ns >= 50000 && w->interval_ns <= 1000000000)
         rt.cfg.interval_ns = w->interval_ns; /* the sampler reads it every tick */
-    if (w->process_limit_bytes && rt.buffer)
+    /* The daemon's per-process limit, unless the process was given a smaller one of its own
+     * (FLEETPROF_BUFFER_MB): a user who asks one process to keep less gets less. */
+    if (w->process_limit_bytes && rt.buffer &&
+        !(rt.cfg.buffer_set && rt.cfg.buffer_bytes < w->process_limit_bytes))
         (void)buf_chunked_buffer_set_limit(rt.buffer, w->process_limit_bytes);
     if (w->clock && w->clock->epoch_ms) {
         /* One time origin for the fleet: this process's wall-clock start as the daemon's

@@ -44,6 +44,7 @@ enum rt_stackwalk {
 struct rt_config {
     _Atomic uint64_t interval_ns; /* the daemon's Welcome may change it while sampling */
     uint64_t buffer_bytes;
+    bool buffer_set; /* FLEETPROF_BUFFER_MB was given: a daemon's larger limit leaves it */
     uint32_t chunk_bytes;
     enum rt_stackwalk stackwalk;
     char output[4096]; /* FLEETPROF_OUTPUT, "" = none */

@@ -496,6 +496,26 @@ def test_record_under_a_file_size_limit_fails_clearly_and_keeps_cmds_status(tmp)
     assert not [f for f in os.listdir(tmp) if f.startswith("limited.json")], os.listdir(tmp)
 
 
+def test_a_process_keeps_its_own_smaller_buffer_under_the_daemon(tmp):
+    """FLEETPROF_BUFFER_MB=2 on a process recorded with a daemon (whose per-process limit is
+    64 MiB) keeps its 2 MiB: its oldest markers go, as without a daemon."""
+    fleet = os.path.join(BUILD, "tests", "workloads", "bench-fleet")
+    counts = {}
+    for mb in ("2", None):
+        out = os.path.join(tmp, f"b{mb}.json")
+        e = record_env(tmp)
+        if mb:
+            e["FLEETPROF_BUFFER_MB"] = mb
+        r = subprocess.run([CLI, "record", "--no-summary", "-o", out, "--", fleet, "fill",
+                            "300000", "1"], env=e, cwd=tmp, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        (p,) = processes(check_file(out))
+        counts[mb] = sum(len(t["markers"]["data"]) for t in p["threads"])
+    assert counts[None] == 300000, counts
+    assert counts["2"] < 100000, counts
+
+
 def test_record_default_output_name(tmp):
     r = record(tmp, "--", WORKLOAD, "busy", "0.2")
     assert r.returncode == 0, r.stderr
@@ -759,6 +779,7 @@ if __name__ == "__main__":
     test_record_exit_status_is_cmds,
         test_record_under_a_file_size_limit_fails_clearly_and_keeps_cmds_status,
     test_record_default_output_name,
+        test_a_process_keeps_its_own_smaller_buffer_under_the_daemon,
         test_record_nonexistent_command,
         test_record_gathers_live_descendants_without_waiting,
         test_record_sigint_once_writes_and_stops_cmd,
