@@ -251,6 +251,8 @@ int cmd_export(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (out_path && !strcmp(out_path, "-"))
+        out_path = NULL; /* -o - is standard output, as IN - is standard input */
     in = strcmp(argv[optind], "-") == 0 ? "/dev/stdin" : argv[optind];
     r = profile_load(in, &doc, why, sizeof(why));
     if (r < 0) {

@@ -291,6 +291,10 @@ def test_export_collapsed_totals_equal_the_profiles(tmp):
     assert piped.returncode == 0, piped.stderr
     text = open(folded).read()
     assert text == piped.stdout
+    dash = subprocess.run([CLI, "export", "--format", "collapsed", "-o", "-", out],
+                          capture_output=True, text=True, timeout=60, cwd=tmp)
+    assert dash.returncode == 0 and dash.stdout == text, dash.stderr
+    assert not os.path.exists(os.path.join(tmp, "-")), "-o - wrote a file named -"
     got_proc, got_leaf = {}, {}
     for line in text.splitlines():
         path, count = line.rsplit(" ", 1)
