@@ -649,7 +649,9 @@ static void print_header(const struct summary *s)
         summary_print_clean(interval, len);
         (void)printf(" ms");
     }
-    if (s->cpu_known)
+    if (s->cpu_known && s->all.cpu_ns < 1000000000)
+        (void)printf(", %.1f ms of CPU", (double)s->all.cpu_ns / 1e6);
+    else if (s->cpu_known)
         (void)printf(", %.2f s of CPU", (double)s->all.cpu_ns / 1e9);
     (void)putchar('\n');
     if (s->by_cpu)
