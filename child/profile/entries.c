@@ -513,3 +513,29 @@ int prof_entry_decode(struct buf_entry_reader *reader, struct prof_entry *ret)
     }
     return d.error;
 }
+
+int prof_entry_decode_sample_head(const struct buf_entry_reader *reader, struct prof_sample *ret,
+                                  const uint8_t **ret_stack_bytes, size_t *ret_len)
+{
+    struct buf_entry_reader r = *reader;
+    struct dec d = {&r, NULL, 0}; /* out stays unused: the head has no strings or frames */
+    struct prof_sample s = {0};
+    uint8_t kind;
+
+    if (buf_entry_reader_read(&r, &kind, 1) < 0)
+        return -EBADMSG;
+    if (kind != BUF_ENTRY_SAMPLE)
+        return -ENOTSUP;
+    s.tid = dec_i32(&d);
+    s.time_ns = dec_u(&d);
+    s.cpu_delta_ns = dec_u(&d);
+    s.flags = (uint32_t)dec_u(&d);
+    if (d.error)
+        return d.error;
+    if (r.len[1] > 0 || r.pos >= r.len[0])
+        return -EAGAIN;
+    *ret = s;
+    *ret_stack_bytes = r.span[0] + r.pos;
+    *ret_len = r.len[0] - r.pos;
+    return 0;
+}

@@ -177,4 +177,14 @@ struct prof_entry {
  * (skip it). Unknown trailing bytes are allowed (newer writers may append fields). */
 int prof_entry_decode(struct buf_entry_reader *reader, struct prof_entry *ret);
 
+/* For a sample entry (kind SAMPLE): decodes its head (tid, time_ns, cpu_delta_ns, flags)
+ * into *ret, whose frames and labels it leaves empty, and points *ret_stack_bytes at the
+ * rest of the block: the encoded frames and labels, then any trailing bytes. Two samples
+ * with the same such bytes decode to the same frames and labels, so a reader may recognize
+ * a stack without decoding it. The bytes are borrowed from the block (valid during the read
+ * callback); the reader is not moved. Returns 0; -EAGAIN when the rest is not contiguous (the
+ * block straddles two chunks); -ENOTSUP for another kind; -EBADMSG for a damaged head. */
+int prof_entry_decode_sample_head(const struct buf_entry_reader *reader, struct prof_sample *ret,
+                                  const uint8_t **ret_stack_bytes, size_t *ret_len);
+
 #endif /* FLEETPROF_CHILD_PROFILE_ENTRIES_H */
