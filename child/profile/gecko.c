@@ -652,20 +652,26 @@ static int write_sample_row(struct gecko *g, struct gthread *t, uint32_t stack, 
     return 0;
 }
 
-/* Any 64-bit mix will do: u64map mixes the key again. */
+/* Two independent lanes, so that the multiplies overlap (a sample's stack is some 100 bytes:
+ * one chain of multiplies was a tenth of the writer's time). Any mix will do: u64map mixes
+ * the key again, and two stacks with one hash only cost the second its building. */
 static uint64_t hash_bytes(const uint8_t *p, size_t len)
 {
-    uint64_t h = len * 0x9e3779b97f4a7c15u, w;
+    uint64_t a = len * 0x9e3779b97f4a7c15u, b = 0, w[2] = {0, 0};
 
-    for (; len >= 8; p += 8, len -= 8) {
-        memcpy(&w, p, sizeof(w));
-        h = (h ^ w) * 0xff51afd7ed558ccdu;
-        h ^= h >> 29;
+    for (; len >= 16; p += 16, len -= 16) {
+        memcpy(w, p, sizeof(w));
+        a = (a ^ w[0]) * 0xff51afd7ed558ccdu;
+        b = (b ^ w[1]) * 0xc4ceb9fe1a85ec53u;
+        a = a << 32 | a >> 32; /* high bits down: a multiply only carries them up */
+        b = b << 32 | b >> 32;
     }
-    w = 0;
-    memcpy(&w, p, len);
-    h = (h ^ w) * 0xff51afd7ed558ccdu;
-    return h ^ h >> 29;
+    w[0] = w[1] = 0;
+    memcpy(w, p, len);
+    a = (a ^ w[0]) * 0xff51afd7ed558ccdu;
+    b = (b ^ w[1]) * 0xc4ceb9fe1a85ec53u;
+    a ^= b << 32 | b >> 32;
+    return a ^ a >> 29;
 }
 
 /* A sample whose frames and labels its thread has seen encoded by the same bytes gets the
