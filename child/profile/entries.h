@@ -162,8 +162,8 @@ struct prof_entry {
         uint64_t pause_time_ns; /* PAUSE, RESUME */
         struct prof_overhead overhead;
     } u;
-    /* Storage the decoder fills. Strings are copied here when a block straddles two
-     * chunks, so every decoded string is contiguous. */
+    /* Storage the decoder fills. Strings are borrowed from the block, or copied here when
+     * they straddle two chunks, so every decoded string is contiguous. */
     uint64_t frames[PROF_MAX_FRAMES];
     struct prof_label labels[PROF_MAX_LABELS];
     struct prof_field fields[PROF_MAX_FIELDS];
