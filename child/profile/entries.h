@@ -30,6 +30,7 @@
 
 #include "buffer/chunk.h"
 #include "buffer/chunked-buffer.h"
+#include "buffer/entry.h"
 
 #define PROF_MAX_FRAMES      256
 #define PROF_MAX_LABELS      32
@@ -176,6 +177,14 @@ struct prof_entry {
  * truncated block or an over-long field; -ENOTSUP for a kind this version does not know
  * (skip it). Unknown trailing bytes are allowed (newer writers may append fields). */
 int prof_entry_decode(struct buf_entry_reader *reader, struct prof_entry *ret);
+
+/* Whether the block under reader (nothing read yet) looks like a sample entry: an inline
+ * test of its kind byte, so that other entries (markers above all) pay no call for
+ * prof_entry_decode_sample_head(). False when the kind byte is not in the first span. */
+static inline bool prof_entry_may_be_sample(const struct buf_entry_reader *r)
+{
+    return r->pos < r->len[0] && r->span[0][r->pos] == BUF_ENTRY_SAMPLE;
+}
 
 /* For a sample entry (kind SAMPLE): decodes its head (tid, time_ns, cpu_delta_ns, flags)
  * into *ret, whose frames and labels it leaves empty, and points *ret_stack_bytes at the

@@ -679,8 +679,10 @@ static uint64_t hash_bytes(const uint8_t *p, size_t len)
  * deterministic. Only stacks that build_stack() made are remembered (remember_known), so a
  * hit never skips the checks of a damaged entry: its bytes once decoded without error.
  * Returns 1 when the sample was written, 0 to decode it (with its bytes noted in
- * g->unknown_* when its thread may remember them), or -ENOMEM. */
-static int add_known_sample(struct gecko *g, struct buf_entry_reader *reader)
+ * g->unknown_* when its thread may remember them), or -ENOMEM. Not inlined: on_entry()
+ * stays as small for the other entries. */
+static __attribute__((noinline)) int add_known_sample(struct gecko *g,
+                                                      struct buf_entry_reader *reader)
 {
     const struct u64slot *slot;
     const struct gknown *k;
@@ -691,7 +693,6 @@ static int add_known_sample(struct gecko *g, struct buf_entry_reader *reader)
     uint64_t hash;
     int r;
 
-    g->unknown_len = 0;
     if (prof_entry_decode_sample_head(reader, &head, &bytes, &len) < 0)
         return 0; /* another kind, straddling, or damaged: the full decoder decides */
     /* Found, not made: an entry that then fails to decode must not add a thread. */
@@ -1047,9 +1048,12 @@ static int on_entry(struct buf_entry_reader *reader, uint64_t index, void *userd
                 proportion_mul(proportion_from_ratio(index - g->range_start, g->range_span),
                                proportion_from_double(0.6)),
                 "reading the buffer");
-    r = add_known_sample(g, reader);
-    if (r != 0)
-        return r < 0 ? r : 0;
+    g->unknown_len = 0; /* only add_known_sample() notes bytes, for this entry alone */
+    if (prof_entry_may_be_sample(reader)) {
+        r = add_known_sample(g, reader);
+        if (r != 0)
+            return r < 0 ? r : 0;
+    }
     r = prof_entry_decode(reader, e);
     if (r == -ENOTSUP) {
         g->unknown_kinds++;
