@@ -205,9 +205,13 @@ struct gknown {
     uint32_t label_count; /* labels merged into it */
 };
 
-/* Encoded sample stacks remembered per thread take at most this many bytes; later ones are
- * built each time (the profile is the same, only slower). */
-#define KNOWN_STACK_BYTES (1u << 20)
+/* Encoded sample stacks remembered take at most this many bytes in a whole process, their
+ * index included: stacks that repeat are met early, and a process whose stacks never repeat
+ * would only fill it. Later ones are built each time: the profile is the same, only slower. */
+#define KNOWN_STACK_BYTES    (4u << 20)
+/* What one remembered stack costs besides its bytes: its gknown, and two map slots (the
+ * map is at most half full). */
+#define KNOWN_STACK_OVERHEAD (sizeof(struct gknown) + 2 * sizeof(struct u64slot))
 
 struct gthread {
     int32_t tid;
@@ -282,6 +286,7 @@ struct gecko {
     const uint8_t *unknown_bytes;
     size_t unknown_len;
     uint64_t unknown_hash;
+    size_t known_bytes;      /* remembered stacks of all threads, with KNOWN_STACK_OVERHEAD */
     struct prof_entry entry; /* decode scratch (large) */
 };
 
@@ -725,7 +730,7 @@ static void remember_known(struct gecko *g, struct gthread *t, uint32_t stack, u
     uint32_t index;
     bool inserted;
 
-    if (len == 0 || len > KNOWN_STACK_BYTES - t->known_bytes_used)
+    if (len == 0 || len + KNOWN_STACK_OVERHEAD > KNOWN_STACK_BYTES - g->known_bytes)
         return;
     if (reserve((void **)&t->known, &t->known_cap, t->known_count + 1, sizeof(*t->known)) < 0 ||
         reserve((void **)&t->known_bytes, &t->known_bytes_cap, t->known_bytes_used + len, 1) < 0)
@@ -738,6 +743,7 @@ static void remember_known(struct gecko *g, struct gthread *t, uint32_t stack, u
     t->known[t->known_count++] =
             (struct gknown){t->known_bytes_used, (uint32_t)len, stack, label_count};
     t->known_bytes_used += len;
+    g->known_bytes += len + KNOWN_STACK_OVERHEAD;
 }
 
 static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
