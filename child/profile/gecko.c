@@ -212,6 +212,11 @@ struct gknown {
 /* What one remembered stack costs besides its bytes: its gknown, and two map slots (the
  * map is at most half full). */
 #define KNOWN_STACK_OVERHEAD (sizeof(struct gknown) + 2 * sizeof(struct u64slot))
+/* After this many samples not found among the remembered stacks, fewer than one hit in four
+ * turns the remembering off for the process: a miss costs a hash, a lookup and a copy, and
+ * with no stack ever repeated (bench-gecko's samples with a unique frame each) the writer
+ * was ~30 % slower than building alone. */
+#define KNOWN_STACK_TRIAL    2048
 
 struct gthread {
     int32_t tid;
@@ -286,7 +291,9 @@ struct gecko {
     const uint8_t *unknown_bytes;
     size_t unknown_len;
     uint64_t unknown_hash;
-    size_t known_bytes;      /* remembered stacks of all threads, with KNOWN_STACK_OVERHEAD */
+    size_t known_bytes; /* remembered stacks of all threads, with KNOWN_STACK_OVERHEAD */
+    uint64_t known_hits, known_misses; /* samples found among them, or not */
+    bool known_off;          /* too few hits: samples are decoded and built (KNOWN_STACK_TRIAL) */
     struct prof_entry entry; /* decode scratch (large) */
 };
 
@@ -679,6 +686,22 @@ static uint64_t hash_bytes(const uint8_t *p, size_t len)
     return a ^ a >> 29;
 }
 
+/* Turns the remembering off for the rest of the profile, and frees what it kept. */
+static void forget_known(struct gecko *g)
+{
+    for (size_t i = 0; i < g->thread_count; i++) {
+        struct gthread *t = &g->threads[i];
+
+        u64map_done(&t->known_map);
+        free(t->known);
+        free(t->known_bytes);
+        t->known = NULL;
+        t->known_bytes = NULL;
+        t->known_count = t->known_cap = t->known_bytes_used = t->known_bytes_cap = 0;
+    }
+    g->known_off = true;
+}
+
 /* A sample whose frames and labels its thread has seen encoded by the same bytes gets the
  * stack built then: same bytes decode to the same frames and labels, and building is
  * deterministic. Only stacks that build_stack() made are remembered (remember_known), so a
@@ -706,15 +729,20 @@ static __attribute__((noinline)) int add_known_sample(struct gecko *g,
         return 0;
     hash = hash_bytes(bytes, len) | 1; /* never 0, the map's empty key */
     slot = u64map_find(&t->known_map, hash);
-    if (!slot) {
-        g->unknown_bytes = bytes;
-        g->unknown_len = len;
-        g->unknown_hash = hash;
+    k = slot ? &t->known[slot->value] : NULL;
+    if (!k || k->len != len || memcmp(t->known_bytes + k->offset, bytes, len) != 0) {
+        if (++g->known_misses >= KNOWN_STACK_TRIAL && g->known_hits < g->known_misses / 4) {
+            forget_known(g);
+            return 0;
+        }
+        if (!slot) { /* else another stack with the same hash: built each time */
+            g->unknown_bytes = bytes;
+            g->unknown_len = len;
+            g->unknown_hash = hash;
+        }
         return 0;
     }
-    k = &t->known[slot->value];
-    if (k->len != len || memcmp(t->known_bytes + k->offset, bytes, len) != 0)
-        return 0; /* another stack with the same hash: built each time */
+    g->known_hits++;
     t->last_stack = k->stack;
     g->label_frames += k->label_count;
     g->samples++;
@@ -1055,7 +1083,7 @@ static int on_entry(struct buf_entry_reader *reader, uint64_t index, void *userd
                                proportion_from_double(0.6)),
                 "reading the buffer");
     g->unknown_len = 0; /* only add_known_sample() notes bytes, for this entry alone */
-    if (prof_entry_may_be_sample(reader)) {
+    if (!g->known_off && prof_entry_may_be_sample(reader)) {
         r = add_known_sample(g, reader);
         if (r != 0)
             return r < 0 ? r : 0;

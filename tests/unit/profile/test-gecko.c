@@ -785,6 +785,39 @@ static void test_known_stacks_written_as_built(void **state)
     json_doc_free(doc);
 }
 
+/* A process whose stacks do not repeat stops remembering them (after 2048 new ones, gecko.c):
+ * its stacks are written the same before and after, and one met again later still gets the
+ * stack it was first given. */
+static void test_unrepeated_stacks_written_as_built(void **state)
+{
+    enum { UNIQUE = 2200, AGAIN = 20 };
+    struct stack_spec *stacks = calloc(UNIQUE + AGAIN, sizeof(*stacks));
+    struct json_doc *doc = NULL;
+    const struct json_value *root;
+    char first[1024], again[1024];
+
+    (void)state;
+    assert_non_null(stacks);
+    for (size_t i = 0; i < UNIQUE; i++) {
+        stacks[i].count = 3;
+        stacks[i].root_first[0] = PROG(0x1000);
+        stacks[i].root_first[1] = PROG(0x10000 + i * 0x20);
+        stacks[i].root_first[2] = LIBC(0x1000);
+    }
+    for (size_t i = 0; i < AGAIN; i++)
+        stacks[UNIQUE + i] = stacks[i * 97];
+    root = write_stacks(&fake_libs, stacks, UNIQUE + AGAIN, NULL, &doc);
+    for (size_t i = 0; i < AGAIN; i++) {
+        assert_int_equal(sample_path(doc, root, i * 97, first, sizeof(first)),
+                         sample_path(doc, root, UNIQUE + i, again, sizeof(again)));
+        assert_string_equal(first, again);
+    }
+    expect_path(doc, root, UNIQUE - 1,
+                "main:2;program+0x4212ef (called from main):2;clock_gettime:2");
+    json_doc_free(doc);
+    free(stacks);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -795,6 +828,7 @@ int main(void)
             cmocka_unit_test(test_stacks_without_runtime_unchanged),
             cmocka_unit_test(test_damaged_stacks_with_runtime_frames),
             cmocka_unit_test(test_known_stacks_written_as_built),
+            cmocka_unit_test(test_unrepeated_stacks_written_as_built),
     };
 
     return cmocka_run_group_tests_name("profile-gecko", tests, NULL, NULL);
