@@ -757,15 +757,15 @@ static void remember_known(struct gecko *g, struct gthread *t, uint32_t stack, u
     size_t len = g->unknown_len;
     uint32_t index;
     bool inserted;
+    int r;
 
     if (len == 0 || len + KNOWN_STACK_OVERHEAD > KNOWN_STACK_BYTES - g->known_bytes)
         return;
     if (reserve((void **)&t->known, &t->known_cap, t->known_count + 1, sizeof(*t->known)) < 0 ||
         reserve((void **)&t->known_bytes, &t->known_bytes_cap, t->known_bytes_used + len, 1) < 0)
         return;
-    if (u64map_intern(&t->known_map, g->unknown_hash, (uint32_t)t->known_count, &index, &inserted) <
-                0 ||
-        !inserted)
+    r = u64map_intern(&t->known_map, g->unknown_hash, (uint32_t)t->known_count, &index, &inserted);
+    if (r < 0 || !inserted)
         return;
     memcpy(t->known_bytes + t->known_bytes_used, g->unknown_bytes, len);
     t->known[t->known_count++] =
