@@ -360,20 +360,18 @@ static struct prof_string dec_str(struct dec *d, size_t max)
         d->error = -EBADMSG;
         return s;
     }
-    if (len <= 16 && d->r->pos <= d->r->len[0] && len <= d->r->len[0] - d->r->pos) {
-        /* Short strings (marker names and texts) within the first span: a byte loop is
-         * cheaper than a call to memcpy. */
-        const uint8_t *src = d->r->span[0] + d->r->pos;
-        uint8_t *dst = o->strings + o->strings_used;
-
-        for (size_t i = 0; i < len; i++)
-            dst[i] = src[i];
+    if (d->r->pos <= d->r->len[0] && len <= d->r->len[0] - d->r->pos) {
+        /* Within the first span (nearly always): the string is borrowed from the block, no
+         * copy. It still counts against o->strings, so that what decodes does not depend
+         * on where the chunks were cut. */
+        s.data = (const char *)d->r->span[0] + d->r->pos;
         d->r->pos += (size_t)len;
     } else if (buf_entry_reader_read(d->r, o->strings + o->strings_used, (size_t)len) < 0) {
         d->error = -EBADMSG;
         return s;
+    } else {
+        s.data = (const char *)o->strings + o->strings_used;
     }
-    s.data = (const char *)o->strings + o->strings_used;
     s.len = (size_t)len;
     o->strings_used += (size_t)len;
     return s;
@@ -512,4 +510,30 @@ int prof_entry_decode(struct buf_entry_reader *reader, struct prof_entry *ret)
         return -ENOTSUP;
     }
     return d.error;
+}
+
+int prof_entry_decode_sample_head(const struct buf_entry_reader *reader, struct prof_sample *ret,
+                                  const uint8_t **ret_stack_bytes, size_t *ret_len)
+{
+    struct buf_entry_reader r = *reader;
+    struct dec d = {&r, NULL, 0}; /* out stays unused: the head has no strings or frames */
+    struct prof_sample s = {0};
+    uint8_t kind;
+
+    if (buf_entry_reader_read(&r, &kind, 1) < 0)
+        return -EBADMSG;
+    if (kind != BUF_ENTRY_SAMPLE)
+        return -ENOTSUP;
+    s.tid = dec_i32(&d);
+    s.time_ns = dec_u(&d);
+    s.cpu_delta_ns = dec_u(&d);
+    s.flags = (uint32_t)dec_u(&d);
+    if (d.error)
+        return d.error;
+    if (r.len[1] > 0 || r.pos >= r.len[0])
+        return -EAGAIN;
+    *ret = s;
+    *ret_stack_bytes = r.span[0] + r.pos;
+    *ret_len = r.len[0] - r.pos;
+    return 0;
 }

@@ -30,6 +30,7 @@
 
 #include "buffer/chunk.h"
 #include "buffer/chunked-buffer.h"
+#include "buffer/entry.h"
 
 #define PROF_MAX_FRAMES      256
 #define PROF_MAX_LABELS      32
@@ -162,8 +163,8 @@ struct prof_entry {
         uint64_t pause_time_ns; /* PAUSE, RESUME */
         struct prof_overhead overhead;
     } u;
-    /* Storage the decoder fills. Strings are copied here when a block straddles two
-     * chunks, so every decoded string is contiguous. */
+    /* Storage the decoder fills. Strings are borrowed from the block, or copied here when
+     * they straddle two chunks, so every decoded string is contiguous. */
     uint64_t frames[PROF_MAX_FRAMES];
     struct prof_label labels[PROF_MAX_LABELS];
     struct prof_field fields[PROF_MAX_FIELDS];
@@ -176,5 +177,23 @@ struct prof_entry {
  * truncated block or an over-long field; -ENOTSUP for a kind this version does not know
  * (skip it). Unknown trailing bytes are allowed (newer writers may append fields). */
 int prof_entry_decode(struct buf_entry_reader *reader, struct prof_entry *ret);
+
+/* Whether the block under reader (nothing read yet) looks like a sample entry: an inline
+ * test of its kind byte, so that other entries (markers above all) pay no call for
+ * prof_entry_decode_sample_head(). False when the kind byte is not in the first span. */
+static inline bool prof_entry_may_be_sample(const struct buf_entry_reader *r)
+{
+    return r->pos < r->len[0] && r->span[0][r->pos] == BUF_ENTRY_SAMPLE;
+}
+
+/* For a sample entry (kind SAMPLE): decodes its head (tid, time_ns, cpu_delta_ns, flags)
+ * into *ret, whose frames and labels it leaves empty, and points *ret_stack_bytes at the
+ * rest of the block: the encoded frames and labels, then any trailing bytes. Two samples
+ * with the same such bytes decode to the same frames and labels, so a reader may recognize
+ * a stack without decoding it. The bytes are borrowed from the block (valid during the read
+ * callback); the reader is not moved. Returns 0; -EAGAIN when the rest is not contiguous (the
+ * block straddles two chunks); -ENOTSUP for another kind; -EBADMSG for a damaged head. */
+int prof_entry_decode_sample_head(const struct buf_entry_reader *reader, struct prof_sample *ret,
+                                  const uint8_t **ret_stack_bytes, size_t *ret_len);
 
 #endif /* FLEETPROF_CHILD_PROFILE_ENTRIES_H */

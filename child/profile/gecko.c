@@ -130,6 +130,17 @@ static int u64map_intern(struct u64map *m, uint64_t key, uint32_t next_value, ui
     return 0;
 }
 
+/* Returns the slot of key, or NULL if it is absent. */
+static inline const struct u64slot *u64map_find(const struct u64map *m, uint64_t key)
+{
+    if (!m->cap)
+        return NULL;
+    for (size_t s = slot_of(key, m->cap); m->slots[s].key; s = (s + 1) & (m->cap - 1))
+        if (m->slots[s].key == key)
+            return &m->slots[s];
+    return NULL;
+}
+
 /* Sets the value of key, which is in the map. */
 static void u64map_set(struct u64map *m, uint64_t key, uint32_t value)
 {
@@ -186,6 +197,27 @@ struct gprefix_label {
     uint32_t name_len;
 };
 
+/* A sample stack known by its encoded bytes (see add_known_sample). */
+struct gknown {
+    size_t offset;        /* of its bytes in known_bytes */
+    uint32_t len;         /* bytes */
+    uint32_t stack;       /* the stack built for them */
+    uint32_t label_count; /* labels merged into it */
+};
+
+/* Encoded sample stacks remembered take at most this many bytes in a whole process, their
+ * index included: stacks that repeat are met early, and a process whose stacks never repeat
+ * would only fill it. Later ones are built each time: the profile is the same, only slower. */
+#define KNOWN_STACK_BYTES    (4u << 20)
+/* What one remembered stack costs besides its bytes: its gknown, and two map slots (the
+ * map is at most half full). */
+#define KNOWN_STACK_OVERHEAD (sizeof(struct gknown) + 2 * sizeof(struct u64slot))
+/* After this many samples not found among the remembered stacks, fewer than one hit in four
+ * turns the remembering off for the process: a miss costs a hash, a lookup and a copy, and
+ * with no stack ever repeated (bench-gecko's samples with a unique frame each) the writer
+ * was ~30 % slower than building alone. */
+#define KNOWN_STACK_TRIAL    2048
+
 struct gthread {
     int32_t tid;
     const struct prof_thread_info *info; /* NULL: seen only in entries */
@@ -213,6 +245,13 @@ struct gthread {
     struct gprefix_label prefix_labels[PROF_MAX_LABELS];
     char prefix_label_names[PREFIX_LABEL_BYTES];
     uint64_t last_sample_ns;
+    /* Stacks of samples by the bytes that encode their frames and labels: a thread mostly
+     * repeats a few stacks, and a known one needs neither decoding nor lookups. */
+    struct u64map known_map; /* hash of the bytes | 1 -> index in known[] */
+    struct gknown *known;
+    size_t known_count, known_cap;
+    uint8_t *known_bytes; /* owned */
+    size_t known_bytes_used, known_bytes_cap;
     /* The last marker name and its string index: a thread mostly repeats one name, and a
      * compare is cheaper than hashing it again. len MARKER_NAME_CACHE_BYTES + 1 = none. */
     size_t marker_name_len;
@@ -246,6 +285,15 @@ struct gecko {
     uint64_t unknown_counters, unresolved_frames, label_frames;
     int symbolizer_error;
     int error;
+    /* The stack bytes of the sample entry being read when its thread does not know them yet
+     * (add_known_sample), to remember with the stack built; len 0 = none. Borrowed from the
+     * block, valid during the read callback. */
+    const uint8_t *unknown_bytes;
+    size_t unknown_len;
+    uint64_t unknown_hash;
+    size_t known_bytes; /* remembered stacks of all threads, with KNOWN_STACK_OVERHEAD */
+    uint64_t known_hits, known_misses; /* samples found among them, or not */
+    bool known_off;          /* too few hits: samples are decoded and built (KNOWN_STACK_TRIAL) */
     struct prof_entry entry; /* decode scratch (large) */
 };
 
@@ -263,13 +311,20 @@ static int new_array_writer(struct json_writer **ret)
     return r;
 }
 
-static struct gthread *thread_for(struct gecko *g, int32_t tid)
+static struct gthread *thread_find(struct gecko *g, int32_t tid)
 {
-    struct gthread *t;
-
     for (size_t i = 0; i < g->thread_count; i++)
         if (g->threads[i].tid == tid)
             return &g->threads[i];
+    return NULL;
+}
+
+static struct gthread *thread_for(struct gecko *g, int32_t tid)
+{
+    struct gthread *t = thread_find(g, tid);
+
+    if (t)
+        return t;
     if (reserve((void **)&g->threads, &g->thread_cap, g->thread_count + 1, sizeof(*t)) < 0)
         return NULL;
     t = &g->threads[g->thread_count];
@@ -585,12 +640,144 @@ static const char *no_stack_reason(const struct prof_sample *s, uint32_t *ret_ca
     return "(no stack: none recorded)";
 }
 
+/* Appends the row [stack|null, time, eventDelay 0, threadCPUDelta] in one call. */
+static int write_sample_row(struct gecko *g, struct gthread *t, uint32_t stack, uint64_t time_ns,
+                            uint64_t cpu_delta_ns)
+{
+    uint64_t time;
+    char *p;
+
+    /* The front-end stores time deltas and never re-sorts: keep them non-decreasing. */
+    time = time_ns < t->last_sample_ns ? t->last_sample_ns : time_ns;
+    t->last_sample_ns = time;
+    p = json_writer_raw_begin(t->samples, NULL, 3 * JSON_RAW_NUMBER_BYTES + 8);
+    if (!p)
+        return json_writer_error(t->samples);
+    *p++ = '[';
+    p = put_stack_or_null(p, stack);
+    *p++ = ',';
+    p = json_raw_time_ms(p, rel_ns(g, time));
+    memcpy(p, ",0,", 3);
+    p = json_raw_uint(p + 3, cpu_delta_ns);
+    *p++ = ']';
+    json_writer_raw_end(t->samples, p);
+    return 0;
+}
+
+/* Two independent lanes, so that the multiplies overlap (a sample's stack is some 100 bytes:
+ * one chain of multiplies was a tenth of the writer's time). Any mix will do: u64map mixes
+ * the key again, and two stacks with one hash only cost the second its building. */
+static uint64_t hash_bytes(const uint8_t *p, size_t len)
+{
+    uint64_t a = len * 0x9e3779b97f4a7c15u, b = 0, w[2] = {0, 0};
+
+    for (; len >= 16; p += 16, len -= 16) {
+        memcpy(w, p, sizeof(w));
+        a = (a ^ w[0]) * 0xff51afd7ed558ccdu;
+        b = (b ^ w[1]) * 0xc4ceb9fe1a85ec53u;
+        a = a << 32 | a >> 32; /* high bits down: a multiply only carries them up */
+        b = b << 32 | b >> 32;
+    }
+    w[0] = w[1] = 0;
+    memcpy(w, p, len);
+    a = (a ^ w[0]) * 0xff51afd7ed558ccdu;
+    b = (b ^ w[1]) * 0xc4ceb9fe1a85ec53u;
+    a ^= b << 32 | b >> 32;
+    return a ^ a >> 29;
+}
+
+/* Turns the remembering off for the rest of the profile, and frees what it kept. */
+static void forget_known(struct gecko *g)
+{
+    for (size_t i = 0; i < g->thread_count; i++) {
+        struct gthread *t = &g->threads[i];
+
+        u64map_done(&t->known_map);
+        free(t->known);
+        free(t->known_bytes);
+        t->known = NULL;
+        t->known_bytes = NULL;
+        t->known_count = t->known_cap = t->known_bytes_used = t->known_bytes_cap = 0;
+    }
+    g->known_off = true;
+}
+
+/* A sample whose frames and labels its thread has seen encoded by the same bytes gets the
+ * stack built then: same bytes decode to the same frames and labels, and building is
+ * deterministic. Only stacks that build_stack() made are remembered (remember_known), so a
+ * hit never skips the checks of a damaged entry: its bytes once decoded without error.
+ * Returns 1 when the sample was written, 0 to decode it (with its bytes noted in
+ * g->unknown_* when its thread may remember them), or -ENOMEM. Not inlined: on_entry()
+ * stays as small for the other entries. */
+static __attribute__((noinline)) int add_known_sample(struct gecko *g,
+                                                      struct buf_entry_reader *reader)
+{
+    const struct u64slot *slot;
+    const struct gknown *k;
+    struct prof_sample head;
+    const uint8_t *bytes;
+    struct gthread *t;
+    size_t len;
+    uint64_t hash;
+    int r;
+
+    if (prof_entry_decode_sample_head(reader, &head, &bytes, &len) < 0)
+        return 0; /* another kind, straddling, or damaged: the full decoder decides */
+    /* Found, not made: an entry that then fails to decode must not add a thread. */
+    t = thread_find(g, head.tid);
+    if (!t)
+        return 0;
+    hash = hash_bytes(bytes, len) | 1; /* never 0, the map's empty key */
+    slot = u64map_find(&t->known_map, hash);
+    k = slot ? &t->known[slot->value] : NULL;
+    if (!k || k->len != len || memcmp(t->known_bytes + k->offset, bytes, len) != 0) {
+        if (++g->known_misses >= KNOWN_STACK_TRIAL && g->known_hits < g->known_misses / 4) {
+            forget_known(g);
+            return 0;
+        }
+        if (!slot) { /* else another stack with the same hash: built each time */
+            g->unknown_bytes = bytes;
+            g->unknown_len = len;
+            g->unknown_hash = hash;
+        }
+        return 0;
+    }
+    g->known_hits++;
+    t->last_stack = k->stack;
+    g->label_frames += k->label_count;
+    g->samples++;
+    r = write_sample_row(g, t, k->stack, head.time_ns, head.cpu_delta_ns);
+    return r < 0 ? r : 1;
+}
+
+/* Remembers the stack just built for the bytes add_known_sample() noted. Out of memory only
+ * ends the remembering: the profile is the same without it. */
+static void remember_known(struct gecko *g, struct gthread *t, uint32_t stack, uint32_t label_count)
+{
+    size_t len = g->unknown_len;
+    uint32_t index;
+    bool inserted;
+    int r;
+
+    if (len == 0 || len + KNOWN_STACK_OVERHEAD > KNOWN_STACK_BYTES - g->known_bytes)
+        return;
+    if (reserve((void **)&t->known, &t->known_cap, t->known_count + 1, sizeof(*t->known)) < 0 ||
+        reserve((void **)&t->known_bytes, &t->known_bytes_cap, t->known_bytes_used + len, 1) < 0)
+        return;
+    r = u64map_intern(&t->known_map, g->unknown_hash, (uint32_t)t->known_count, &index, &inserted);
+    if (r < 0 || !inserted)
+        return;
+    memcpy(t->known_bytes + t->known_bytes_used, g->unknown_bytes, len);
+    t->known[t->known_count++] =
+            (struct gknown){t->known_bytes_used, (uint32_t)len, stack, label_count};
+    t->known_bytes_used += len;
+    g->known_bytes += len + KNOWN_STACK_OVERHEAD;
+}
+
 static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
 {
     struct gthread *t = thread_for(g, s->tid);
     uint32_t stack;
-    uint64_t time;
-    char *p;
     int r;
 
     if (!t)
@@ -611,28 +798,15 @@ static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
                 r = intern_stack(t, NO_INDEX, frame, &stack);
         } else {
             r = build_stack(g, t, s->frames, s->frame_count, s->labels, s->label_count, &stack);
+            if (r == 0)
+                remember_known(g, t, stack, s->label_count);
         }
         if (r < 0)
             return r;
         t->last_stack = stack;
         g->samples++;
     }
-    /* The front-end stores time deltas and never re-sorts: keep them non-decreasing. */
-    time = s->time_ns < t->last_sample_ns ? t->last_sample_ns : s->time_ns;
-    t->last_sample_ns = time;
-    /* [stack|null, time, eventDelay 0, threadCPUDelta] in one call. */
-    p = json_writer_raw_begin(t->samples, NULL, 3 * JSON_RAW_NUMBER_BYTES + 8);
-    if (!p)
-        return json_writer_error(t->samples);
-    *p++ = '[';
-    p = put_stack_or_null(p, stack);
-    *p++ = ',';
-    p = json_raw_time_ms(p, rel_ns(g, time));
-    memcpy(p, ",0,", 3);
-    p = json_raw_uint(p + 3, same ? 0 : s->cpu_delta_ns);
-    *p++ = ']';
-    json_writer_raw_end(t->samples, p);
-    return 0;
+    return write_sample_row(g, t, stack, s->time_ns, same ? 0 : s->cpu_delta_ns);
 }
 
 /* intern_string() for marker names, remembering the last one of the thread. */
@@ -899,7 +1073,7 @@ static int on_entry(struct buf_entry_reader *reader, uint64_t index, void *userd
 {
     struct gecko *g = userdata;
     struct prof_entry *e = &g->entry;
-    int r = prof_entry_decode(reader, e);
+    int r;
 
     g->entries++;
     if (g->progress && (g->entries & 4095) == 0 && g->range_span)
@@ -908,6 +1082,13 @@ static int on_entry(struct buf_entry_reader *reader, uint64_t index, void *userd
                 proportion_mul(proportion_from_ratio(index - g->range_start, g->range_span),
                                proportion_from_double(0.6)),
                 "reading the buffer");
+    g->unknown_len = 0; /* only add_known_sample() notes bytes, for this entry alone */
+    if (!g->known_off && prof_entry_may_be_sample(reader)) {
+        r = add_known_sample(g, reader);
+        if (r != 0)
+            return r < 0 ? r : 0;
+    }
+    r = prof_entry_decode(reader, e);
     if (r == -ENOTSUP) {
         g->unknown_kinds++;
         return 0;
@@ -1479,6 +1660,9 @@ static void gecko_done(struct gecko *g)
         json_unique_strings_free(t->strings);
         u64map_done(&t->frame_map);
         u64map_done(&t->stack_map);
+        u64map_done(&t->known_map);
+        free(t->known);
+        free(t->known_bytes);
         free(t->frames);
         free(t->stacks);
         json_writer_free(t->samples);

@@ -122,6 +122,7 @@ static struct prof_entry entries[3]; /* ~70 KiB each: static, not on the stack *
 static void decode_block(const uint8_t *block, size_t len)
 {
     size_t cuts[2] = {len / 2, len ? block[0] % (len + 1) : 0};
+    uint8_t *spans[3][2];
     int r[3];
 
     for (int i = 0; i < 3; i++) {
@@ -136,13 +137,18 @@ static void decode_block(const uint8_t *block, size_t len)
         r[i] = prof_entry_decode(&reader, &entries[i]);
         CHECK(r[i] == 0 || r[i] == -EBADMSG || r[i] == -ENOTSUP);
         CHECK(reader.pos <= len);
-        free(a);
-        free(b);
+        spans[i][0] = a;
+        spans[i][1] = b;
     }
     CHECK(r[0] == r[1] && r[0] == r[2]);
     if (r[0] == 0) {
         check_same_entry(&entries[0], &entries[1]);
         check_same_entry(&entries[0], &entries[2]);
+    }
+    /* Only now: decoded strings may be borrowed from the spans (entries.h). */
+    for (int i = 0; i < 3; i++) {
+        free(spans[i][0]);
+        free(spans[i][1]);
     }
 }
 

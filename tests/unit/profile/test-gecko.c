@@ -24,6 +24,7 @@
 
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
+#include "buffer/entry.h"
 #include "buffer/json-writer.h"
 #include "child/profile/entries.h"
 #include "child/profile/gecko.h"
@@ -399,6 +400,9 @@ struct stack_spec {
     struct prof_label labels[2];
 };
 
+/* Raw entries put into the buffer after the samples, or NULL. */
+static void (*put_extra)(struct buf_chunked_buffer *buffer);
+
 /* Writes one process profile of the samples of stacks (thread PID, 1 ms apart), with libs;
  * recovered as meta.fleetprof.recovered. Parses it back (caller frees *ret_doc). */
 static const struct json_value *write_stacks(const struct prof_libs *libs,
@@ -442,6 +446,8 @@ static const struct json_value *write_stacks(const struct prof_libs *libs,
             frames[k] = stacks[i].root_first[stacks[i].count - 1 - k] + 0x10;
         assert_int_equal(prof_entry_put_sample(buffer, &s), 0);
     }
+    if (put_extra)
+        put_extra(buffer);
     assert_int_equal(json_writer_new_memory(&w), 0);
     assert_int_equal(prof_gecko_write_process(w, NULL, &info, buffer, &fake_symbolizer, NULL), 0);
     assert_int_equal(json_writer_finish(w), 0);
@@ -703,6 +709,115 @@ static void test_damaged_stacks_with_runtime_frames(void **state)
     json_doc_free(doc);
 }
 
+/* Sample entries that fail to decode (300 frames, more than PROF_MAX_FRAMES), of an unknown
+ * thread (tid 77) and of the known one (tid PID), their frame bytes those of a known stack's
+ * frames or not. */
+static void put_damaged_samples(struct buf_chunked_buffer *buffer)
+{
+    /* kind, tid (zig-zag ULEB128), time 100, CPU delta 0, flags 0, frame count 300, frames */
+    static const uint8_t unknown_thread[] = {BUF_ENTRY_SAMPLE, 154, 1, 100, 0, 0, 0xac, 2, 0, 0};
+    static const uint8_t known_thread[] = {BUF_ENTRY_SAMPLE, 164, 194, 0, 100, 0, 0, 0xac, 2, 0};
+
+    _Static_assert(2 * PID == 164 - 128 + (194 - 128) * 128, "tid PID in known_thread");
+    assert_int_equal(
+            buf_chunked_buffer_put_bytes(buffer, unknown_thread, sizeof(unknown_thread), NULL), 0);
+    assert_int_equal(buf_chunked_buffer_put_bytes(buffer, known_thread, sizeof(known_thread), NULL),
+                     0);
+}
+
+/* A stack met again is written as when it was first built (the writer recognizes it by its
+ * encoded frames and labels, without decoding them): the same stack index and path, labels
+ * counted each time; a different label, or a sample with no frames (whose reason is in its
+ * flags, outside those bytes) is not taken for it; damaged entries are still dropped. */
+static void test_known_stacks_written_as_built(void **state)
+{
+    const struct stack_spec a = {
+            .count = 5,
+            .root_first = {PROG(0x1000), PROG(0x1100), RT(0x1000), RT(0x1100), LIBC(0x1000)}};
+    const struct stack_spec b = {
+            .count = 5,
+            .root_first = {PROG(0x1000), PROG(0x1100), RT(0x1000), RT(0x1100), LIBC(0x1000)},
+            .label_count = 1,
+            .labels = {{{"Startup::Work", 13}, PROF_CATEGORY_APP, 2, 0, 0}}};
+    struct stack_spec a_truncated = a, blocked = {.flags = PROF_SAMPLE_BLOCKED_SINCE_START},
+                      failed = {.flags = PROF_SAMPLE_UNWIND_FAIL};
+    struct stack_spec stacks[9];
+    const struct json_value *root, *log;
+    struct json_doc *doc = NULL;
+    char first[1024], again[1024];
+    int64_t n = 0;
+
+    (void)state;
+    a_truncated.flags = PROF_SAMPLE_TRUNCATED;
+    stacks[0] = a, stacks[1] = b, stacks[2] = a, stacks[3] = failed, stacks[4] = blocked;
+    stacks[5] = b, stacks[6] = a_truncated, stacks[7] = failed, stacks[8] = a;
+    put_extra = put_damaged_samples;
+    root = write_stacks(&fake_libs, stacks, 9, NULL, &doc);
+    put_extra = NULL;
+    for (size_t i = 2; i < 9; i++) {
+        size_t was = i == 5 ? 1 : i == 7 ? 3 : 0;
+
+        if (i == 3 || i == 4)
+            continue;
+        assert_int_equal(sample_path(doc, root, was, first, sizeof(first)),
+                         sample_path(doc, root, i, again, sizeof(again)));
+        assert_string_equal(first, again);
+    }
+    expect_path(doc, root, 0,
+                "main:2;work:2;fleetprof:8;fleetprof_group_end:8;commit_event:8;clock_gettime:8");
+    expect_path(doc, root, 1,
+                "main:2;work:2;Startup::Work:7;fleetprof:8;fleetprof_group_end:8;commit_event:8;"
+                "clock_gettime:8");
+    expect_path(doc, root, 3, "(no stack: unwinding failed):8");
+    expect_path(doc, root, 4, "(no stack: blocked since the thread started):1");
+    /* The damaged entries: no thread 77, no tenth sample, counted as decode errors. */
+    assert_int_equal(json_value_len(get(doc, root, "threads")), 1);
+    assert_int_equal(
+            json_value_len(
+                    get(doc, get(doc, json_array_at(doc, get(doc, root, "threads"), 0), "samples"),
+                        "data")),
+            9);
+    log = get(doc, get(doc, get(doc, root, "profilingLog"), "4242"), "profileWriter");
+    assert_int_equal(json_value_int64(doc, get(doc, log, "labelFrames"), &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(json_value_int64(doc, get(doc, log, "decodeErrors"), &n), 0);
+    assert_int_equal(n, 2);
+    json_doc_free(doc);
+}
+
+/* A process whose stacks do not repeat stops remembering them (after 2048 new ones, gecko.c):
+ * its stacks are written the same before and after, and one met again later still gets the
+ * stack it was first given. */
+static void test_unrepeated_stacks_written_as_built(void **state)
+{
+    enum { UNIQUE = 2200, AGAIN = 20 };
+    struct stack_spec *stacks = calloc(UNIQUE + AGAIN, sizeof(*stacks));
+    struct json_doc *doc = NULL;
+    const struct json_value *root;
+    char first[1024], again[1024];
+
+    (void)state;
+    assert_non_null(stacks);
+    for (size_t i = 0; i < UNIQUE; i++) {
+        stacks[i].count = 3;
+        stacks[i].root_first[0] = PROG(0x1000);
+        stacks[i].root_first[1] = PROG(0x10000 + i * 0x20);
+        stacks[i].root_first[2] = LIBC(0x1000);
+    }
+    for (size_t i = 0; i < AGAIN; i++)
+        stacks[UNIQUE + i] = stacks[i * 97];
+    root = write_stacks(&fake_libs, stacks, UNIQUE + AGAIN, NULL, &doc);
+    for (size_t i = 0; i < AGAIN; i++) {
+        assert_int_equal(sample_path(doc, root, i * 97, first, sizeof(first)),
+                         sample_path(doc, root, UNIQUE + i, again, sizeof(again)));
+        assert_string_equal(first, again);
+    }
+    expect_path(doc, root, UNIQUE - 1,
+                "main:2;program+0x4212ef (called from main):2;clock_gettime:2");
+    json_doc_free(doc);
+    free(stacks);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -712,6 +827,8 @@ int main(void)
             cmocka_unit_test(test_runtime_frames_under_pseudo_frame),
             cmocka_unit_test(test_stacks_without_runtime_unchanged),
             cmocka_unit_test(test_damaged_stacks_with_runtime_frames),
+            cmocka_unit_test(test_known_stacks_written_as_built),
+            cmocka_unit_test(test_unrepeated_stacks_written_as_built),
     };
 
     return cmocka_run_group_tests_name("profile-gecko", tests, NULL, NULL);
