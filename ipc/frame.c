@@ -24,20 +24,24 @@ size_t ipc_frame_size(const Fleetprof__Envelope *env)
     return buf_uleb128_size(packed) + packed;
 }
 
-ssize_t ipc_frame_encode(const Fleetprof__Envelope *env, uint8_t *out, size_t out_len)
+ssize_t ipc__frame_encode_packed(const Fleetprof__Envelope *env, size_t packed, uint8_t *out,
+                                 size_t out_len)
 {
-    size_t packed, prefix;
+    size_t prefix = buf_uleb128_size(packed);
 
-    if (!env || env->msg_case == FLEETPROF__ENVELOPE__MSG__NOT_SET)
-        return -EINVAL;
-    packed = fleetprof__envelope__get_packed_size(env);
-    prefix = buf_uleb128_size(packed);
     if (out_len < prefix || out_len - prefix < packed)
         return -ENOBUFS;
     (void)buf_uleb128_encode(packed, out);
     if (fleetprof__envelope__pack(env, out + prefix) != packed)
         return -EINVAL; /* cannot happen: protobuf-c packs exactly get_packed_size bytes */
     return (ssize_t)(prefix + packed);
+}
+
+ssize_t ipc_frame_encode(const Fleetprof__Envelope *env, uint8_t *out, size_t out_len)
+{
+    if (!env || env->msg_case == FLEETPROF__ENVELOPE__MSG__NOT_SET)
+        return -EINVAL;
+    return ipc__frame_encode_packed(env, fleetprof__envelope__get_packed_size(env), out, out_len);
 }
 
 /* Wire tags (field number << 3 | wire type 2, length-delimited) of Envelope.profile_data

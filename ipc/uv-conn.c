@@ -25,6 +25,7 @@
 #include <uv.h>
 
 #include "buffer/leb128.h"
+#include "ipc/ipc-internal.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc-internal.h"
 #include "ipc/uv-ipc.h"
@@ -504,7 +505,7 @@ static int queue_frame(struct ipc_conn *c, const Fleetprof__Envelope *env, bool 
     if (!stream_last && c->queued_bytes == 0 && frame <= TRY_WRITE_MAX_BYTES) {
         uint8_t now[TRY_WRITE_MAX_BYTES];
 
-        n = ipc_frame_encode(env, now, frame);
+        n = ipc__frame_encode_packed(env, packed, now, frame);
         if (n < 0)
             return (int)n;
         buf = uv_buf_init((char *)now, (unsigned)frame);
@@ -526,7 +527,7 @@ static int queue_frame(struct ipc_conn *c, const Fleetprof__Envelope *env, bool 
     w->frame_bytes = frame;
     w->stream_last = stream_last;
     w->borrowed = false;
-    n = ipc_frame_encode(env, w->data, frame);
+    n = ipc__frame_encode_packed(env, packed, w->data, frame);
     if (n < 0) {
         r = (int)n;
         goto err_put;
