@@ -159,6 +159,7 @@ static void reset_frame(struct ipc_reader *r)
 void ipc_reader_done(struct ipc_reader *r)
 {
     reset_frame(r);
+    r->arena = ipc__arena_free(r->arena);
 }
 
 static ssize_t latch(struct ipc_reader *r, int error, const char *reason)
@@ -177,14 +178,17 @@ static int deliver(struct ipc_reader *r, const uint8_t *p, size_t len, ipc_envel
     const char *reason = NULL;
     int ret;
 
-    ret = ipc_envelope_decode(p, len, r->max_decode_bytes, &env, &reason);
+    ret = ipc__envelope_decode_arena(&r->arena, p, len, r->max_decode_bytes, &env, &reason);
     if (ret < 0) {
         (void)latch(r, ret, reason ? reason : "undecodable envelope");
         return ret;
     }
     r->frames++;
     ret = cb ? cb(userdata, env) : 0;
-    (void)ipc_envelope_free(env);
+    if (r->arena)
+        ipc__arena_reset(r->arena);
+    else
+        (void)ipc_envelope_free(env); /* no arena: decoded with malloc */
     if (ret < 0)
         (void)latch(r, ret, "stopped by the receiver");
     return ret;
