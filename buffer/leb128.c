@@ -56,6 +56,11 @@ ssize_t buf_uleb128_decode(const uint8_t *p, size_t len, uint64_t *ret_value)
     struct buf_uleb128_decoder d = {0};
     size_t limit = len < BUF_ULEB128_MAX_BYTES ? len : BUF_ULEB128_MAX_BYTES;
 
+    /* Most values on the wire (tags, small lengths) are one byte. */
+    if (len > 0 && p[0] < 0x80) {
+        *ret_value = p[0];
+        return 1;
+    }
     for (size_t i = 0; i < limit; i++) {
         int r = buf_uleb128_decoder_feed(&d, p[i], ret_value);
 

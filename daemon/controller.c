@@ -1,9 +1,10 @@
 /* daemon/controller.c - see controller.h.
  *
  * Each owner keeps its released chunks in a deque, oldest first (done times strictly
- * increase per owner, which validation enforces). The globally oldest chunk is the
- * smallest (front done_ns, owner) over owners: a linear scan, cheap for hundreds of
- * owners and only needed when evicting.
+ * increase per owner, which validation enforces). Owners are found by id in a small chained
+ * hash table, and the owners that hold released chunks sit in a binary min-heap keyed by
+ * (front done_ns, owner): an update and each eviction cost O(log owners), not a scan of the
+ * fleet (a thousand children made the scan the largest user-space cost per update).
  */
 #include "daemon/controller.h"
 
@@ -13,6 +14,9 @@
 
 struct owner {
     int32_t id;
+    size_t index;       /* position in ctl.owners */
+    size_t heap_pos;    /* position in ctl.heap, NOT_IN_HEAP when it holds no chunk */
+    struct owner *next; /* hash chain */
     uint64_t unreleased;
     uint64_t released;
     struct ctl_chunk *chunks; /* deque: chunks[head .. head + count) */
@@ -23,10 +27,16 @@ struct owner {
     uint64_t evicted;
 };
 
+#define NOT_IN_HEAP SIZE_MAX
+
 struct ctl {
     uint64_t limit;
-    struct owner *owners;
+    struct owner **owners; /* owned, each allocated alone (its address is its identity) */
     size_t owner_count, owner_cap;
+    struct owner **buckets; /* hash chains by id; bucket_count is a power of two */
+    size_t bucket_count;
+    struct owner **heap; /* owners with released chunks, by (front done_ns, id) */
+    size_t heap_count;
     uint64_t unreleased_total;
     uint64_t released_total;
     uint64_t released_chunks;
@@ -60,9 +70,13 @@ struct ctl *ctl_free(struct ctl *c)
 {
     if (!c)
         return NULL;
-    for (size_t i = 0; i < c->owner_count; i++)
-        free(c->owners[i].chunks);
+    for (size_t i = 0; i < c->owner_count; i++) {
+        free(c->owners[i]->chunks);
+        free(c->owners[i]);
+    }
     free(c->owners);
+    free(c->buckets);
+    free(c->heap);
     free(c->log);
     free(c);
     return NULL;
@@ -81,32 +95,75 @@ static void log_event(struct ctl *c, int32_t owner, int8_t delta, uint64_t now_n
     c->log[c->log_count++] = (struct ctl_log_entry){owner, delta, now_ns};
 }
 
-static struct owner *find_owner(struct ctl *c, int32_t id)
+static size_t bucket_of(const struct ctl *c, int32_t id)
 {
-    for (size_t i = 0; i < c->owner_count; i++)
-        if (c->owners[i].id == id)
-            return &c->owners[i];
+    return ((uint32_t)id * 2654435761u) & (c->bucket_count - 1);
+}
+
+static struct owner *find_owner(const struct ctl *c, int32_t id)
+{
+    if (!c->bucket_count)
+        return NULL;
+    for (struct owner *o = c->buckets[bucket_of(c, id)]; o; o = o->next)
+        if (o->id == id)
+            return o;
     return NULL;
+}
+
+/* Keeps at most two owners per bucket on average. */
+static int grow_buckets(struct ctl *c)
+{
+    size_t count = c->bucket_count ? c->bucket_count * 2 : 64;
+    struct owner **grown = calloc(count, sizeof(*grown));
+
+    if (!grown)
+        return -ENOMEM;
+    free(c->buckets);
+    c->buckets = grown;
+    c->bucket_count = count;
+    for (size_t i = 0; i < c->owner_count; i++) {
+        struct owner *o = c->owners[i];
+        size_t b = bucket_of(c, o->id);
+
+        o->next = c->buckets[b];
+        c->buckets[b] = o;
+    }
+    return 0;
 }
 
 static struct owner *get_owner(struct ctl *c, int32_t id)
 {
     struct owner *o = find_owner(c, id);
+    size_t b;
 
     if (o)
         return o;
     if (c->owner_count == c->owner_cap) {
         size_t cap = c->owner_cap ? c->owner_cap * 2 : 16;
-        struct owner *grown = realloc(c->owners, cap * sizeof(*grown));
+        struct owner **grown = realloc(c->owners, cap * sizeof(*grown));
+        struct owner **heap;
 
         if (!grown)
             return NULL;
         c->owners = grown;
+        heap = realloc(c->heap, cap * sizeof(*heap));
+        if (!heap)
+            return NULL;
+        c->heap = heap;
         c->owner_cap = cap;
     }
-    o = &c->owners[c->owner_count++];
-    memset(o, 0, sizeof(*o));
+    if (c->owner_count >= 2 * c->bucket_count && grow_buckets(c) < 0)
+        return NULL;
+    o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
     o->id = id;
+    o->heap_pos = NOT_IN_HEAP;
+    o->index = c->owner_count;
+    c->owners[c->owner_count++] = o;
+    b = bucket_of(c, id);
+    o->next = c->buckets[b];
+    c->buckets[b] = o;
     return o;
 }
 
@@ -115,6 +172,89 @@ static const struct ctl_chunk *front(const struct owner *o)
     return o->count ? &o->chunks[o->head] : NULL;
 }
 
+/* ---- the heap of owners by their oldest released chunk ---------------------------------- */
+
+/* a's oldest chunk goes before b's: older, or as old and a smaller owner id. */
+static bool heap_before(const struct owner *a, const struct owner *b)
+{
+    const struct ctl_chunk *fa = front(a), *fb = front(b);
+
+    return fa->done_ns < fb->done_ns || (fa->done_ns == fb->done_ns && a->id < b->id);
+}
+
+static void heap_set(struct ctl *c, size_t pos, struct owner *o)
+{
+    c->heap[pos] = o;
+    o->heap_pos = pos;
+}
+
+static void heap_up(struct ctl *c, size_t pos)
+{
+    struct owner *o = c->heap[pos];
+
+    while (pos > 0) {
+        size_t parent = (pos - 1) / 2;
+
+        if (!heap_before(o, c->heap[parent]))
+            break;
+        heap_set(c, pos, c->heap[parent]);
+        pos = parent;
+    }
+    heap_set(c, pos, o);
+}
+
+static void heap_down(struct ctl *c, size_t pos)
+{
+    struct owner *o = c->heap[pos];
+
+    for (;;) {
+        size_t child = 2 * pos + 1;
+
+        if (child >= c->heap_count)
+            break;
+        if (child + 1 < c->heap_count && heap_before(c->heap[child + 1], c->heap[child]))
+            child++;
+        if (!heap_before(c->heap[child], o))
+            break;
+        heap_set(c, pos, c->heap[child]);
+        pos = child;
+    }
+    heap_set(c, pos, o);
+}
+
+static void heap_remove(struct ctl *c, struct owner *o)
+{
+    size_t pos = o->heap_pos;
+    struct owner *last;
+
+    if (pos == NOT_IN_HEAP)
+        return;
+    o->heap_pos = NOT_IN_HEAP;
+    last = c->heap[--c->heap_count];
+    if (last == o)
+        return;
+    heap_set(c, pos, last);
+    heap_up(c, pos);
+    heap_down(c, last->heap_pos);
+}
+
+/* The owner's front chunk changed (or it has none now): its place in the heap follows. */
+static void heap_update(struct ctl *c, struct owner *o)
+{
+    if (!o->count) {
+        heap_remove(c, o);
+        return;
+    }
+    if (o->heap_pos == NOT_IN_HEAP) {
+        heap_set(c, c->heap_count++, o); /* the heap has room for every owner */
+        heap_up(c, o->heap_pos);
+        return;
+    }
+    heap_up(c, o->heap_pos);
+    heap_down(c, o->heap_pos);
+}
+
+/* Takes the owner's oldest chunk off its deque; the caller updates the heap. */
 static void pop_front(struct ctl *c, struct owner *o)
 {
     const struct ctl_chunk *f = front(o);
@@ -149,6 +289,8 @@ static int push_back(struct ctl *c, struct owner *o, const struct ctl_chunk *chu
     o->released += chunk->bytes;
     c->released_total += chunk->bytes;
     c->released_chunks++;
+    if (o->count == 1)
+        heap_update(c, o); /* its first chunk: it joins the heap */
     return 0;
 }
 
@@ -169,18 +311,9 @@ void ctl_evict(struct ctl *c, uint64_t now_ns, struct ctl_actions *a)
     a->destroy_count = 0;
     a->more = false;
     while (c->unreleased_total + c->released_total > c->limit && c->released_chunks > 0) {
-        struct owner *oldest = NULL;
+        struct owner *oldest = c->heap[0]; /* every released chunk is in an owner of the heap */
         const struct ctl_chunk *f;
 
-        for (size_t i = 0; i < c->owner_count; i++) {
-            const struct ctl_chunk *cf = front(&c->owners[i]);
-
-            if (!cf)
-                continue;
-            if (!oldest || cf->done_ns < front(oldest)->done_ns ||
-                (cf->done_ns == front(oldest)->done_ns && c->owners[i].id < oldest->id))
-                oldest = &c->owners[i];
-        }
         /* Room for a new owner's request, or the chunk's owner already has one. */
         if (a->destroy_count == sizeof(a->destroy) / sizeof(a->destroy[0])) {
             bool listed = false;
@@ -195,6 +328,7 @@ void ctl_evict(struct ctl *c, uint64_t now_ns, struct ctl_actions *a)
         f = front(oldest);
         add_action(a, oldest->id, f->done_ns);
         pop_front(c, oldest);
+        heap_update(c, oldest);
         oldest->evicted++;
         c->evicted_total++;
         log_event(c, oldest->id, -1, now_ns);
@@ -203,13 +337,19 @@ void ctl_evict(struct ctl *c, uint64_t now_ns, struct ctl_actions *a)
 
 static void forget_owner(struct ctl *c, struct owner *o)
 {
-    size_t index = (size_t)(o - c->owners);
+    struct owner **link = &c->buckets[bucket_of(c, o->id)];
 
     c->unreleased_total -= o->unreleased;
     c->released_total -= o->released;
     c->released_chunks -= o->count;
+    heap_remove(c, o);
+    while (*link != o)
+        link = &(*link)->next;
+    *link = o->next;
+    c->owners[o->index] = c->owners[--c->owner_count];
+    c->owners[o->index]->index = o->index;
     free(o->chunks);
-    c->owners[index] = c->owners[--c->owner_count];
+    free(o);
 }
 
 void ctl_remove(struct ctl *c, int32_t owner, uint64_t now_ns)
@@ -307,8 +447,11 @@ int ctl_update(struct ctl *c, int32_t owner, const struct ctl_update *u, uint64_
     }
     /* The owner destroyed everything older than its oldest (its own limit, or our earlier
      * requests): drop those here too. */
-    while (front(o) && front(o)->done_ns < o->oldest_floor_ns)
-        pop_front(c, o);
+    if (front(o) && front(o)->done_ns < o->oldest_floor_ns) {
+        while (front(o) && front(o)->done_ns < o->oldest_floor_ns)
+            pop_front(c, o);
+        heap_update(c, o);
+    }
     if (u->newly_released_count == 0)
         log_event(c, owner, 0, now_ns);
     o->last_update_ns = now_ns;
@@ -344,8 +487,11 @@ void ctl_remove_owned(struct ctl *c, uint64_t done_ns)
     struct owner *o = find_owner(c, CTL_OWNER_DAEMON);
 
     /* Exit profiles are consumed oldest first, or all at once. */
-    while (o && front(o) && front(o)->done_ns <= done_ns)
+    if (!o || !front(o) || front(o)->done_ns > done_ns)
+        return;
+    while (front(o) && front(o)->done_ns <= done_ns)
         pop_front(c, o);
+    heap_update(c, o);
 }
 
 uint64_t ctl_oldest_child_done_ns(const struct ctl *c)
@@ -353,9 +499,9 @@ uint64_t ctl_oldest_child_done_ns(const struct ctl *c)
     uint64_t oldest = 0;
 
     for (size_t i = 0; i < c->owner_count; i++) {
-        const struct ctl_chunk *f = front(&c->owners[i]);
+        const struct ctl_chunk *f = front(c->owners[i]);
 
-        if (c->owners[i].id != CTL_OWNER_DAEMON && f && (!oldest || f->done_ns < oldest))
+        if (c->owners[i]->id != CTL_OWNER_DAEMON && f && (!oldest || f->done_ns < oldest))
             oldest = f->done_ns;
     }
     return oldest;
@@ -385,19 +531,18 @@ static void fill_status(const struct owner *o, struct ctl_owner_status *s)
 size_t ctl_get_owners(const struct ctl *c, struct ctl_owner_status *out, size_t max)
 {
     for (size_t i = 0; i < c->owner_count && i < max; i++)
-        fill_status(&c->owners[i], &out[i]);
+        fill_status(c->owners[i], &out[i]);
     return c->owner_count;
 }
 
 bool ctl_get_owner(const struct ctl *c, int32_t owner, struct ctl_owner_status *ret)
 {
-    for (size_t i = 0; i < c->owner_count; i++) {
-        if (c->owners[i].id == owner) {
-            fill_status(&c->owners[i], ret);
-            return true;
-        }
-    }
-    return false;
+    const struct owner *o = find_owner(c, owner);
+
+    if (!o)
+        return false;
+    fill_status(o, ret);
+    return true;
 }
 
 const struct ctl_log_entry *ctl_log(const struct ctl *c, size_t *ret_count, uint64_t *ret_dropped)

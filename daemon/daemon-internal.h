@@ -50,6 +50,8 @@ struct conn {
     int region_fd;                    /* the child's chunk region (memfd, sealed), -1 if none */
     bool final_update;                /* its manager said goodbye: its chunks are gone */
     uint32_t groups_refused;          /* GroupStats refused (logged up to a few) */
+    bool in_pid_map;                  /* linked in d->by_pid (from its Hello to its close) */
+    struct conn *pid_next;            /* chain in d->by_pid */
     struct conn *next;
 };
 
@@ -81,6 +83,8 @@ struct daemon {
     struct ctl *ctl;
     struct fleet_groups *groups; /* owned: the fleet's performance groups */
     struct conn *conns;          /* owned list */
+    struct conn **by_pid;        /* owned buckets (power of two) of children by pid, borrowed */
+    size_t by_pid_buckets, by_pid_count;
     uint64_t next_id;
     struct daemon_stats stats;
     uint64_t start_ns; /* when the daemon started: the time origin of captures */

@@ -60,16 +60,64 @@ void daemon__log(struct daemon *d, enum daemon_log_level level, const char *fmt,
     d->opt.log(d->opt.log_userdata, level, line);
 }
 
+/* Children by pid: a destroy request names its owner by pid, and a scan of every connection
+ * for each one was the daemon's largest user-space cost per update with a large fleet. */
+static size_t pid_bucket(const struct daemon *d, int32_t pid)
+{
+    return ((uint32_t)pid * 2654435761u) & (d->by_pid_buckets - 1);
+}
+
 static struct conn *child_by_pid(struct daemon *d, int32_t pid)
 {
-    for (struct conn *c = d->conns; c; c = c->next)
+    if (!d->by_pid_buckets)
+        return NULL;
+    for (struct conn *c = d->by_pid[pid_bucket(d, pid)]; c; c = c->pid_next)
         if (c->kind == CONN_CHILD && c->pid == pid)
             return c;
     return NULL;
 }
 
+/* Links c (whose pid is set) into the map; keeps at most two per bucket on average. */
+static int pid_map_add(struct daemon *d, struct conn *c)
+{
+    size_t b;
+
+    if (d->by_pid_count >= 2 * d->by_pid_buckets) {
+        size_t count = d->by_pid_buckets ? d->by_pid_buckets * 2 : 64;
+        struct conn **grown = calloc(count, sizeof(*grown));
+
+        if (!grown)
+            return -ENOMEM;
+        free(d->by_pid);
+        d->by_pid = grown;
+        d->by_pid_buckets = count;
+        for (struct conn *k = d->conns; k; k = k->next) {
+            if (k->in_pid_map) {
+                b = pid_bucket(d, k->pid);
+                k->pid_next = d->by_pid[b];
+                d->by_pid[b] = k;
+            }
+        }
+    }
+    b = pid_bucket(d, c->pid);
+    c->pid_next = d->by_pid[b];
+    d->by_pid[b] = c;
+    c->in_pid_map = true;
+    d->by_pid_count++;
+    return 0;
+}
+
 static void unlink_conn(struct daemon *d, struct conn *c)
 {
+    if (c->in_pid_map) {
+        struct conn **link = &d->by_pid[pid_bucket(d, c->pid)];
+
+        while (*link != c)
+            link = &(*link)->pid_next;
+        *link = c->pid_next;
+        c->in_pid_map = false;
+        d->by_pid_count--;
+    }
     for (struct conn **p = &d->conns; *p; p = &(*p)->next) {
         if (*p == c) {
             *p = c->next;
@@ -239,8 +287,13 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
         daemon__drop(c, "a second connection from the same process");
         return;
     }
-    c->kind = CONN_CHILD;
     c->pid = (int32_t)c->peer.pid;
+    if (pid_map_add(d, c) < 0) {
+        c->pid = 0;
+        daemon__drop(c, "out of memory for a new child");
+        return;
+    }
+    c->kind = CONN_CHILD;
     c->ppid = h->ppid;
     c->start_epoch_ms = (double)h->start_epoch_ms;
     (void)snprintf(c->name, sizeof(c->name), "%s", h->name && *h->name ? h->name : "?");
@@ -718,6 +771,7 @@ void daemon__maybe_finish_close(struct daemon *d)
     userdata = d->close_userdata;
     daemon__exit_profiles_free(d);
     free(d->departures);
+    free(d->by_pid);
     daemon__symbols_free(d);
     fleet_groups_free(d->groups);
     ctl_free(d->ctl);

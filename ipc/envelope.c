@@ -192,29 +192,22 @@ bad:
     return -EBADMSG;
 }
 
-int ipc_envelope_decode(const uint8_t *data, size_t len, size_t max_decode_bytes,
-                        Fleetprof__Envelope **ret_env, const char **ret_reason)
+/* Unpacks, checks the wire and validates with allocator, whose data is budget; on failure
+ * frees what was unpacked with free_with. */
+static int decode_with(const uint8_t *data, size_t len, ProtobufCAllocator *allocator,
+                       struct decode_budget *budget, ProtobufCAllocator *free_with,
+                       Fleetprof__Envelope **ret_env, const char **ret_reason)
 {
-    struct decode_budget budget = {
-            .used = 0,
-            .max = max_decode_bytes ? max_decode_bytes
-                                    : IPC_FRAME_MAX_BYTES_DEFAULT * IPC_DECODE_BUDGET_FACTOR,
-    };
-    ProtobufCAllocator allocator = {
-            .alloc = budget_alloc,
-            .free = budget_free,
-            .allocator_data = &budget,
-    };
     const char *reason = "undecodable envelope";
     Fleetprof__Envelope *env;
     int r;
 
     if (!ret_env || (!data && len))
         return -EINVAL;
-    env = fleetprof__envelope__unpack(&allocator, len, data);
+    env = fleetprof__envelope__unpack(allocator, len, data);
     if (!env) {
         r = -EBADMSG;
-        if (budget.exceeded)
+        if (budget->exceeded)
             reason = "envelope needs more memory than the decode budget";
         goto err;
     }
@@ -228,10 +221,129 @@ int ipc_envelope_decode(const uint8_t *data, size_t len, size_t max_decode_bytes
     return 0;
 
 err_free:
-    fleetprof__envelope__free_unpacked(env, &free_allocator);
+    fleetprof__envelope__free_unpacked(env, free_with);
 err:
     if (ret_reason)
         *ret_reason = reason;
+    return r;
+}
+
+int ipc_envelope_decode(const uint8_t *data, size_t len, size_t max_decode_bytes,
+                        Fleetprof__Envelope **ret_env, const char **ret_reason)
+{
+    struct decode_budget budget = {
+            .used = 0,
+            .max = max_decode_bytes ? max_decode_bytes
+                                    : IPC_FRAME_MAX_BYTES_DEFAULT * IPC_DECODE_BUDGET_FACTOR,
+    };
+    ProtobufCAllocator allocator = {
+            .alloc = budget_alloc,
+            .free = budget_free,
+            .allocator_data = &budget,
+    };
+
+    return decode_with(data, len, &allocator, &budget, &free_allocator, ret_env, ret_reason);
+}
+
+/* ---- the reader's decode arena ----------------------------------------------------------- */
+
+/* A message that fits (every small one: a chunk-manager update with a few dozen chunks, a
+ * poll, an ack) is unpacked into one block kept for the reader's life, with a bump pointer:
+ * no malloc or free per message. What does not fit is malloc'd as before, each allocation
+ * linked in a list freed at the reset. The budget is charged exactly as by budget_alloc (the
+ * size plus a 16-byte header per allocation), so the same envelopes are refused. */
+#define ARENA_BLOCK_BYTES ((size_t)2048)
+
+struct ipc__arena {
+    struct decode_budget budget;
+    size_t block_used; /* bytes handed out from block */
+    void *overflow;    /* allocations beyond block, chained by header */
+    _Alignas(16) uint8_t block[ARENA_BLOCK_BYTES];
+};
+
+static void *arena_alloc(void *allocator_data, size_t size)
+{
+    struct ipc__arena *a = allocator_data;
+    size_t rounded = (size + 15u) & ~(size_t)15u;
+    unsigned char *base;
+
+    if (size > SIZE_MAX - ALLOC_HEADER_BYTES - 15u)
+        return NULL;
+    if (size + ALLOC_HEADER_BYTES > a->budget.max - a->budget.used) {
+        a->budget.exceeded = true;
+        return NULL;
+    }
+    a->budget.used += size + ALLOC_HEADER_BYTES;
+    if (rounded <= ARENA_BLOCK_BYTES - a->block_used) {
+        base = a->block + a->block_used;
+        a->block_used += rounded;
+        return base;
+    }
+    base = malloc(size + ALLOC_HEADER_BYTES);
+    if (!base) {
+        a->budget.used -= size + ALLOC_HEADER_BYTES;
+        return NULL;
+    }
+    memcpy(base, &a->overflow, sizeof(a->overflow));
+    a->overflow = base;
+    return base + ALLOC_HEADER_BYTES;
+}
+
+/* Everything goes at the reset. */
+static void arena_free(void *allocator_data, void *ptr)
+{
+    (void)allocator_data;
+    (void)ptr;
+}
+
+void ipc__arena_reset(struct ipc__arena *a)
+{
+    while (a->overflow) {
+        void *next;
+
+        memcpy(&next, a->overflow, sizeof(next));
+        free(a->overflow);
+        a->overflow = next;
+    }
+    a->block_used = 0;
+    a->budget.used = 0;
+    a->budget.exceeded = false;
+}
+
+struct ipc__arena *ipc__arena_free(struct ipc__arena *a)
+{
+    if (a) {
+        ipc__arena_reset(a);
+        free(a);
+    }
+    return NULL;
+}
+
+int ipc__envelope_decode_arena(struct ipc__arena **arena, const uint8_t *data, size_t len,
+                               size_t max_decode_bytes, Fleetprof__Envelope **ret_env,
+                               const char **ret_reason)
+{
+    ProtobufCAllocator allocator = {.alloc = arena_alloc, .free = arena_free};
+    struct ipc__arena *a = *arena;
+    int r;
+
+    if (!a) {
+        a = malloc(sizeof(*a));
+        if (!a)
+            return ipc_envelope_decode(data, len, max_decode_bytes, ret_env, ret_reason);
+        a->overflow = NULL;
+        a->block_used = 0;
+        *arena = a;
+    }
+    a->budget = (struct decode_budget){
+            .used = 0,
+            .max = max_decode_bytes ? max_decode_bytes
+                                    : IPC_FRAME_MAX_BYTES_DEFAULT * IPC_DECODE_BUDGET_FACTOR,
+    };
+    allocator.allocator_data = a;
+    r = decode_with(data, len, &allocator, &a->budget, &allocator, ret_env, ret_reason);
+    if (r < 0)
+        ipc__arena_reset(a);
     return r;
 }
 

@@ -24,20 +24,24 @@ size_t ipc_frame_size(const Fleetprof__Envelope *env)
     return buf_uleb128_size(packed) + packed;
 }
 
-ssize_t ipc_frame_encode(const Fleetprof__Envelope *env, uint8_t *out, size_t out_len)
+ssize_t ipc__frame_encode_packed(const Fleetprof__Envelope *env, size_t packed, uint8_t *out,
+                                 size_t out_len)
 {
-    size_t packed, prefix;
+    size_t prefix = buf_uleb128_size(packed);
 
-    if (!env || env->msg_case == FLEETPROF__ENVELOPE__MSG__NOT_SET)
-        return -EINVAL;
-    packed = fleetprof__envelope__get_packed_size(env);
-    prefix = buf_uleb128_size(packed);
     if (out_len < prefix || out_len - prefix < packed)
         return -ENOBUFS;
     (void)buf_uleb128_encode(packed, out);
     if (fleetprof__envelope__pack(env, out + prefix) != packed)
         return -EINVAL; /* cannot happen: protobuf-c packs exactly get_packed_size bytes */
     return (ssize_t)(prefix + packed);
+}
+
+ssize_t ipc_frame_encode(const Fleetprof__Envelope *env, uint8_t *out, size_t out_len)
+{
+    if (!env || env->msg_case == FLEETPROF__ENVELOPE__MSG__NOT_SET)
+        return -EINVAL;
+    return ipc__frame_encode_packed(env, fleetprof__envelope__get_packed_size(env), out, out_len);
 }
 
 /* Wire tags (field number << 3 | wire type 2, length-delimited) of Envelope.profile_data
@@ -155,6 +159,7 @@ static void reset_frame(struct ipc_reader *r)
 void ipc_reader_done(struct ipc_reader *r)
 {
     reset_frame(r);
+    r->arena = ipc__arena_free(r->arena);
 }
 
 static ssize_t latch(struct ipc_reader *r, int error, const char *reason)
@@ -173,14 +178,17 @@ static int deliver(struct ipc_reader *r, const uint8_t *p, size_t len, ipc_envel
     const char *reason = NULL;
     int ret;
 
-    ret = ipc_envelope_decode(p, len, r->max_decode_bytes, &env, &reason);
+    ret = ipc__envelope_decode_arena(&r->arena, p, len, r->max_decode_bytes, &env, &reason);
     if (ret < 0) {
         (void)latch(r, ret, reason ? reason : "undecodable envelope");
         return ret;
     }
     r->frames++;
     ret = cb ? cb(userdata, env) : 0;
-    (void)ipc_envelope_free(env);
+    if (r->arena)
+        ipc__arena_reset(r->arena);
+    else
+        (void)ipc_envelope_free(env); /* no arena: decoded with malloc */
     if (ret < 0)
         (void)latch(r, ret, "stopped by the receiver");
     return ret;

@@ -132,20 +132,23 @@ typedef int (*ipc_envelope_cb)(void *userdata, const Fleetprof__Envelope *env);
  * of the one frame in progress (grown as they arrive, never beyond max_frame_bytes) plus
  * the decode budget while a frame is decoded. The first error latches: later feeds return
  * it again. */
+struct ipc__arena; /* ipc/envelope.c */
+
 struct ipc_reader {
     /* private */
-    uint64_t len_value;      /* length prefix accumulated so far */
-    unsigned len_shift;      /* bits of the prefix consumed (7 per byte) */
-    bool in_frame;           /* length known, reading the envelope bytes */
-    size_t frame_len;        /* envelope bytes of the frame in progress */
-    size_t have;             /* envelope bytes buffered */
-    size_t cap;              /* bytes allocated at frame */
-    uint8_t *frame;          /* owned, cap bytes; NULL between frames */
-    size_t max_frame_bytes;  /* limit on frame_len */
-    size_t max_decode_bytes; /* protobuf-c allocation budget per envelope */
-    uint64_t frames;         /* envelopes delivered so far */
-    int error;               /* first error, 0 if none */
-    const char *reason;      /* static description of error */
+    uint64_t len_value;       /* length prefix accumulated so far */
+    unsigned len_shift;       /* bits of the prefix consumed (7 per byte) */
+    bool in_frame;            /* length known, reading the envelope bytes */
+    size_t frame_len;         /* envelope bytes of the frame in progress */
+    size_t have;              /* envelope bytes buffered */
+    size_t cap;               /* bytes allocated at frame */
+    uint8_t *frame;           /* owned, cap bytes; NULL between frames */
+    size_t max_frame_bytes;   /* limit on frame_len */
+    size_t max_decode_bytes;  /* protobuf-c allocation budget per envelope */
+    uint64_t frames;          /* envelopes delivered so far */
+    struct ipc__arena *arena; /* owned: decode memory reused for every frame, or NULL */
+    int error;                /* first error, 0 if none */
+    const char *reason;       /* static description of error */
 };
 
 /* max_frame_bytes 0 means IPC_FRAME_MAX_BYTES_DEFAULT; the decode budget is 16 times the
