@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "buffer/json-writer.h"
+#include "common/quantile.h"
 #include "tools/json-read.h"
 #include "tools/summary-log.h"
 
@@ -109,30 +110,16 @@ void summary_groups_add(struct group_table *gt, const struct json_doc *d,
 
 /* The q-quantile of a group's per-event CPU time from its summed histogram: the upper bound
  * of the bucket holding it (the next bucket's lower bound), never above the worst event; 0
- * without events or bucket bounds. Same rule as child/profile/groups.c. */
+ * without events or bucket bounds. */
 static uint64_t group_quantile_ns(const struct group_table *t, const struct group_sum *g, double q)
 {
-    uint64_t total = 0, seen = 0, rank;
-    size_t n = t->buckets;
+    int b = histogram_quantile_bucket(g->durations, t->buckets, q);
+    uint64_t upper;
 
-    for (size_t b = 0; b < n; b++)
-        total += g->durations[b];
-    if (!total)
+    if (b < 0)
         return 0;
-    rank = (uint64_t)((double)total * q);
-    if ((double)rank < (double)total * q - 1e-6)
-        rank++;
-    if (rank == 0)
-        rank = 1;
-    for (size_t b = 0; b < n; b++) {
-        seen += g->durations[b];
-        if (seen >= rank) {
-            uint64_t upper = b + 1 < n ? t->lower_us[b + 1] * 1000 : UINT64_MAX;
-
-            return upper > g->worst_event_ns ? g->worst_event_ns : upper;
-        }
-    }
-    return g->worst_event_ns;
+    upper = (size_t)b + 1 < t->buckets ? t->lower_us[b + 1] * 1000 : UINT64_MAX;
+    return upper > g->worst_event_ns ? g->worst_event_ns : upper;
 }
 
 static int compare_group_cpu(const void *a, const void *b)

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/quantile.h"
+
 /* ---- snapshots --------------------------------------------------------------------------- */
 
 static int copy_totals(struct top_totals *dst, const Fleetprof__GroupTotals *src)
@@ -116,31 +118,14 @@ size_t top_history_pick(struct top_snapshot *const *hist, size_t n, uint64_t win
 
 uint64_t top_quantile_ns(const struct top_totals *t, double q)
 {
-    uint64_t total = 0, seen = 0, rank;
+    int b = histogram_quantile_bucket(t->durations, TOP_BUCKETS, q);
+    uint64_t upper;
 
-    for (unsigned b = 0; b < TOP_BUCKETS; b++)
-        total += t->durations[b];
-    if (total == 0 || !(q > 0))
+    if (b < 0)
         return 0;
-    if (q > 1)
-        q = 1;
-    /* The ceiling of total x q, without letting rounding (100 x 0.98 = 98.00000000000001)
-     * push it one event up. */
-    rank = (uint64_t)((double)total * q);
-    if ((double)rank < (double)total * q - 1e-6)
-        rank++;
-    if (rank == 0)
-        rank = 1;
-    for (unsigned b = 0; b < TOP_BUCKETS; b++) {
-        seen += t->durations[b];
-        if (seen >= rank) {
-            /* The last bucket has no upper bound, and no event took more than the worst. */
-            uint64_t upper = b + 1 < TOP_BUCKETS ? (UINT64_C(1) << b) * 1000 : UINT64_MAX;
-
-            return upper > t->worst_event_ns ? t->worst_event_ns : upper;
-        }
-    }
-    return t->worst_event_ns;
+    /* The last bucket has no upper bound, and no event took more than the worst. */
+    upper = b + 1 < TOP_BUCKETS ? (UINT64_C(1) << b) * 1000 : UINT64_MAX;
+    return upper > t->worst_event_ns ? t->worst_event_ns : upper;
 }
 
 /* A counter that went down (a process the daemon forgot) counts as no change, never as a

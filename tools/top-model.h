@@ -78,8 +78,8 @@ size_t top_history_pick(struct top_snapshot *const *hist, size_t n, uint64_t win
 
 /* The q-quantile (0 < q <= 1) of per-event charged time from the histogram: the upper bound
  * of the bucket that holds it, or the worst event when that is smaller or the bucket has no
- * bound; 0 when there is no event. The rule of prof_group_quantile_ns(), so that `top` and
- * `summary` agree. */
+ * bound; 0 when there is no event. histogram_quantile_bucket() picks the bucket, as for
+ * the runtime and `summary`. */
 uint64_t top_quantile_ns(const struct top_totals *t, double q);
 
 /* A row of the table: a group (fleet view) or a process (breakdown of one group). */

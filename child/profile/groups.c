@@ -3,6 +3,8 @@
 
 #include <errno.h>
 
+#include "common/quantile.h"
+
 __extension__ typedef unsigned __int128 u128; /* cpu ns x cycles needs 128 bits */
 
 unsigned prof_group_bucket(uint64_t ns)
@@ -34,30 +36,14 @@ uint64_t prof_group_bucket_upper_ns(unsigned b)
 
 uint64_t prof_group_quantile_ns(const struct prof_group_totals *t, double q)
 {
-    uint64_t total = 0, seen = 0, rank;
+    int b = histogram_quantile_bucket(t->durations, PROF_GROUP_BUCKETS, q);
+    uint64_t upper;
 
-    for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++)
-        total += t->durations[b];
-    if (total == 0 || !(q > 0))
+    if (b < 0)
         return 0;
-    if (q > 1)
-        q = 1;
-    /* The ceiling of total x q, without letting rounding (100 x 0.98 = 98.00000000000001)
-     * push it one event up. */
-    rank = (uint64_t)((double)total * q);
-    if ((double)rank < (double)total * q - 1e-6)
-        rank++;
-    if (rank == 0)
-        rank = 1;
-    for (unsigned b = 0; b < PROF_GROUP_BUCKETS; b++) {
-        seen += t->durations[b];
-        if (seen >= rank) {
-            uint64_t upper = prof_group_bucket_upper_ns(b);
-            /* No bound above the last bucket, and none above the worst event either. */
-            return upper > t->worst_event_ns ? t->worst_event_ns : upper;
-        }
-    }
-    return t->worst_event_ns;
+    /* No bound above the last bucket, and none above the worst event either. */
+    upper = prof_group_bucket_upper_ns((unsigned)b);
+    return upper > t->worst_event_ns ? t->worst_event_ns : upper;
 }
 
 int prof_group_charge(uint64_t event_cpu_ns, uint64_t event_start_cycles, uint64_t event_end_cycles,
