@@ -30,7 +30,9 @@
 4. record.churn_cpu_ratio: `bench-fleet churn 64 4 20` (64 short-lived children of ~20 ms of
    CPU each, fork+exec'd 4 at a time) recorded vs alone; also preloaded only, and recorded
    with posix_spawn instead of fork+exec (no runtime restart in a forked child about to exec);
-   and the same two references as in 3.
+   and the same two references as in 3. Two more steps split a child's cost by stage: the
+   library preloaded but not started (`loaded`), and started with a 1 s interval, so that a
+   10 ms child takes no sample (`started`); a table gives each stage's CPU per process.
 
 CPU = user + sys of the whole process tree: every process in these trees is waited for by its
 parent, so rusage from wait4 (Linux: the child plus its reaped descendants) covers them all;
@@ -392,6 +394,10 @@ def record_runs(tmp, name, commands, reps):
                 argv = [CLI, "record", "--no-summary", "-o", out, "--", *argv]
             elif how == "preload":
                 env = clean_env(LD_PRELOAD=LIB, FLEETPROF_STARTUP=1)
+            elif how == "loaded":
+                env = clean_env(LD_PRELOAD=LIB)
+            elif how == "started":
+                env = clean_env(LD_PRELOAD=LIB, FLEETPROF_STARTUP=1, FLEETPROF_INTERVAL_MS="1000")
             elif how == "floor":
                 env = clean_env(BENCH_FLEET_SIGNAL_FLOOR=1)
             elif how == "perf":
@@ -462,7 +468,8 @@ def main():
         bench["fleet_load"] = load()
         churn = [FLEET, "churn", str(CHURN_CHILDREN), str(CHURN_PARALLEL), str(CHURN_ROUNDS)]
         bench["churn"] = record_runs(tmp, "churn", {
-            "alone": (churn + ["fork"], "alone"), "preload": (churn + ["fork"], "preload"),
+            "alone": (churn + ["fork"], "alone"), "loaded": (churn + ["fork"], "loaded"),
+            "started": (churn + ["fork"], "started"), "preload": (churn + ["fork"], "preload"),
             "record": (churn + ["fork"], "record"),
             "alone-spawn": (churn + ["spawn"], "alone"),
             "record-spawn": (churn + ["spawn"], "record"),
@@ -475,6 +482,30 @@ def main():
             stop(p, signal.SIGKILL)
         shutil.rmtree(tmp, ignore_errors=True)
     return report(bench, time.monotonic() - t_start)
+
+
+def churn_stages(runs):
+    """Where a short-lived child's cost goes: CPU per process (the children and the master)
+    of each step from one configuration to the next, as the median of per-repetition
+    differences with their range (a step near the noise may show below zero)."""
+    steps = [("library load (LD_PRELOAD, not started)", "loaded", "alone"),
+             ("runtime start, no sample (interval 1 s)", "started", "loaded"),
+             ("sampling at 1 kHz", "preload", "started"),
+             ("daemon: connection, exit profile, daemon CPU", "record", "preload")]
+    procs = CHURN_CHILDREN + 1
+    print(f"   per process (cpu ms, {procs} processes a run: median of per-rep differences)")
+    print(f"   {'step':<48} {'ms':>7} {'range':>15}")
+    for label, config, base in steps + [("restart in the forked child before exec "
+                                         "(fork - spawn)", "record", "record-spawn")]:
+        if config == "record" and base == "record-spawn":
+            d = [((r["cpu"] - a["cpu"]) - (s["cpu"] - b["cpu"])) * 1e3 / procs
+                 for r, a, s, b in zip(runs["record"], runs["alone"], runs["record-spawn"],
+                                       runs["alone-spawn"]) if r and a and s and b]
+        else:
+            d = [(r["cpu"] - b["cpu"]) * 1e3 / procs
+                 for r, b in zip(runs[config], runs[base]) if r and b]
+        rng = f"{min(d):+.3f}..{max(d):+.3f}" if d else "-"
+        print(f"   {label:<48} {cell(med(d) if d else math.nan, '7.3f')} {rng:>15}")
 
 
 def report(bench, total_s):
@@ -643,16 +674,20 @@ def report(bench, total_s):
     c = overhead_table(f"\n4. `fleetprof record` of bench-fleet churn: {CHURN_CHILDREN} "
                        f"children x {CHURN_ROUNDS} rounds, {CHURN_PARALLEL} at a time, 1 kHz, "
                        f"{REPS} interleaved reps, medians; goal cpu x <= 1.10",
-                       churn_runs, [("alone", None), ("preload", "alone"), ("record", "alone"),
+                       churn_runs, [("alone", None), ("loaded", "alone"), ("started", "alone"),
+                                    ("preload", "alone"), ("record", "alone"),
                                     ("alone-spawn", None), ("record-spawn", "alone-spawn"),
                                     ("floor", "alone")] + PEER, bench["churn_load"])
     print("   fork: fork+exec (the forked child restarts the runtime, then execs); spawn: "
           "posix_spawn. preload: as in 3. SIGPROF: children killed by the sampling signal, and "
           "started again by the master (their cost stays in the figure).")
+    churn_stages(churn_runs)
     figures["record.churn_cpu_ratio"] = (c["record"][0], "ratio")
     figures["record.churn_wall_ratio"] = (c["record"][1], "ratio")
     figures["record.churn_cpu_ratio_spawn"] = (c["record-spawn"][0], "ratio")
     figures["record.churn_cpu_ratio_sampling_only"] = (c["preload"][0], "ratio")
+    figures["record.churn_cpu_ratio_loaded"] = (c["loaded"][0], "ratio")
+    figures["record.churn_cpu_ratio_started"] = (c["started"][0], "ratio")
     figures["record.churn_cpu_ratio_signal_floor"] = (c["floor"][0], "ratio")
     if PERF:
         figures["record.churn_cpu_ratio_perf_record"] = (c["perf-record"][0], "ratio")
