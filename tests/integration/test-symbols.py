@@ -246,7 +246,10 @@ def test_exit_profile_is_resolved_by_the_service(tmp):
         log = runtime_log(exited)
         assert log["symbolModulesLoaded"] == 0, f"the child loaded symbols: {log}"
         assert log["symbolServiceBatches"] >= 1 and log["symbolServiceFailures"] == 0, log
-        assert log["symbolServiceUnresolved"] == 0, log
+        assert log["symbolServiceUnresolved"] == 0, \
+            (log, [t["stringTable"][row[t["frameTable"]["schema"]["location"]]]
+                   for t in exited["threads"] for row in t["frameTable"]["data"]
+                   if "0x" in t["stringTable"][row[t["frameTable"]["schema"]["location"]]]])
         assert_wait_stack(wait_frames(exited))
     finally:
         d.stop()
@@ -276,7 +279,7 @@ def test_fleet_loads_each_module_once(tmp):
         missing = set(pids) - {p["meta"]["fleetprof"]["pid"] for p in doc["processes"]}
         assert not missing, [(pid, [line for line in d.log().splitlines() if str(pid) in line])
                              for pid in sorted(missing)[:3]]
-        sampled = 0
+        sampled, unsampled = 0, []
         for proc in doc["processes"]:
             log = runtime_log(proc)
             pid = proc["meta"]["fleetprof"]["pid"]
@@ -288,7 +291,13 @@ def test_fleet_loads_each_module_once(tmp):
             if stacks:
                 sampled += 1
                 assert log["symbolServiceBatches"] >= 1, (pid, len(stacks), log)
-        assert sampled == 100, f"only {sampled} of 100 children have sampled stacks"
+            else:
+                unsampled.append((pid, proc["meta"]["fleetprof"],
+                                  [(t.get("name"), len(t["samples"]["data"]))
+                                   for t in proc["threads"]], log))
+        assert sampled == 100, f"only {sampled} of 100 children have sampled stacks: " \
+            f"{unsampled[:2]}; daemon log: " \
+            f"{[line for line in d.log().splitlines() if unsampled and str(unsampled[0][0]) in line]}"
         assert st["symbol_requests"] >= sampled, (sampled, st)
         # Each module once for the fleet: at most one load per distinct module the children
         # map (the program, libc, the loader, libfleetprof and its libraries), not 100x.
