@@ -4,9 +4,12 @@
  * else first is a protocol error. A child is long-polled: the daemon keeps one
  * AwaitNextChunkManagerUpdate outstanding, the child answers when its chunk manager
  * changed, and the answer goes through the controller, whose destroy requests are sent
- * to the chunks' owners. Misbehaviour (an update nobody asked for, an impossible update,
- * a message only the daemon may send) drops the child with a logged reason; the others are
- * never affected. Memory per connection is bounded by the ipc layer's frame and queue caps.
+ * to the chunks' owners. The poll is a standing one: a child that knows it answers every
+ * change under it (saying so in each update), so an update costs the daemon one read and
+ * no poll; an older child answers once, and is polled again after each update. Misbehaviour (an
+ * update nobody asked for, an impossible update, a message only the daemon may send) drops the
+ * child with a logged reason; the others are never affected. Memory per connection is bounded by
+ * the ipc layer's frame and queue caps.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -220,6 +223,7 @@ static void send_poll(struct conn *c)
     Fleetprof__AwaitNextChunkManagerUpdate msg = FLEETPROF__AWAIT_NEXT_CHUNK_MANAGER_UPDATE__INIT;
 
     msg.id = ++c->d->next_id;
+    msg.standing = true;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE;
     env.await_next_chunk_manager_update = &msg;
     if (daemon__send(c, &env) == 0)
@@ -358,7 +362,8 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
             daemon__drop(c, "chunk-manager updates nobody asked for (flooding)");
         return;
     }
-    c->poll_id = 0;
+    if (!m->standing) /* a child that answers once: polled again below */
+        c->poll_id = 0;
     if (m->n_newly_released > ARRAY_SIZE(stack_chunks)) {
         if (m->n_newly_released > CTL_MAX_NEW_PER_UPDATE) {
             daemon__drop(c, "too many newly released chunks in one update");
@@ -383,7 +388,7 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
     }
     d->stats.updates++;
     daemon__apply_actions(d, &a);
-    if (c->kind == CONN_CHILD) /* sending destroys may have dropped a (wedged) peer */
+    if (c->kind == CONN_CHILD && !c->poll_id) /* sending destroys may have dropped a peer */
         send_poll(c);
 }
 
