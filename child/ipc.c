@@ -9,7 +9,8 @@
  *     poll is answered by every update from then on, without a new poll per update, but
  *     never while the daemon has not read the previous one: the slot folds meanwhile and
  *     a timer, backing off, looks again;
- *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once;
+ *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once; the change it makes
+ *     goes with the next update, it does not make one of its own;
  *   - Stop/Start/Pause/Resume: sampling paused or resumed, then acknowledged.
  * Performance groups: when their totals changed, at most once per GROUP_STATS_PERIOD_NS,
  * the sampler's tick wakes this thread, which sends the cumulative totals (GroupStats); a
@@ -116,11 +117,17 @@ static void wake_ipc(void)
     (void)pthread_mutex_unlock(&wake_lock);
 }
 
+/* Set by the IPC thread while it applies a destroy request under a standing poll. */
+static __thread bool applying_destroy __attribute__((tls_model("initial-exec")));
+
 static void on_chunk_update(const struct buf_update *u, void *userdata)
 {
-    /* Runs under the buffer's lock: fold and flag, nothing else. */
+    /* Runs under the buffer's lock: fold and flag, nothing else. A change the daemon asked
+     * for is not flagged: it counted those chunks gone when it asked, so the change waits in
+     * the slot for the next update rather than costing the daemon a message of its own. */
     buf_update_slot_fold(userdata, u);
-    atomic_store_explicit(&ipc.update_pending, 1, memory_order_release);
+    if (!applying_destroy)
+        atomic_store_explicit(&ipc.update_pending, 1, memory_order_release);
 }
 
 void rt_ipc_tick(void)
@@ -695,8 +702,11 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
         flush_update();
         break;
     case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE:
+        /* Under a one-shot poll the next poll flushes the slot anyway. */
+        applying_destroy = ipc.poll_standing;
         buf_chunked_buffer_destroy_at_or_before(rt.buffer,
                                                 env->destroy_released_chunks_at_or_before->done_ns);
+        applying_destroy = false;
         break;
     case FLEETPROF__ENVELOPE__MSG_GATHER_PROFILE:
         on_gather_request(env->gather_profile->id);

@@ -8,7 +8,8 @@
  * chunk manager changed. The daemon's poll is a standing one: every later change is sent
  * under it, without a new poll, but not while the daemon has not read the previous update
  * (then it waits, folded, and a timer backing off from 1 to 64 ms looks again), as the
- * runtime does. --old-child makes the simulators children that do not know standing polls:
+ * runtime does, where a destroy request's change waits for the next update instead of
+ * making one. --old-child makes the simulators children that do not know standing polls:
  * each poll answered once, and the daemon polls again after each update (the protocol
  * before standing polls). The manager releases one 256 KiB chunk every period (100 ms,
  * phases spread over the fleet) with strictly increasing CLOCK_MONOTONIC done times, keeps
@@ -397,7 +398,11 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
         atomic_fetch_add(&sim.slot->destroyed_chunks, n);
         if (n) {
             sim_publish();
-            sim_changed();
+            /* As child/ipc.c: under a standing poll the change waits for the next update. */
+            if (sim.poll_standing)
+                sim.dirty = true;
+            else
+                sim_changed();
         } else {
             atomic_fetch_add(&sim.slot->stale_destroys, 1);
         }

@@ -159,7 +159,7 @@ def test_eviction_takes_the_globally_oldest(tmp):
         d.stop()
 
 
-HELLO, WELCOME, AWAIT, UPDATE = 1, 2, 9, 10
+HELLO, WELCOME, AWAIT, UPDATE, DESTROY = 1, 2, 9, 10, 11
 
 
 def hostile_child(d, behaviour, report):
@@ -608,6 +608,31 @@ def test_daemon_polls_once_or_per_update(tmp):
         d.stop()
 
 
+def test_standing_poll_destroy_waits_for_next_update(tmp):
+    fd = FakeDaemon(tmp, "destroy")
+    p = fd.start_child(tmp, 6, 3000)
+    try:
+        fd.conn.sendall(frame(AWAIT, field(1, 7), field(2, 1)))
+        u = fd.next_update()
+        while u is not None and not u[1].get(5):
+            u = fd.next_update()
+        assert u is not None, "no chunk was released"
+        last = parse_fields(u[1][5][-1])[1][0]
+        fd.conn.sendall(frame(DESTROY, field(1, 8), field(2, last)))
+        # The daemon counted those chunks gone when it asked: the change is not an update of
+        # its own, it goes with the next one, which carries newly released chunks.
+        u = fd.next_update()
+        assert u is not None, "no update after the destroy request"
+        new = [parse_fields(c) for c in u[1].get(5, [])]
+        assert new, f"an update made by the destroy request alone: {u}"
+        assert all(c[1][0] > last for c in new), new
+        assert u[1].get(3, [0]) == [sum(c[2][0] for c in new)], u
+    finally:
+        fd.close()
+        rc = p.wait(timeout=60)
+    assert rc == 0, rc
+
+
 taplib.run([
     test_sixteen_children_stay_under_the_global_limit,
     test_eviction_takes_the_globally_oldest,
@@ -615,6 +640,7 @@ taplib.run([
     test_long_poll_answered_while_main_thread_is_paused,
     test_standing_poll_folds_while_daemon_lags,
     test_one_shot_poll_is_answered_once,
+    test_standing_poll_destroy_waits_for_next_update,
     test_daemon_polls_once_or_per_update,
     test_socket_permissions_and_other_uid_refused,
     test_shutdown_stops_children_and_removes_socket,
