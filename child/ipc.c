@@ -5,8 +5,12 @@
  * (interval, buffer limit, the daemon's clock reference), then serves the daemon:
  *   - AwaitNextChunkManagerUpdate: answered with the folded update as soon as there is
  *     one (long poll). The chunk manager's callback folds updates into a slot and flags
- *     them; the sampler wakes this thread once per tick when the flag is up;
- *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once;
+ *     them; the sampler wakes this thread once per tick when the flag is up. A standing
+ *     poll is answered by every update from then on, without a new poll per update, but
+ *     never while the daemon has not read the previous one: the slot folds meanwhile and
+ *     a timer, backing off, looks again;
+ *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once; the change it makes
+ *     goes with the next update, it does not make one of its own;
  *   - Stop/Start/Pause/Resume: sampling paused or resumed, then acknowledged.
  * Performance groups: when their totals changed, at most once per GROUP_STATS_PERIOD_NS,
  * the sampler's tick wakes this thread, which sends the cumulative totals (GroupStats); a
@@ -39,11 +43,16 @@
 
 #define EXIT_WAIT_NS          (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */
 #define GROUP_STATS_PERIOD_NS (1000ull * 1000 * 1000)     /* GroupStats at most this often */
+/* A held-back update looks again after this, doubling up to the max: a daemon that is
+ * stopped costs a child a few wake-ups a second, not one per tick. */
+#define UPDATE_RETRY_MIN_MS   1
+#define UPDATE_RETRY_MAX_MS   64
 
 static struct {
     uv_loop_t loop;
     uv_async_t wake;
-    struct ipc_conn *conn; /* IPC thread only */
+    uv_timer_t update_retry; /* a held-back update (standing poll) looks again */
+    struct ipc_conn *conn;   /* IPC thread only */
     pthread_t thread;
     bool thread_started;
     bool loop_ready;             /* loop and wake initialised (for the fork child) */
@@ -55,6 +64,8 @@ static struct {
     _Atomic int start_pending;   /* rt_ipc_start() deferred the connection (ipc-start.h) */
     bool defer_start;            /* the next rt_ipc_start() defers: set after a fork */
     uint64_t poll_id;            /* IPC thread only: outstanding poll, 0 = none */
+    bool poll_standing;          /* IPC thread only: poll_id stays outstanding once answered */
+    uint64_t update_retry_ms;    /* IPC thread only: the next wait of update_retry */
     uint64_t next_id;
     char socket_path[4096];
     pthread_mutex_t done_lock;
@@ -106,11 +117,17 @@ static void wake_ipc(void)
     (void)pthread_mutex_unlock(&wake_lock);
 }
 
+/* Set by the IPC thread while it applies a destroy request under a standing poll. */
+static __thread bool applying_destroy __attribute__((tls_model("initial-exec")));
+
 static void on_chunk_update(const struct buf_update *u, void *userdata)
 {
-    /* Runs under the buffer's lock: fold and flag, nothing else. */
+    /* Runs under the buffer's lock: fold and flag, nothing else. A change the daemon asked
+     * for is not flagged: it counted those chunks gone when it asked, so the change waits in
+     * the slot for the next update rather than costing the daemon a message of its own. */
     buf_update_slot_fold(userdata, u);
-    atomic_store_explicit(&ipc.update_pending, 1, memory_order_release);
+    if (!applying_destroy)
+        atomic_store_explicit(&ipc.update_pending, 1, memory_order_release);
 }
 
 void rt_ipc_tick(void)
@@ -143,6 +160,30 @@ static int send_env(Fleetprof__Envelope *env)
     return ipc.conn ? ipc_conn_send(ipc.conn, env) : -ENOTCONN;
 }
 
+static void flush_update(void);
+
+static void on_update_retry(uv_timer_t *timer)
+{
+    (void)timer;
+    flush_update();
+}
+
+/* Under a standing poll: whether the daemon read the previous update (and whatever went
+ * before it). If not, the slot keeps folding and update_retry looks again later. */
+static bool daemon_caught_up(void)
+{
+    int r = ipc_conn_peer_caught_up(ipc.conn);
+
+    if (r != 0) /* read, or cannot tell: the send reports a broken connection */
+        return true;
+    if (!uv_is_active((uv_handle_t *)&ipc.update_retry)) {
+        (void)uv_timer_start(&ipc.update_retry, on_update_retry, ipc.update_retry_ms, 0);
+        if (ipc.update_retry_ms < UPDATE_RETRY_MAX_MS)
+            ipc.update_retry_ms *= 2;
+    }
+    return false;
+}
+
 /* Answers the outstanding poll with whatever the slot holds. */
 static void flush_update(void)
 {
@@ -151,7 +192,9 @@ static void flush_update(void)
     Fleetprof__ChunkMetadata *items = NULL, **ptrs = NULL;
     struct buf_update u;
 
-    if (!ipc.poll_id || !buf_update_slot_take(&ipc.slot, &u))
+    if (!ipc.poll_id || !ipc.conn || (ipc.poll_standing && !daemon_caught_up()))
+        return;
+    if (!buf_update_slot_take(&ipc.slot, &u))
         return;
     if (u.newly_released_count) {
         items = calloc(u.newly_released_count, sizeof(*items));
@@ -178,10 +221,14 @@ static void flush_update(void)
     msg.oldest_done_ns = u.oldest_done_ns;
     msg.n_newly_released = u.newly_released_count;
     msg.newly_released = ptrs;
+    msg.standing = ipc.poll_standing;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
     env.chunk_manager_update = &msg;
-    if (send_env(&env) == 0)
-        ipc.poll_id = 0;
+    if (send_env(&env) == 0) {
+        if (!ipc.poll_standing)
+            ipc.poll_id = 0;
+        ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
+    }
     free(items);
     free(ptrs);
     buf_update_done(&u);
@@ -651,11 +698,15 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
         break;
     case FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE:
         ipc.poll_id = env->await_next_chunk_manager_update->id;
+        ipc.poll_standing = env->await_next_chunk_manager_update->standing;
         flush_update();
         break;
     case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE:
+        /* Under a one-shot poll the next poll flushes the slot anyway. */
+        applying_destroy = ipc.poll_standing;
         buf_chunked_buffer_destroy_at_or_before(rt.buffer,
                                                 env->destroy_released_chunks_at_or_before->done_ns);
+        applying_destroy = false;
         break;
     case FLEETPROF__ENVELOPE__MSG_GATHER_PROFILE:
         on_gather_request(env->gather_profile->id);
@@ -688,6 +739,15 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
     }
 }
 
+/* Once they are closed the loop ends, and the thread with it. */
+static void close_loop_handles(void)
+{
+    if (!uv_is_closing((uv_handle_t *)&ipc.wake))
+        uv_close((uv_handle_t *)&ipc.wake, NULL);
+    if (!uv_is_closing((uv_handle_t *)&ipc.update_retry))
+        uv_close((uv_handle_t *)&ipc.update_retry, NULL);
+}
+
 static void on_close(struct ipc_conn *conn, int error, const char *reason, void *userdata)
 {
     (void)conn;
@@ -701,10 +761,11 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
     if (ipc.sym)
         sym_finish(ipc.sym, -ENOTCONN);
     (void)pthread_mutex_unlock(&ipc.sym_lock);
+    (void)uv_timer_stop(&ipc.update_retry);
     /* The wake handle stays open until rt_ipc_stop() (the thread idles in its loop
      * meanwhile): closing it here would race with a uv_async_send from the exit path. */
-    if (atomic_load(&ipc.exiting) && !uv_is_closing((uv_handle_t *)&ipc.wake))
-        uv_close((uv_handle_t *)&ipc.wake, NULL);
+    if (atomic_load(&ipc.exiting))
+        close_loop_handles();
 }
 
 static void send_final_and_close(void)
@@ -725,8 +786,7 @@ static void on_wake(uv_async_t *handle)
 {
     (void)handle;
     if (atomic_load(&ipc.exiting) && !ipc.conn) {
-        if (!uv_is_closing((uv_handle_t *)&ipc.wake))
-            uv_close((uv_handle_t *)&ipc.wake, NULL); /* the loop ends, the thread with it */
+        close_loop_handles();
         return;
     }
     if (!ipc.conn)
@@ -826,6 +886,8 @@ static int start_now(void)
     (void)pthread_cond_init(&ipc.done_cond, NULL);
     ipc.done = false;
     ipc.poll_id = 0;
+    ipc.poll_standing = false;
+    ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
     atomic_store(&ipc.exiting, 0);
     /* libuv's signal pipes are recorded (pipe2 in preload.c), and none of the loop's
      * descriptors takes 0, 1 or 2. */
@@ -841,6 +903,7 @@ static int start_now(void)
         (void)uv_loop_close(&ipc.loop);
         return r;
     }
+    (void)uv_timer_init(&ipc.loop, &ipc.update_retry); /* cannot fail: no descriptor */
     ipc.loop_ready = true;
     /* Connect here, before the thread runs the loop: a Unix-socket connect completes at
      * once, and a process that ends a moment after starting still has its connection. */
@@ -873,7 +936,7 @@ static int start_now(void)
     r = rt_create_internal_thread(&ipc.thread, ipc_main, NULL);
     if (r < 0) {
         buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
-        uv_close((uv_handle_t *)&ipc.wake, NULL);
+        close_loop_handles();
         (void)uv_run(&ipc.loop, UV_RUN_NOWAIT);
         (void)uv_loop_close(&ipc.loop);
         ipc.loop_ready = false;

@@ -1,4 +1,6 @@
-/* daemon/daemon-internal.h - state shared by the daemon's files (server.c, gather.c).
+/* daemon/daemon-internal.h - state shared by the daemon's files (core.c, server.c, gather.c,
+ * symbols-service.c, recover.c), and what the files under server.c offer it. The core's
+ * functions are in daemon/core.h.
  *
  * Single-threaded: everything runs on the daemon's loop, except the end of a capture's file
  * write (fsync, close, rename), which a libuv worker does on data it owns until the
@@ -97,24 +99,14 @@ struct daemon {
     size_t departure_count;                  /* since the last capture, at most DEPARTURES_MAX */
     uint64_t departures_dropped;
     bool closing;
+    void (*finish_close)(struct daemon *d); /* server.c: frees d (daemon__maybe_finish_close) */
     void (*close_done)(void *);
     void *close_userdata;
 };
 
-uint64_t daemon__now_ns(void);
-uint64_t daemon__epoch_ms(void);
-void daemon__log(struct daemon *d, enum daemon_log_level level, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-/* Drops a misbehaving peer; logs why once. */
-void daemon__drop(struct conn *c, const char *why);
-/* Sends, dropping the peer if its queue is full. Returns 0 or the negative errno. */
-int daemon__send(struct conn *c, Fleetprof__Envelope *env);
-/* Frees the daemon once closing and nothing is left (connections, capture). */
-void daemon__maybe_finish_close(struct daemon *d);
+/* gather.c */
 /* Carries out the controller's actions (destroy requests, exit-profile evictions). */
 void daemon__apply_actions(struct daemon *d, struct ctl_actions *a);
-
-/* gather.c */
 /* A ProfileData or GatherProgress from a child; returns true if the gather used it. */
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m);
 void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress *m);

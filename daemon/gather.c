@@ -35,6 +35,7 @@
 
 #include "buffer/json-writer.h"
 #include "child/profile/gecko.h"
+#include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 
 #define PIECE_TOTAL_MAX   (512u << 20) /* one child's JSON; beyond it is "too large" */
@@ -129,6 +130,43 @@ void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char 
         ctl_remove_owned(d->ctl, e->receipt_ns);
         free(e->json);
         free(e);
+    }
+}
+
+/* The controller's actions: destroy requests to the chunks' owners, and evictions of exit
+ * profiles (the daemon's own chunks). */
+static void send_destroys(struct daemon *d, const struct ctl_actions *a)
+{
+    for (size_t i = 0; i < a->destroy_count; i++) {
+        if (a->destroy[i].owner == CTL_OWNER_DAEMON) {
+            daemon__exit_profiles_evict(d, a->destroy[i].done_ns,
+                                        "evicted by the global memory limit");
+            continue;
+        }
+        Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+        Fleetprof__DestroyReleasedChunksAtOrBefore msg =
+                FLEETPROF__DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE__INIT;
+        struct conn *owner;
+
+        owner = daemon__child_by_pid(d, a->destroy[i].owner);
+        if (!owner)
+            continue; /* gone: its chunks already left the controller */
+        msg.id = ++d->next_id;
+        msg.done_ns = a->destroy[i].done_ns;
+        env.msg_case = FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE;
+        env.destroy_released_chunks_at_or_before = &msg;
+        if (daemon__send(owner, &env) == 0)
+            d->stats.destroy_requests++;
+    }
+}
+
+void daemon__apply_actions(struct daemon *d, struct ctl_actions *a)
+{
+    for (;;) {
+        send_destroys(d, a);
+        if (!a->more)
+            break;
+        ctl_evict(d->ctl, daemon__now_ns(), a);
     }
 }
 

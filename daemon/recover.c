@@ -26,6 +26,7 @@
 #include "child/profile/libs.h"
 #include "child/profile/symbolize-local.h"
 #include "child/profile/symbols.h"
+#include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
 #include "proto/fleetprof-protocol.h"

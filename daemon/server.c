@@ -4,23 +4,25 @@
  * else first is a protocol error. A child is long-polled: the daemon keeps one
  * AwaitNextChunkManagerUpdate outstanding, the child answers when its chunk manager
  * changed, and the answer goes through the controller, whose destroy requests are sent
- * to the chunks' owners. Misbehaviour (an update nobody asked for, an impossible update,
- * a message only the daemon may send) drops the child with a logged reason; the others are
- * never affected. Memory per connection is bounded by the ipc layer's frame and queue caps.
+ * to the chunks' owners. The poll is a standing one: a child that knows it answers every
+ * change under it (saying so in each update), so an update costs the daemon one read and
+ * no poll; an older child answers once, and is polled again after each update. Misbehaviour (an
+ * update nobody asked for, an impossible update, a message only the daemon may send) drops the
+ * child with a logged reason; the others are never affected. Memory per connection is bounded by
+ * the ipc layer's frame and queue caps.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <uv.h>
 
 #include "common/macros.h"
 #include "daemon/controller.h"
+#include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
 #include "daemon/groups.h"
@@ -30,103 +32,6 @@
 
 #define UNSOLICITED_UPDATES_MAX 16 /* updates without a poll before the child is dropped */
 #define GROUP_REFUSALS_LOGGED   8  /* refused GroupStats logged per child; the rest counted */
-
-uint64_t daemon__now_ns(void)
-{
-    struct timespec ts;
-
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t daemon__epoch_ms(void)
-{
-    struct timespec ts;
-
-    (void)clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-void daemon__log(struct daemon *d, enum daemon_log_level level, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-
-    if (!d->opt.log)
-        return;
-    va_start(ap, fmt);
-    (void)vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    d->opt.log(d->opt.log_userdata, level, line);
-}
-
-/* Children by pid: a destroy request names its owner by pid, and a scan of every connection
- * for each one was the daemon's largest user-space cost per update with a large fleet. */
-static size_t pid_bucket(const struct daemon *d, int32_t pid)
-{
-    return ((uint32_t)pid * 2654435761u) & (d->by_pid_buckets - 1);
-}
-
-static struct conn *child_by_pid(struct daemon *d, int32_t pid)
-{
-    if (!d->by_pid_buckets)
-        return NULL;
-    for (struct conn *c = d->by_pid[pid_bucket(d, pid)]; c; c = c->pid_next)
-        if (c->kind == CONN_CHILD && c->pid == pid)
-            return c;
-    return NULL;
-}
-
-/* Links c (whose pid is set) into the map; keeps at most two per bucket on average. */
-static int pid_map_add(struct daemon *d, struct conn *c)
-{
-    size_t b;
-
-    if (d->by_pid_count >= 2 * d->by_pid_buckets) {
-        size_t count = d->by_pid_buckets ? d->by_pid_buckets * 2 : 64;
-        struct conn **grown = calloc(count, sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        free(d->by_pid);
-        d->by_pid = grown;
-        d->by_pid_buckets = count;
-        for (struct conn *k = d->conns; k; k = k->next) {
-            if (k->in_pid_map) {
-                b = pid_bucket(d, k->pid);
-                k->pid_next = d->by_pid[b];
-                d->by_pid[b] = k;
-            }
-        }
-    }
-    b = pid_bucket(d, c->pid);
-    c->pid_next = d->by_pid[b];
-    d->by_pid[b] = c;
-    c->in_pid_map = true;
-    d->by_pid_count++;
-    return 0;
-}
-
-static void unlink_conn(struct daemon *d, struct conn *c)
-{
-    if (c->in_pid_map) {
-        struct conn **link = &d->by_pid[pid_bucket(d, c->pid)];
-
-        while (*link != c)
-            link = &(*link)->pid_next;
-        *link = c->pid_next;
-        c->in_pid_map = false;
-        d->by_pid_count--;
-    }
-    for (struct conn **p = &d->conns; *p; p = &(*p)->next) {
-        if (*p == c) {
-            *p = c->next;
-            return;
-        }
-    }
-}
-
-void daemon__maybe_finish_close(struct daemon *d);
 
 /* The ipc layer calls this once, whatever closed the connection. */
 static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, void *userdata)
@@ -178,40 +83,9 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
         daemon__log(d, DAEMON_LOG_WARNING, "connection from pid %d dropped: %s", (int)c->peer.pid,
                     reason ? reason : strerror(-error));
     }
-    unlink_conn(d, c);
+    daemon__conn_unlink(d, c);
     free(c);
     daemon__maybe_finish_close(d);
-}
-
-/* Drops a misbehaving peer: logged once here, the close callback only cleans up. */
-void daemon__drop(struct conn *c, const char *why)
-{
-    struct daemon *d = c->d;
-
-    if (c->kind == CONN_DEAD)
-        return;
-    if (c->kind == CONN_CHILD) {
-        daemon__log(d, DAEMON_LOG_WARNING, "dropping child %d (%s): %s", (int)c->pid, c->name, why);
-        d->stats.dropped_children++;
-        ctl_remove(d->ctl, c->pid, daemon__now_ns());
-        d->stats.children--;
-    } else {
-        daemon__log(d, DAEMON_LOG_WARNING, "dropping connection from pid %d: %s", (int)c->peer.pid,
-                    why);
-    }
-    c->kind = CONN_DEAD;
-    ipc_conn_close(c->ipc);
-}
-
-int daemon__send(struct conn *c, Fleetprof__Envelope *env)
-{
-    int r = ipc_conn_send(c->ipc, env);
-
-    /* A peer that does not read (-ENOBUFS: its queue is full) is as good as gone. */
-    if (r < 0)
-        daemon__drop(c,
-                     r == -ENOBUFS ? "not reading its messages (send queue full)" : strerror(-r));
-    return r;
 }
 
 static void send_poll(struct conn *c)
@@ -220,45 +94,11 @@ static void send_poll(struct conn *c)
     Fleetprof__AwaitNextChunkManagerUpdate msg = FLEETPROF__AWAIT_NEXT_CHUNK_MANAGER_UPDATE__INIT;
 
     msg.id = ++c->d->next_id;
+    msg.standing = true;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE;
     env.await_next_chunk_manager_update = &msg;
     if (daemon__send(c, &env) == 0)
         c->poll_id = msg.id;
-}
-
-static void send_destroys(struct daemon *d, const struct ctl_actions *a)
-{
-    for (size_t i = 0; i < a->destroy_count; i++) {
-        if (a->destroy[i].owner == CTL_OWNER_DAEMON) {
-            daemon__exit_profiles_evict(d, a->destroy[i].done_ns,
-                                        "evicted by the global memory limit");
-            continue;
-        }
-        Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
-        Fleetprof__DestroyReleasedChunksAtOrBefore msg =
-                FLEETPROF__DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE__INIT;
-        struct conn *owner;
-
-        owner = child_by_pid(d, a->destroy[i].owner);
-        if (!owner)
-            continue; /* gone: its chunks already left the controller */
-        msg.id = ++d->next_id;
-        msg.done_ns = a->destroy[i].done_ns;
-        env.msg_case = FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE;
-        env.destroy_released_chunks_at_or_before = &msg;
-        if (daemon__send(owner, &env) == 0)
-            d->stats.destroy_requests++;
-    }
-}
-
-void daemon__apply_actions(struct daemon *d, struct ctl_actions *a)
-{
-    for (;;) {
-        send_destroys(d, a);
-        if (!a->more)
-            break;
-        ctl_evict(d->ctl, daemon__now_ns(), a);
-    }
 }
 
 static void on_hello(struct conn *c, const Fleetprof__Hello *h)
@@ -283,12 +123,12 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
         ipc_conn_shutdown(c->ipc); /* flushes the Refuse, then closes */
         return;
     }
-    if (child_by_pid(d, (int32_t)c->peer.pid)) {
+    if (daemon__child_by_pid(d, (int32_t)c->peer.pid)) {
         daemon__drop(c, "a second connection from the same process");
         return;
     }
     c->pid = (int32_t)c->peer.pid;
-    if (pid_map_add(d, c) < 0) {
+    if (daemon__pid_map_add(d, c) < 0) {
         c->pid = 0;
         daemon__drop(c, "out of memory for a new child");
         return;
@@ -358,7 +198,8 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
             daemon__drop(c, "chunk-manager updates nobody asked for (flooding)");
         return;
     }
-    c->poll_id = 0;
+    if (!m->standing) /* a child that answers once: polled again below */
+        c->poll_id = 0;
     if (m->n_newly_released > ARRAY_SIZE(stack_chunks)) {
         if (m->n_newly_released > CTL_MAX_NEW_PER_UPDATE) {
             daemon__drop(c, "too many newly released chunks in one update");
@@ -383,7 +224,7 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
     }
     d->stats.updates++;
     daemon__apply_actions(d, &a);
-    if (c->kind == CONN_CHILD) /* sending destroys may have dropped a (wedged) peer */
+    if (c->kind == CONN_CHILD && !c->poll_id) /* sending destroys may have dropped a peer */
         send_poll(c);
 }
 
@@ -679,8 +520,7 @@ static int on_accept(struct ipc_listener *listener, struct ipc_conn *ipc,
     c->region_fd = -1;
     c->peer = *peer;
     c->connect_ns = daemon__now_ns();
-    c->next = d->conns;
-    d->conns = c;
+    daemon__conn_link(d, c);
     ipc_conn_set_callbacks(ipc, &cbs, c);
     return 0;
 }
@@ -702,6 +542,24 @@ static void on_listen_error(struct ipc_listener *listener, int error, const char
                 strerror(-error));
 }
 
+/* The end of daemon_close(), once the core finds nothing left (daemon__maybe_finish_close). */
+static void finish_close(struct daemon *d)
+{
+    void (*done)(void *) = d->close_done;
+    void *userdata = d->close_userdata;
+
+    daemon__exit_profiles_free(d);
+    free(d->departures);
+    free(d->by_pid);
+    daemon__symbols_free(d);
+    fleet_groups_free(d->groups);
+    ctl_free(d->ctl);
+    free(d->socket_path);
+    free(d);
+    if (done)
+        done(userdata);
+}
+
 int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct daemon **ret_daemon)
 {
     static const struct ipc_listener_callbacks cbs = {
@@ -716,6 +574,7 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     if (!d)
         return -ENOMEM;
     d->loop = loop;
+    d->finish_close = finish_close;
     d->opt = *options;
     if (!d->opt.global_limit_bytes)
         d->opt.global_limit_bytes = 256ull << 20;
@@ -758,27 +617,6 @@ err_free:
     free(d->socket_path);
     free(d);
     return r;
-}
-
-void daemon__maybe_finish_close(struct daemon *d)
-{
-    void (*done)(void *);
-    void *userdata;
-
-    if (!d->closing || d->conns || d->gather)
-        return;
-    done = d->close_done;
-    userdata = d->close_userdata;
-    daemon__exit_profiles_free(d);
-    free(d->departures);
-    free(d->by_pid);
-    daemon__symbols_free(d);
-    fleet_groups_free(d->groups);
-    ctl_free(d->ctl);
-    free(d->socket_path);
-    free(d);
-    if (done)
-        done(userdata);
 }
 
 void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata)

@@ -28,6 +28,7 @@
 
 #include "child/profile/maps.h"
 #include "child/profile/symbols.h"
+#include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "ipc/ipc.h"
 #include "proto/fleetprof-protocol.h"

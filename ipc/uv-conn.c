@@ -16,8 +16,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/sockios.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -681,6 +683,22 @@ uint64_t ipc_conn_dropped_fds(const struct ipc_conn *c)
 size_t ipc_conn_queued_bytes(const struct ipc_conn *c)
 {
     return c->queued_bytes;
+}
+
+int ipc_conn_peer_caught_up(const struct ipc_conn *c)
+{
+    uv_os_fd_t fd;
+    int unread = 0;
+
+    if (c->closing || uv_fileno((const uv_handle_t *)&c->pipe, &fd) < 0)
+        return -EBADF;
+    if (c->queued_bytes)
+        return 0;
+    /* A Unix stream socket's send queue holds what the peer has not read yet (in buffer
+     * units, not bytes: only zero is exact). */
+    if (ioctl(fd, SIOCOUTQ, &unread) < 0)
+        return -errno;
+    return unread == 0;
 }
 
 /* Queues pieces while the stream's window has room. */

@@ -98,6 +98,12 @@ int ipc_conn_send(struct ipc_conn *conn, const Fleetprof__Envelope *env);
 /* Bytes queued and not yet written to the socket. */
 size_t ipc_conn_queued_bytes(const struct ipc_conn *conn);
 
+/* Whether the peer has read everything sent so far: nothing queued here and nothing left
+ * unread in the socket (SIOCOUTQ). Flow control for messages that may be folded instead of
+ * sent while the peer is behind. Returns 1 (all read), 0 (some unread), -EBADF (closed) or
+ * the ioctl's negative errno. */
+int ipc_conn_peer_caught_up(const struct ipc_conn *conn);
+
 /* Streams a payload (a profile JSON text) as ProfileData pieces of <= 1 MiB, keeping at most
  * stream_window_bytes queued and queuing more as writes complete, so a large profile never
  * sits in the queue whole and other replies interleave. data is borrowed until done runs.

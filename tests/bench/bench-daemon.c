@@ -3,15 +3,22 @@
  * The real daemon runs as its own process (so its CPU time and RSS are its own) and serves
  * N forked simulator processes, one connection each: the daemon names a child by its
  * SO_PEERCRED pid and refuses a second connection from one process. Each simulator behaves
- * like a real child's IPC thread (child/ipc.c) on a private libuv loop: Hello, then every
+ * like a real child's IPC thread (child/ipc.c) on a private libuv loop: Hello, then an
  * AwaitNextChunkManagerUpdate is answered with a ChunkManagerUpdate once its simulated
- * chunk manager changed. The manager releases one 256 KiB chunk every period (100 ms,
+ * chunk manager changed. The daemon's poll is a standing one: every later change is sent
+ * under it, without a new poll, but not while the daemon has not read the previous update
+ * (then it waits, folded, and a timer backing off from 1 to 64 ms looks again), as the
+ * runtime does, where a destroy request's change waits for the next update instead of
+ * making one. --old-child makes the simulators children that do not know standing polls:
+ * each poll answered once, and the daemon polls again after each update (the protocol
+ * before standing polls). The manager releases one 256 KiB chunk every period (100 ms,
  * phases spread over the fleet) with strictly increasing CLOCK_MONOTONIC done times, keeps
  * one chunk unreleased, obeys DestroyReleasedChunksAtOrBefore and its local limit, and,
  * like the real runtime, reports a change on the next 1 ms sampler tick.
  *
  * Measured over 5 windows of 2 s in steady state (medians): the daemon's CPU time
- * (/proc/PID/stat) per update handled (an update counts once the next poll answered it) and
+ * (/proc/PID/stat) per update handled (an update counts once the next poll answered it, or,
+ * under a standing poll, once sent: flow control keeps at most one unread per child) and
  * its CPU%; its RSS per connected child at the end of the window (RSS grows until the
  * controller's log is full). For context: the children's update -> poll latency, the time
  * the daemon was runnable but waiting for a CPU (a busy machine inflates every figure), and
@@ -27,7 +34,11 @@
  * CPU figures come from /proc/PID/schedstat (ns on a CPU) when the kernel has it, else from
  * the clock ticks of /proc/PID/stat (10 ms each: too coarse for a daemon at a few %).
  *
+ * Messages per update, both ways, and the daemon's read and write system calls per update
+ * (/proc/PID/io syscr, syscw) show what the protocol costs the daemon's kernel side.
+ *
  * Usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] [--period-ms MS]
+ *                     [--old-child]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +82,8 @@
 #define CONNECT_RETRIES     400 /* 5 ms apart: a full accept backlog answers -EAGAIN */
 #define SHOWN_LOG_LINES     10
 #define RTT_BUCKETS         24 /* update -> next poll, log2 microseconds: up to 8 s */
+#define RETRY_MIN_MS        1  /* child/ipc.c UPDATE_RETRY_MIN_MS, UPDATE_RETRY_MAX_MS */
+#define RETRY_MAX_MS        64
 
 /* ---- shared between the parent and the simulators (MAP_SHARED, lock-free atomics) ------- */
 
@@ -88,6 +101,10 @@ struct sim_slot {
     _Atomic int state;                 /* enum sim_state */
     _Atomic uint64_t sent;             /* updates sent */
     _Atomic uint64_t answered;         /* updates followed by the daemon's next poll */
+    _Atomic uint64_t polls;            /* AwaitNextChunkManagerUpdate received */
+    _Atomic uint64_t held;             /* updates held back: the daemon had not read the last */
+    _Atomic uint64_t frames_in;        /* every message from the daemon */
+    _Atomic uint64_t frames_out;       /* every message to the daemon */
     _Atomic uint64_t destroys;         /* DestroyReleasedChunksAtOrBefore received */
     _Atomic uint64_t destroyed_chunks; /* chunks those requests destroyed */
     _Atomic uint64_t stale_destroys;   /* requests that destroyed nothing */
@@ -104,6 +121,7 @@ struct sim_slot {
 
 struct sim_shared {
     _Atomic int stop; /* set by the parent: send Final, close, exit */
+    bool old_child;   /* ignore the standing field: answer each poll once */
     struct sim_slot slot[];
 };
 
@@ -129,10 +147,13 @@ static struct {
     uv_loop_t loop;
     uv_timer_t period_timer; /* releases a chunk each period */
     uv_timer_t tick_timer;   /* one-shot: the sampler tick that reports a change */
+    uv_timer_t retry_timer;  /* a held-back update looks again (standing poll) */
     struct ipc_conn *conn;
     struct sim_shared *shared;
     struct sim_slot *slot;
     uint64_t poll_id;        /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
+    bool poll_standing;      /* poll_id stays outstanding once answered */
+    uint64_t retry_ms;       /* the next wait of retry_timer */
     bool dirty;              /* the manager changed since the last update sent */
     bool in_flight;          /* an update was sent and no poll followed yet */
     uint64_t sent_ns;        /* when it was sent */
@@ -164,6 +185,37 @@ static void sim_destroy_oldest(void)
         sim.destroyed_through_ns = done;
 }
 
+static int sim_send(const Fleetprof__Envelope *env)
+{
+    int r = ipc_conn_send(sim.conn, env);
+
+    if (r == 0)
+        atomic_fetch_add(&sim.slot->frames_out, 1);
+    return r;
+}
+
+static void sim_send_update(void);
+
+static void sim_on_retry(uv_timer_t *t)
+{
+    (void)t;
+    sim_send_update();
+}
+
+/* As child/ipc.c daemon_caught_up(). */
+static bool sim_daemon_caught_up(void)
+{
+    if (ipc_conn_peer_caught_up(sim.conn) != 0)
+        return true;
+    atomic_fetch_add(&sim.slot->held, 1);
+    if (!uv_is_active((uv_handle_t *)&sim.retry_timer)) {
+        (void)uv_timer_start(&sim.retry_timer, sim_on_retry, sim.retry_ms, 0);
+        if (sim.retry_ms < RETRY_MAX_MS)
+            sim.retry_ms *= 2;
+    }
+    return false;
+}
+
 /* Answers the outstanding poll with the manager's state, like child/ipc.c flush_update(). */
 static void sim_send_update(void)
 {
@@ -172,7 +224,9 @@ static void sim_send_update(void)
     Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
 
-    if (!sim.poll_id || !sim.dirty || !sim.conn || sim.stopping)
+    if (!sim.poll_id || !sim.conn || sim.stopping || !sim.dirty)
+        return;
+    if (sim.poll_standing && !sim_daemon_caught_up())
         return;
     for (size_t i = 0; i < sim.unreported; i++) {
         size_t at = (sim.head + sim.count - sim.unreported + i) % RING_CAP;
@@ -192,15 +246,21 @@ static void sim_send_update(void)
         msg.oldest_done_ns = sim.destroyed_through_ns + 1;
     msg.n_newly_released = sim.unreported;
     msg.newly_released = ptrs;
+    msg.standing = sim.poll_standing;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
     env.chunk_manager_update = &msg;
-    if (ipc_conn_send(sim.conn, &env) == 0) {
-        sim.poll_id = 0;
+    if (sim_send(&env) == 0) {
         sim.dirty = false;
         sim.unreported = 0;
+        sim.retry_ms = RETRY_MIN_MS;
+        atomic_fetch_add(&sim.slot->sent, 1);
+        if (sim.poll_standing) { /* no next poll to wait for: handled once read */
+            atomic_fetch_add(&sim.slot->answered, 1);
+            return;
+        }
+        sim.poll_id = 0;
         sim.in_flight = true;
         sim.sent_ns = now_ns();
-        atomic_fetch_add(&sim.slot->sent, 1);
     }
 }
 
@@ -227,6 +287,8 @@ static void sim_close_timers(void)
         uv_close((uv_handle_t *)&sim.period_timer, NULL);
     if (!uv_is_closing((uv_handle_t *)&sim.tick_timer))
         uv_close((uv_handle_t *)&sim.tick_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&sim.retry_timer))
+        uv_close((uv_handle_t *)&sim.retry_timer, NULL);
 }
 
 static void sim_on_period(uv_timer_t *t)
@@ -244,7 +306,7 @@ static void sim_on_period(uv_timer_t *t)
         env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
         env.chunk_manager_update = &msg;
         if (sim.conn) {
-            (void)ipc_conn_send(sim.conn, &env);
+            (void)sim_send(&env);
             ipc_conn_shutdown(sim.conn);
         }
         sim_close_timers();
@@ -280,13 +342,14 @@ static void sim_send_ack(uint64_t id)
     ack.request_id = id;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_ACK;
     env.ack = &ack;
-    (void)ipc_conn_send(sim.conn, &env);
+    (void)sim_send(&env);
 }
 
 static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *userdata)
 {
     (void)conn;
     (void)userdata;
+    atomic_fetch_add(&sim.slot->frames_in, 1);
     switch (env->msg_case) {
     case FLEETPROF__ENVELOPE__MSG_WELCOME:
         if (env->welcome->process_limit_bytes)
@@ -318,7 +381,10 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
         }
         if (sim.poll_id)
             atomic_fetch_add(&sim.slot->unexpected, 1); /* a second poll outstanding */
+        atomic_fetch_add(&sim.slot->polls, 1);
         sim.poll_id = env->await_next_chunk_manager_update->id;
+        sim.poll_standing =
+                env->await_next_chunk_manager_update->standing && !sim.shared->old_child;
         sim_send_update(); /* the real child flushes a pending update at once */
         break;
     case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE: {
@@ -332,7 +398,11 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
         atomic_fetch_add(&sim.slot->destroyed_chunks, n);
         if (n) {
             sim_publish();
-            sim_changed();
+            /* As child/ipc.c: under a standing poll the change waits for the next update. */
+            if (sim.poll_standing)
+                sim.dirty = true;
+            else
+                sim_changed();
         } else {
             atomic_fetch_add(&sim.slot->stale_destroys, 1);
         }
@@ -392,7 +462,7 @@ static void sim_send_hello(void)
     h.start_epoch_ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
-    (void)ipc_conn_send(sim.conn, &env);
+    (void)sim_send(&env);
 }
 
 static int sim_main(struct sim_shared *shared, int index, int children, unsigned period_ms)
@@ -411,6 +481,8 @@ static int sim_main(struct sim_shared *shared, int index, int children, unsigned
         return 1;
     (void)uv_timer_init(&sim.loop, &sim.period_timer);
     (void)uv_timer_init(&sim.loop, &sim.tick_timer);
+    (void)uv_timer_init(&sim.loop, &sim.retry_timer);
+    sim.retry_ms = RETRY_MIN_MS;
     for (int i = 0; i < CONNECT_RETRIES; i++) {
         r = ipc_conn_connect(&sim.loop, path, NULL, &cbs, NULL, &sim.conn);
         if (r != -EAGAIN && r != -ECONNREFUSED)
@@ -757,6 +829,7 @@ static int query_status(struct status_query *q)
 
 struct fleet_sum {
     uint64_t sent, answered, destroys, destroyed_chunks, stale_destroys, local_destroyed;
+    uint64_t polls, held, frames_in, frames_out;
     uint64_t released_chunks, held_bytes, connect_retries, unexpected;
     uint64_t rtt_hist[RTT_BUCKETS], rtt_max_ns;
     int states[SIM_FINISHED + 1];
@@ -771,6 +844,10 @@ static void fleet_sum(const struct sim_shared *sh, int n, struct fleet_sum *s)
 
         s->sent += atomic_load(&k->sent);
         s->answered += atomic_load(&k->answered);
+        s->polls += atomic_load(&k->polls);
+        s->held += atomic_load(&k->held);
+        s->frames_in += atomic_load(&k->frames_in);
+        s->frames_out += atomic_load(&k->frames_out);
         s->destroys += atomic_load(&k->destroys);
         s->destroyed_chunks += atomic_load(&k->destroyed_chunks);
         s->stale_destroys += atomic_load(&k->stale_destroys);
@@ -805,8 +882,29 @@ static uint64_t fleet_cpu_ns(void)
 struct snap {
     double t_s;
     uint64_t ticks, sched_ns, sched_wait_ns, fleet_ns, rss_kb;
+    uint64_t syscr, syscw; /* the daemon's read and write system calls so far */
     struct fleet_sum f;
 };
+
+/* /proc/PID/io syscr and syscw (read-like and write-like system calls); zeros if unreadable. */
+static void read_syscalls(pid_t pid, uint64_t *ret_r, uint64_t *ret_w)
+{
+    char path[64], line[128];
+    FILE *f;
+
+    *ret_r = *ret_w = 0;
+    (void)snprintf(path, sizeof(path), "/proc/%d/io", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, "syscr:", 6))
+            *ret_r = strtoull(line + 6, NULL, 10);
+        else if (!strncmp(line, "syscw:", 6))
+            *ret_w = strtoull(line + 6, NULL, 10);
+    }
+    (void)fclose(f);
+}
 
 static void take_snap(const struct sim_shared *sh, struct snap *s)
 {
@@ -815,6 +913,7 @@ static void take_snap(const struct sim_shared *sh, struct snap *s)
         s->ticks = 0;
     read_schedstat(daemon_pid, &s->sched_ns, &s->sched_wait_ns);
     s->rss_kb = read_rss_kb(daemon_pid);
+    read_syscalls(daemon_pid, &s->syscr, &s->syscw);
     s->fleet_ns = fleet_cpu_ns();
     fleet_sum(sh, child_count, &s->f);
 }
@@ -924,7 +1023,7 @@ static void summarize_daemon_log(void)
 static void usage(void)
 {
     (void)fprintf(stderr, "usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] "
-                          "[--period-ms MS]\n");
+                          "[--period-ms MS] [--old-child]\n");
 }
 
 /* Descriptors: the daemon holds one per child, and inherits our limit. Raises the soft
@@ -953,7 +1052,8 @@ static int raise_fd_limit(int children)
 
 /* One fleet: daemon, children, windows, results. primary: the 256-children figures;
  * otherwise the large fleet's CPU share. Returns the exit code. */
-static int run_fleet(const char *exe, int children, unsigned period_ms, bool primary)
+static int run_fleet(const char *exe, int children, unsigned period_ms, bool primary,
+                     bool old_child)
 {
     struct sim_shared *shared;
     size_t shared_bytes;
@@ -992,6 +1092,7 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
         (void)rmdir(tmp_dir);
         return 1;
     }
+    shared->old_child = old_child;
     if (start_daemon(exe) < 0)
         return 1;
     sleep_ms(300);
@@ -1146,9 +1247,10 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
         double per_child_kb = connected ? (rss_end - (double)rss0_kb) / connected : 0;
 
         bound = GLOBAL_LIMIT_BYTES + 2 * CHUNK_BYTES * (uint64_t)children;
-        printf("\n%d simulated children, one 256 KiB chunk each per %u ms, --global-limit 256M;"
-               " %d windows of %.1f s after %.1f s of warm-up\n",
-               children, period_ms, WINDOWS, WINDOW_MS / 1000.0, WARMUP_MS / 1000.0);
+        printf("\n%d simulated children (%s), one 256 KiB chunk each per %u ms, --global-limit "
+               "256M; %d windows of %.1f s after %.1f s of warm-up\n",
+               children, shared->old_child ? "old children: a poll per update" : "standing poll",
+               period_ms, WINDOWS, WINDOW_MS / 1000.0, WARMUP_MS / 1000.0);
         printf("%-44s %12s %12s %12s %10s\n", "daemon benchmark", "median", "min", "max", "unit");
         printf("%-44s %12.2f %12.2f %12.2f %10s\n", "daemon CPU per update (/proc stat)", us_med,
                min_of(us_per_update, WINDOWS), max_of(us_per_update, WINDOWS), "us");
@@ -1170,11 +1272,32 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
         printf("%-44s %12.1f %12.1f %12.1f %10s\n", "simulator fleet CPU (context)",
                median(fleet_pct, WINDOWS), min_of(fleet_pct, WINDOWS), max_of(fleet_pct, WINDOWS),
                "% core");
-        printf("update -> next poll, seen by the children: p50 <= %.0f us, p99 <= %.0f us, "
-               "p99.9 <= %.0f us in the window; max %.1f ms over the run\n",
-               hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.5),
-               hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.99),
-               hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.999), (double)f.rtt_max_ns / 1e6);
+        if (upd) {
+            double u = (double)upd;
+
+            printf("%-44s %12.2f %12s %12s %10s\n", "messages per update, child -> daemon",
+                   (double)(b->f.frames_out - a->f.frames_out) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "messages per update, daemon -> child",
+                   (double)(b->f.frames_in - a->f.frames_in) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "  of which polls",
+                   (double)(b->f.polls - a->f.polls) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "  of which destroy requests",
+                   (double)(b->f.destroys - a->f.destroys) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "daemon read syscalls per update (syscr)",
+                   (double)(b->syscr - a->syscr) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "daemon write syscalls per update (syscw)",
+                   (double)(b->syscw - a->syscw) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "chunks released per update",
+                   (double)(b->f.released_chunks - a->f.released_chunks) / u, "", "", "1");
+            printf("%-44s %12.3f %12s %12s %10s\n", "updates held back (daemon behind) per update",
+                   (double)(b->f.held - a->f.held) / u, "", "", "1");
+        }
+        if (shared->old_child)
+            printf("update -> next poll, seen by the children: p50 <= %.0f us, p99 <= %.0f us, "
+                   "p99.9 <= %.0f us in the window; max %.1f ms over the run\n",
+                   hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.5),
+                   hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.99),
+                   hist_quantile(a->f.rtt_hist, b->f.rtt_hist, 0.999), (double)f.rtt_max_ns / 1e6);
         printf("whole window: %.2f s, %llu updates sent, %llu handled (%.0f/s), daemon CPU %.2f s"
                " = %.2f us/update, %.1f%%\n",
                dt, (unsigned long long)sent, (unsigned long long)upd, (double)upd / dt, cpu_s,
@@ -1264,6 +1387,7 @@ int main(int argc, char **argv)
     const char *exe = "build/daemon/fleetprofd";
     int children = DEFAULT_CHILDREN, large = DEFAULT_LARGE, r;
     unsigned period_ms = DEFAULT_PERIOD_MS;
+    bool old_child = false;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--children") && i + 1 < argc) {
@@ -1272,6 +1396,8 @@ int main(int argc, char **argv)
             large = (int)strtol(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--period-ms") && i + 1 < argc) {
             period_ms = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--old-child")) {
+            old_child = true;
         } else if (argv[i][0] != '-') {
             exe = argv[i];
         } else {
@@ -1296,11 +1422,11 @@ int main(int argc, char **argv)
     (void)signal(SIGTERM, on_fatal_signal);
     (void)signal(SIGHUP, on_fatal_signal);
 
-    r = run_fleet(exe, children, period_ms, true);
+    r = run_fleet(exe, children, period_ms, true, old_child);
     if (large > 0) {
         printf("\n");
         (void)fflush(stdout);
-        r |= run_fleet(exe, large, period_ms, false);
+        r |= run_fleet(exe, large, period_ms, false, old_child);
     }
     return r;
 }

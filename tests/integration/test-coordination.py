@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
-from wire import capture, field, frame, read_frames, varint  # noqa: E402
+from wire import capture, field, frame, parse, parse_fields, read_frames, read_varint, varint  # noqa: E402,E501
 import taplib  # noqa: E402
 from daemon_helper import Daemon  # noqa: E402
 
@@ -159,7 +159,7 @@ def test_eviction_takes_the_globally_oldest(tmp):
         d.stop()
 
 
-HELLO, WELCOME, AWAIT, UPDATE = 1, 2, 9, 10
+HELLO, WELCOME, AWAIT, UPDATE, DESTROY = 1, 2, 9, 10, 11
 
 
 def hostile_child(d, behaviour, report):
@@ -441,11 +441,207 @@ def test_second_daemon_on_same_socket_refuses_to_start(tmp):
         d.stop()
 
 
+def frames_in(buf):
+    """The whole frames at the start of buf, parsed, and the bytes left after them."""
+    out = []
+    while True:
+        n, i = read_varint(buf, 0)
+        if n is None or len(buf) - i < n:
+            return out, buf
+        out.append(parse(buf[i:i + n]))
+        buf = buf[i + n:]
+
+
+class FakeDaemon:
+    """A listening socket that plays the daemon for one real profiled process, frame by frame."""
+
+    def __init__(self, tmp, name):
+        self.path = os.path.join(tmp, name + ".sock")
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(self.path)
+        self.srv.listen(4)
+        self.buf, self.frames, self.conn = b"", [], None
+
+    def start_child(self, tmp, seconds, rate):
+        env = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=self.path,
+                   FLEETPROF_OUTPUT=os.path.join(tmp, "p-%p.json"), FLEETPROF_CHUNK_KB="64",
+                   FLEETPROF_BUFFER_MB="64")
+        p = subprocess.Popen([WORKLOAD, "flood", str(seconds), str(rate)], env=env,
+                             stdout=subprocess.DEVNULL)
+        self.srv.settimeout(30)
+        self.conn, _ = self.srv.accept()
+        assert self.next_frame()[0] == HELLO
+        clock = field(1, time.monotonic_ns()) + field(2, int(time.time() * 1000))
+        self.conn.sendall(frame(WELCOME, field(1, 1), field(2, 1), field(3, 1000000),
+                                field(4, 64 * MiB), field(5, CHUNK), field(9, clock),
+                                field(10, 1)))
+        return p
+
+    def _take(self, data):
+        got, self.buf = frames_in(self.buf + data)
+        self.frames += got
+
+    def next_frame(self, timeout=30):
+        """The next frame (envelope field, fields), or None if none comes within timeout."""
+        self.conn.settimeout(timeout)
+        while not self.frames:
+            try:
+                data = self.conn.recv(65536)
+            except socket.timeout:
+                return None
+            if not data:
+                return None
+            self._take(data)
+        return self.frames.pop(0)
+
+    def next_update(self, timeout=30):
+        while True:
+            f = self.next_frame(timeout)
+            if f is None or f[0] == UPDATE:
+                return f
+
+    def take_unread_updates(self):
+        """The updates written and not read yet (all the socket holds), taken."""
+        self.conn.setblocking(False)
+        try:
+            while True:
+                data = self.conn.recv(65536)
+                if not data:
+                    break
+                self._take(data)
+        except BlockingIOError:
+            pass
+        updates = [f for f in self.frames if f[0] == UPDATE]
+        self.frames = []
+        return updates
+
+    def close(self):
+        if self.conn:
+            self.conn.close()
+        self.srv.close()
+
+
+def test_standing_poll_folds_while_daemon_lags(tmp):
+    fd = FakeDaemon(tmp, "standing")
+    p = fd.start_child(tmp, 6, 60000)
+    try:
+        fd.conn.sendall(frame(AWAIT, field(1, 7), field(2, 1)))
+        chunks = []
+        for i in range(4):  # several updates under one poll, each saying it was standing
+            u = fd.next_update()
+            assert u is not None, f"only {i} updates came under the standing poll"
+            assert u[1][1] == [7] and u[1].get(7) == [1], u
+            chunks += u[1].get(5, [])
+        # A daemon that does not read: the child holds its updates back, folded.
+        time.sleep(1.5)
+        behind = fd.take_unread_updates()
+        assert len(behind) <= 2, f"{len(behind)} updates sent to a daemon that read none"
+        for u in behind:
+            chunks += u[1].get(5, [])
+        u = fd.next_update()
+        assert u is not None and u[1][1] == [7], u
+        folded = u[1].get(5, [])
+        assert len(folded) >= 2, f"the update after a stall carries {len(folded)} chunks"
+        chunks += folded
+        # Nothing was destroyed: the released bytes are every chunk reported, once each.
+        done = [parse_fields(c)[1][0] for c in chunks]
+        assert done == sorted(done) and len(set(done)) == len(done), done
+        released = sum(parse_fields(c)[2][0] for c in chunks)
+        assert u[1].get(3, [0]) == [released], (u[1].get(3), released)
+    finally:
+        fd.close()
+        rc = p.wait(timeout=60)
+    assert rc == 0, rc
+
+
+def test_one_shot_poll_is_answered_once(tmp):
+    fd = FakeDaemon(tmp, "oneshot")
+    p = fd.start_child(tmp, 5, 60000)
+    try:
+        fd.conn.sendall(frame(AWAIT, field(1, 7)))
+        u = fd.next_update()
+        assert u is not None and u[1][1] == [7] and 7 not in u[1], u
+        # No second answer without a second poll, though chunks keep being released.
+        assert fd.next_update(timeout=1.0) is None, "an update came without a poll"
+        fd.conn.sendall(frame(AWAIT, field(1, 8)))
+        u = fd.next_update()
+        assert u is not None and u[1][1] == [8] and 7 not in u[1], u
+        assert len(u[1].get(5, [])) >= 2, "the second answer should fold the chunks since"
+    finally:
+        fd.close()
+        rc = p.wait(timeout=60)
+    assert rc == 0, rc
+
+
+def test_daemon_polls_once_or_per_update(tmp):
+    d = Daemon(tmp, "--global-limit", "64M")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(d.sock)
+        s.sendall(frame(HELLO, field(1, 1), field(2, 1), field(3, os.getpid()),
+                        field(5, "standing")))
+        polls = []
+        for num, msg in read_frames(s):
+            if num == AWAIT:
+                polls.append(msg)
+                break
+        assert polls and polls[0].get(2) == [1], f"the daemon's poll is not standing: {polls}"
+        poll = polls[0][1][0]
+        # More updates under the one poll than an old child may send unasked: all applied.
+        for i in range(1, 41):
+            s.sendall(frame(UPDATE, field(1, poll), field(2, i * CHUNK), field(7, 1)))
+        deadline = time.monotonic() + 10
+        while True:
+            kids = [c for c in d.status()["children"] if c["pid"] == os.getpid()]
+            assert kids, f"dropped: {d.log()[-2000:]}"
+            if kids[0]["unreleased_bytes"] == 40 * CHUNK:
+                break
+            assert time.monotonic() < deadline, kids
+            time.sleep(0.05)
+        # An update that does not say standing is an old child's answer: a new poll follows.
+        s.sendall(frame(UPDATE, field(1, poll), field(2, CHUNK)))
+        again = [msg for num, msg in read_frames(s, timeout=10) if num == AWAIT][:1]
+        assert again and again[0][1][0] != poll, again
+        assert "flooding" not in d.log()
+    finally:
+        s.close()
+        d.stop()
+
+
+def test_standing_poll_destroy_waits_for_next_update(tmp):
+    fd = FakeDaemon(tmp, "destroy")
+    p = fd.start_child(tmp, 6, 3000)
+    try:
+        fd.conn.sendall(frame(AWAIT, field(1, 7), field(2, 1)))
+        u = fd.next_update()
+        while u is not None and not u[1].get(5):
+            u = fd.next_update()
+        assert u is not None, "no chunk was released"
+        last = parse_fields(u[1][5][-1])[1][0]
+        fd.conn.sendall(frame(DESTROY, field(1, 8), field(2, last)))
+        # The daemon counted those chunks gone when it asked: the change is not an update of
+        # its own, it goes with the next one, which carries newly released chunks.
+        u = fd.next_update()
+        assert u is not None, "no update after the destroy request"
+        new = [parse_fields(c) for c in u[1].get(5, [])]
+        assert new, f"an update made by the destroy request alone: {u}"
+        assert all(c[1][0] > last for c in new), new
+        assert u[1].get(3, [0]) == [sum(c[2][0] for c in new)], u
+    finally:
+        fd.close()
+        rc = p.wait(timeout=60)
+    assert rc == 0, rc
+
+
 taplib.run([
     test_sixteen_children_stay_under_the_global_limit,
     test_eviction_takes_the_globally_oldest,
     test_misbehaving_children_are_dropped_and_logged,
     test_long_poll_answered_while_main_thread_is_paused,
+    test_standing_poll_folds_while_daemon_lags,
+    test_one_shot_poll_is_answered_once,
+    test_standing_poll_destroy_waits_for_next_update,
+    test_daemon_polls_once_or_per_update,
     test_socket_permissions_and_other_uid_refused,
     test_shutdown_stops_children_and_removes_socket,
     test_forked_workers_connect_on_their_own,

@@ -81,4 +81,19 @@ while IFS= read -r file; do
 done < <(find buffer proto ipc child daemon tools common tests -type f \( -name '*.c' -o -name '*.h' \) \
     -not -path 'tests/lint/fixtures/*' 2>/dev/null | sort)
 
+# Inside daemon/, nothing below server.c calls it (daemon/core.h): the files under it call
+# down into core.c, and the functions server.c defines are the public API for main.c.
+if [[ -f daemon/server.c ]]; then
+    fns=$(grep -E '^[a-z][a-z0-9_ ]*[ *][a-z_][a-z0-9_]*\(' daemon/server.c | grep -v '^static' |
+        sed -E 's/^.*[ *]([a-z_][a-z0-9_]*)\(.*$/\1/' | sort -u)
+    for f in daemon/*.c; do
+        [[ $f == daemon/server.c || $f == daemon/main.c ]] && continue
+        for fn in $fns; do
+            while IFS=: read -r n _; do
+                report "$f:$n" "calls $fn() of daemon/server.c, which is above it (daemon/core.h)"
+            done < <(grep -nE "(^|[^a-z0-9_])$fn\(" "$f")
+        done
+    done
+fi
+
 exit $fail

@@ -53,7 +53,7 @@ static Fleetprof__Pause pause_ = {PROTOBUF_C_MESSAGE_INIT(&fleetprof__pause__des
 static Fleetprof__Resume resume = {PROTOBUF_C_MESSAGE_INIT(&fleetprof__resume__descriptor), 14};
 static Fleetprof__Ack ack = {PROTOBUF_C_MESSAGE_INIT(&fleetprof__ack__descriptor), 15};
 static Fleetprof__AwaitNextChunkManagerUpdate await_update = {
-        PROTOBUF_C_MESSAGE_INIT(&fleetprof__await_next_chunk_manager_update__descriptor), 16};
+        PROTOBUF_C_MESSAGE_INIT(&fleetprof__await_next_chunk_manager_update__descriptor), 16, 1};
 
 static Fleetprof__ChunkMetadata chunk_a = {
         PROTOBUF_C_MESSAGE_INIT(&fleetprof__chunk_metadata__descriptor), 1000, 262144};
@@ -69,6 +69,7 @@ static Fleetprof__ChunkManagerUpdate update = {
         .n_newly_released = ARRAY_SIZE(chunks),
         .newly_released = chunks,
         .final = 1,
+        .standing = 1,
 };
 
 static Fleetprof__DestroyReleasedChunksAtOrBefore destroy = {
