@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
 from daemon_helper import Daemon  # noqa: E402
-from wire import capture, field, frame, read_frames  # noqa: E402
+from wire import capture, capture_ok, field, frame, read_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
@@ -283,8 +283,7 @@ def test_programs_that_close_every_descriptor_keep_their_profile(tmp):
             assert rc == 0, f"{how}: ended with {rc} (negative: killed by that signal)"
             pids.append(p.pid)
         out = os.path.join(tmp, "closed.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         doc = checked(out)
         got = process_pids(doc)
         assert all(pid in got for pid in pids), (pids, got)
@@ -330,8 +329,7 @@ def test_a_prefork_server_keeps_its_own_descriptors(tmp):
             if socket_path == d.sock:
                 pids.append(p.pid)
         out = os.path.join(tmp, "servers.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         doc = checked(out)
         masters = [p for p in doc["processes"] if p["meta"]["fleetprof"]["pid"] in pids]
         workers = [p for p in doc["processes"] if p["meta"]["fleetprof"]["ppid"] in pids]

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
 from daemon_helper import Daemon  # noqa: E402
-from wire import capture, field, frame, read_frames, read_varint  # noqa: E402
+from wire import capture_ok, field, frame, read_frames, read_varint  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
@@ -201,8 +201,7 @@ def test_service_gives_the_local_symbols(tmp):
     try:
         p = start_wait(env(d, FLEETPROF_OUTPUT=local_out))
         out = os.path.join(tmp, "gather.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         gathered = one_process(checked(out), p.pid)
         st = d.status()
     finally:
@@ -239,8 +238,7 @@ def test_exit_profile_is_resolved_by_the_service(tmp):
         p = start_wait(env(d))
         finish(p)
         out = os.path.join(tmp, "exit.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         exited = one_process(checked(out), p.pid)
         assert exited["meta"]["fleetprof"]["exit"] is True
         log = runtime_log(exited)
@@ -272,8 +270,7 @@ def test_fleet_loads_each_module_once(tmp):
         run_batch(100)
         st = d.status()
         out = os.path.join(tmp, "fleet.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         doc = checked(out)
         # Per child first: which one, and what its runtime says, if one went wrong.
         missing = set(pids) - {p["meta"]["fleetprof"]["pid"] for p in doc["processes"]}
@@ -355,8 +352,7 @@ def test_module_without_symbols(tmp):
     try:
         p = start_wait(env(d, FLEETPROF_OUTPUT=local_out), NOSYMS)
         out = os.path.join(tmp, "nosyms.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         service = one_process(checked(out), p.pid)
     finally:
         d.stop()
@@ -391,8 +387,7 @@ def test_deleted_binary_still_running(tmp):
         p = start_wait(e, exe=exe)
         os.unlink(exe)
         out = os.path.join(tmp, "deleted.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         proc = one_process(checked(out), p.pid)
         finish(p)
         frames = wait_frames(proc)
@@ -414,8 +409,7 @@ def test_deleted_library_gets_a_clear_error(tmp):
         p = start_wait(env(d, LD_LIBRARY_PATH=libdir))
         os.unlink(os.path.join(libdir, "libsym-lib.so"))
         out = os.path.join(tmp, "deleted-lib.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         proc = one_process(checked(out), p.pid)
         finish(p)
         frames = wait_frames(proc)
@@ -449,8 +443,7 @@ def test_stripped_library_with_debuglink(tmp):
     try:
         p = start_wait(env(d, LD_LIBRARY_PATH=libdir))
         out = os.path.join(tmp, "stripped.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         proc = one_process(checked(out), p.pid)
         finish(p)
         frames = wait_frames(proc)
@@ -562,8 +555,7 @@ def test_hostile_requests(tmp):
         # The service still works for a real child.
         p = start_wait(env(d))
         out = os.path.join(tmp, "after.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         proc = one_process(checked(out), p.pid)
         finish(p)
         assert_wait_stack(wait_frames(proc))
@@ -633,8 +625,7 @@ def test_vdso_frames_are_named(tmp):
         p = subprocess.Popen([WORKLOAD, "--cpu", "clock", "0.3"], env=env(d))
         assert p.wait(timeout=30) == 0
         out = os.path.join(tmp, "service.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         service = one_process(checked(out), p.pid)
     finally:
         d.stop()
@@ -674,8 +665,7 @@ def test_cxx_names_are_demangled(tmp):
         r = subprocess.run([WL_CXX, "0.3"], env=env(d), capture_output=True, timeout=60)
         assert r.returncode == 0, r.stderr
         out = os.path.join(tmp, "cxx.json")
-        _, error = capture(d.sock, out)
-        assert error is None, error
+        capture_ok(d.sock, out)
         fns = cxx_functions(checked(out))
         assert any(n.startswith(want) for n in fns), sorted(fns)[:20]
         assert any(n.startswith("wl::run(double)") for n in fns), sorted(fns)[:20]

@@ -97,3 +97,12 @@ def capture(sock_path, output_path, timeout=60):
     finally:
         s.close()
     raise AssertionError("no capture result from the daemon")
+
+
+def capture_ok(sock_path, output_path, timeout=60):
+    """A capture that must succeed: fails naming the daemon's Error, or the error its
+    CaptureResult carries (field 5: the file was not written), else returns the result."""
+    result, error = capture(sock_path, output_path, timeout)
+    assert error is None, f"capture refused: {error}"
+    assert not result.get(5), f"capture failed: {result[5][0].decode(errors='replace')}"
+    return result
