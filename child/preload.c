@@ -205,7 +205,7 @@ RT_NO_TSAN FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_
         resolve_real_functions();
     if (!real_pthread_create)
         return EAGAIN;
-    if (RT_TSAN || !atomic_load(&rt.running) || creating_internal)
+    if (RT_TSAN || creating_internal || !rt_running())
         return real_pthread_create(thread, attr, start, arg);
     ts = malloc(sizeof(*ts));
     if (!ts) /* still create the thread: profiling must not change the program */
@@ -864,8 +864,9 @@ RT_NO_TSAN FLEETPROF_EXPORT int siginterrupt(int sig, int interrupt)
  * shares our memory (rt.pid is its parent's): it has no sample of ours pending, and must
  * not touch the parent's exec_pending, only its own disposition. */
 struct exec_state {
-    bool counted; /* exec_pending was raised */
-    bool ignored; /* SIGPROF set to SIG_IGN, ours to put back */
+    bool fork_start; /* a forked child's deferred start was cancelled, to put back */
+    bool counted;    /* exec_pending was raised */
+    bool ignored;    /* SIGPROF set to SIG_IGN, ours to put back */
 };
 
 static void wait_for_sampler_signals(void)
@@ -902,7 +903,10 @@ static void before_exec(struct exec_state *st)
     sigset_t prof, mask;
     int saved_errno = errno;
 
-    st->counted = st->ignored = false;
+    st->fork_start = st->counted = st->ignored = false;
+    /* Not in a vfork child: the pending start is its parent's. */
+    if (atomic_load(&rt.fork_start) != RT_FORK_START_NONE && (int32_t)syscall(SYS_getpid) == rt.pid)
+        st->fork_start = rt_fork_start_cancel();
     if (!kept_aside(RT_SAMPLE_SIGNAL))
         return; /* not ours (never installed, or the program took it): nothing to undo */
     if ((int32_t)syscall(SYS_getpid) == rt.pid) {
@@ -933,6 +937,8 @@ static void after_failed_exec(const struct exec_state *st)
 {
     int saved_errno = errno;
 
+    if (st->fork_start)
+        rt_fork_start_restore();
     if (st->ignored)
         rt_sampler_restore_handler();
     if (st->counted) {

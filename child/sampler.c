@@ -765,6 +765,16 @@ static void *sampler_main(void *arg)
         sleep_until(&ts);
         if (atomic_load(&rt.stop_sampler))
             break;
+        /* A forked child's deferred start (runtime.c): nothing to sample before it, nor
+         * while an exec has it cancelled (the exec ends this thread, or fails and puts the
+         * start back). */
+        if (!atomic_load_explicit(&rt.running, memory_order_acquire)) {
+            if (atomic_load(&rt.fork_start) == RT_FORK_START_NONE ||
+                !rt_fork_start_due(rt_now_ns()))
+                continue;
+            if (!rt_start_if_pending() || atomic_load(&rt.stop_sampler))
+                break;
+        }
         sig = atomic_exchange(&rt.exit_signal, 0);
         if (sig) {
             rt_handle_exit_signal(sig); /* does not return */
@@ -800,14 +810,15 @@ void rt_sampler_forget_after_fork(void)
     statm_fd = -1;
 }
 
-int rt_sampler_start(void)
+int rt_sampler_start(bool open_statm_now)
 {
     int r;
 
     atomic_store(&rt.stop_sampler, 0);
     atomic_store(&wake_word, 0);
     /* Opened and protected before the thread runs, like the IPC descriptors. */
-    (void)open_statm();
+    if (open_statm_now)
+        (void)open_statm();
     r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
     if (r < 0)
         return r;

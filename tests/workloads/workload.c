@@ -30,6 +30,10 @@
  *                                      give its own handler back
  *   workload fork-exec N               forks N children one after another, each execs
  *                                      /bin/true; prints how many died by a signal
+ *   workload dlopen-stay PATH          dlopens PATH and exits with it loaded
+ *   workload fork-exec-fds             forks a child that lists its descriptors, prints
+ *                                      "started_after_fork=N" (how many are a runtime's
+ *                                      own: statm, chunk file) and execs /bin/true
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
  *                                      it reads address -16 (a profiler bug must not kill us)
  *   workload flood SECONDS RATE        markers "m <seq>" (seq 0, 1, 2...) at RATE per second
@@ -354,6 +358,12 @@ int main(int argc, char **argv)
             loops++;
         }
         printf("dlopen loops: %lu\n", loops);
+    } else if (!strcmp(mode, "dlopen-stay")) {
+        /* Loaded after the runtime described the process, and still loaded at exit. */
+        if (!dlopen(argv[2], RTLD_NOW | RTLD_LOCAL)) {
+            fprintf(stderr, "workload: dlopen %s: %s\n", argv[2], dlerror());
+            return 1;
+        }
     } else if (!strcmp(mode, "exec")) {
         char arg[32];
 
@@ -399,6 +409,30 @@ int main(int argc, char **argv)
         }
         printf("killed: %d\n", killed);
         return killed ? 1 : 0;
+    } else if (!strcmp(mode, "fork-exec-fds")) {
+        pid_t pid = fork();
+        int status;
+
+        if (pid == 0) {
+            int started = 0;
+
+            for (int fd = 0; fd < 1024; fd++) {
+                char link[64], target[256];
+                ssize_t n;
+
+                (void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+                n = readlink(link, target, sizeof(target) - 1);
+                if (n <= 0)
+                    continue;
+                target[n] = '\0';
+                started += strstr(target, "/statm") != NULL || strstr(target, ".chunks") != NULL;
+            }
+            printf("started_after_fork=%d\n", started);
+            fflush(stdout);
+            execl("/bin/true", "true", (char *)NULL);
+            _exit(127);
+        }
+        return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     } else if (!strcmp(mode, "bad-fp")) {
         long n = 300000000;
 
