@@ -310,6 +310,18 @@ def test_a_forked_child_that_execs_at_once_starts_nothing(tmp):
     assert "started_after_fork=0" in r.stdout, r.stdout + r.stderr
 
 
+def test_a_lowered_descriptor_limit_moves_the_band_with_it(tmp):
+    # The band's top is read once; a program that lowers RLIMIT_NOFILE to 300 afterwards
+    # still finds the runtime's new descriptors (a forked child's statm and chunk file)
+    # in the band below 300, not on its own low numbers.
+    r = run(tmp, [WORKLOAD, "fork-low-nofile"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = [x for x in r.stdout.splitlines() if x.startswith("runtime_fds=")][0]
+    fds = [f.split(":") for f in line.split("=", 1)[1].split(",") if f]
+    assert sorted(kind for _, kind in fds) == ["chunks", "statm"], line
+    assert all(300 - 64 <= int(n) < 300 for n, _ in fds), line
+
+
 def test_a_daemon_that_hangs_up_never_kills_the_program(tmp):
     # A "daemon" that accepts and closes at once (one that refuses, crashes or restarts):
     # the child's first write then fails with EPIPE. It must not raise SIGPIPE in a thread of
@@ -556,6 +568,7 @@ taplib.run([
     test_exec_keeps_profiling,
     test_fork_exec_children_never_die_of_the_profiler,
     test_a_forked_child_that_execs_at_once_starts_nothing,
+    test_a_lowered_descriptor_limit_moves_the_band_with_it,
     test_a_daemon_that_hangs_up_never_kills_the_program,
     test_a_file_size_limit_fails_the_profile_not_the_program,
     test_a_profile_that_cannot_be_written_is_named_on_stderr,

@@ -31,6 +31,10 @@
  *   workload fork-exec N               forks N children one after another, each execs
  *                                      /bin/true; prints how many died by a signal
  *   workload dlopen-stay PATH          dlopens PATH and exits with it loaded
+ *   workload fork-low-nofile           lowers RLIMIT_NOFILE to 300, forks a child that spins
+ *                                      until its runtime has opened statm (10 s at most) and
+ *                                      prints "runtime_fds=N,N" (statm's and the chunk
+ *                                      file's descriptor numbers)
  *   workload fork-exec-fds             forks a child that lists its descriptors, prints
  *                                      "started_after_fork=N" (how many are a runtime's
  *                                      own: statm, chunk file) and execs /bin/true
@@ -70,6 +74,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -409,6 +414,42 @@ int main(int argc, char **argv)
         }
         printf("killed: %d\n", killed);
         return killed ? 1 : 0;
+    } else if (!strcmp(mode, "fork-low-nofile")) {
+        struct rlimit rl = {300, 300};
+        pid_t pid;
+        int status;
+
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+            perror("setrlimit");
+            return 1;
+        }
+        pid = fork();
+        if (pid == 0) {
+            char list[256] = "";
+            double until = now_s() + 10;
+
+            while (!strstr(list, "statm") && now_s() < until) {
+                list[0] = '\0';
+                for (int fd = 0; fd < 300; fd++) {
+                    char link[64], target[256];
+                    ssize_t n;
+
+                    (void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+                    n = readlink(link, target, sizeof(target) - 1);
+                    if (n <= 0)
+                        continue;
+                    target[n] = '\0';
+                    if (strstr(target, "/statm") || strstr(target, ".chunks"))
+                        (void)snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%d:%s",
+                                       list[0] ? "," : "", fd,
+                                       strstr(target, "/statm") ? "statm" : "chunks");
+                }
+            }
+            printf("runtime_fds=%s\n", list);
+            fflush(stdout);
+            _exit(0);
+        }
+        return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     } else if (!strcmp(mode, "fork-exec-fds")) {
         pid_t pid = fork();
         int status;
