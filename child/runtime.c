@@ -241,7 +241,7 @@ static int fork_start_begin(void)
     if (r < 0)
         return r;
     if (pthread_getcpuclockid(pthread_self(), &fork_thread_clock) != 0)
-        fork_thread_clock = CLOCK_THREAD_CPUTIME_ID; /* never: then only the wait counts */
+        fork_thread_clock = CLOCK_MONOTONIC; /* never happens: the wall clock then */
     fork_thread_cpu_ns = clock_ns(fork_thread_clock);
     atomic_store(&rt.fork_start, RT_FORK_START_PENDING);
     r = rt_sampler_start(false);
