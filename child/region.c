@@ -225,12 +225,13 @@ out:
     return r;
 }
 
-int rt_region_open(struct buf_chunk_manager *manager)
+/* The region's file (or memfd) and header, at a high number and protected, not yet given
+ * to a chunk manager. -ENOENT: none is asked for. reg.lock held, no region yet. */
+static int make_locked(void)
 {
     char dir[PATH_MAX];
     int r, fd;
 
-    (void)pthread_mutex_lock(&reg.lock);
     if (rt.cfg.socket[0]) {
         /* A daemon's child: a memfd, whose descriptor goes to the daemon with Hello. */
         reg.path[0] = '\0';
@@ -262,19 +263,44 @@ made:
     fd = rt_fd_relocate(buf_region_fd(reg.region));
     buf_region_set_fd(reg.region, fd);
     rt_fd_protect(fd);
+out:
+    if (r < 0)
+        reg.path[0] = '\0';
+    return r;
+}
+
+int rt_region_make(void)
+{
+    int r = 0;
+
+    (void)pthread_mutex_lock(&reg.lock);
+    if (!reg.region)
+        r = make_locked();
+    (void)pthread_mutex_unlock(&reg.lock);
+    return r == -ENOENT ? 0 : r;
+}
+
+int rt_region_open(struct buf_chunk_manager *manager)
+{
+    int r = 0;
+
+    (void)pthread_mutex_lock(&reg.lock);
+    if (!reg.region) /* else made by rt_region_make() (a forked child) */
+        r = make_locked();
+    if (r < 0)
+        goto out;
     /* Described at the first tick, which start_locked() runs once the main thread is in. */
     reg.described_ns = 0;
     r = buf_chunk_manager_local_set_region(manager, reg.region);
     if (r < 0) {
-        rt_fd_release(fd);
+        rt_fd_release(buf_region_fd(reg.region));
         buf_region_set_fd(reg.region, -1);
         reg.region = buf_region_free(reg.region);
         if (reg.path[0])
             (void)unlink(reg.path);
+        reg.path[0] = '\0';
     }
 out:
-    if (r < 0)
-        reg.path[0] = '\0';
     (void)pthread_mutex_unlock(&reg.lock);
     return r == -ENOENT ? 0 : r;
 }

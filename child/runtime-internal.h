@@ -230,9 +230,7 @@ void rt_stackwalk_stop_libunwind(void);
 bool rt_stackwalk_libunwind_stopped(void);
 
 /* sampler.c */
-/* Starts the sampler thread; statm is opened first, unless lazily (then at its first read,
- * on the sampler thread: a forked child's deferred start). */
-int rt_sampler_start(bool open_statm_now);
+int rt_sampler_start(void);
 void rt_sampler_stop(void);
 void rt_sampler_wake(void);
 /* In a forked child, after rt_fds_forget(): closes the copy of the parent's statm. */
@@ -378,6 +376,9 @@ void rt_symbolizer_done(struct rt_symbolizer *s);
  * buffer takes a chunk; 0 when no region is wanted. */
 struct buf_chunk_manager;
 int rt_region_open(struct buf_chunk_manager *manager);
+/* The region alone, for a later rt_region_open(): a forked child makes its descriptors in
+ * the fork handler, where the program cannot be opening files of its own meanwhile. */
+int rt_region_make(void);
 /* Sampler: rewrites the process description when threads, modules, counters or schemas
  * changed (at most every 10 ms). */
 void rt_region_tick(uint64_t now_ns);

@@ -113,8 +113,10 @@ static double epoch_ms_now(void)
 }
 
 /* The buffer (and its region), the stack walker and the built-in counter: what sampling
- * writes into. init_lock held. */
-static int make_buffer(void)
+ * writes into. init_lock held. capture: libunwind may make its pipe here (not in a forked
+ * child, whose pipe is the parent's, kept; and a forked child's finish runs beside the
+ * program's threads, where no placeholder may take 0, 1 or 2 from under them). */
+static int make_buffer(bool capture)
 {
     int r;
 
@@ -133,9 +135,11 @@ static int make_buffer(void)
     }
     /* libunwind's memory-probe pipe is made here, once per process: the runtime's, and a
      * forked child's too. */
-    rt_fds_capture(RT_FDS_CAPTURE_KEEP);
+    if (capture)
+        rt_fds_capture(RT_FDS_CAPTURE_KEEP);
     r = rt_stackwalk_init(rt.cfg.stackwalk);
-    rt_fds_capture(RT_FDS_CAPTURE_OFF);
+    if (capture)
+        rt_fds_capture(RT_FDS_CAPTURE_OFF);
     if (r < 0)
         return r;
     if (atomic_load(&rt.counter_count) == 0) {
@@ -171,7 +175,7 @@ static int start_locked(void)
     command_line_known = true;
     rt.start_ns = rt_now_ns();
     rt.start_epoch_ms = epoch_ms_now();
-    r = make_buffer();
+    r = make_buffer(true);
     if (r < 0)
         return r;
     r = rt_sampler_install_handler();
@@ -186,7 +190,7 @@ static int start_locked(void)
         rt_debug("cannot register the main thread: %s", strerror(-r));
     rt_region_tick(rt_now_ns()); /* the first description, before any sample */
     rt_crash_arm();
-    r = rt_sampler_start(true);
+    r = rt_sampler_start();
     if (r < 0) {
         rt_groups_stop();
         atomic_store(&rt.running, 0);
@@ -203,10 +207,12 @@ static int start_locked(void)
 /* --- a forked child's deferred start ----------------------------------------------
  *
  * Most forked children of a profiled program exec at once (a shell, a build, a spawner),
- * and the exec throws away whatever the runtime started: the buffer and its region, the
- * description of the process (/proc/self/maps), statm, crash handlers. So the fork itself
- * only registers the thread that forked (it is the child's main thread) and makes the
- * sampler thread (rt.running stays 0); the rest waits for the first of:
+ * and the exec throws away whatever the runtime started: the buffer, the description of the
+ * process (/proc/self/maps), crash handlers, the daemon connection. So the fork itself only
+ * registers the thread that forked (it is the child's main thread), makes the runtime's
+ * descriptors (the region's file or memfd and statm: made later, beside the program's
+ * threads, they would pass through numbers the program may be taking) and the sampler
+ * thread (rt.running stays 0); the rest waits for the first of:
  *   - the sampler's tick once the child has used an interval of CPU, or has lived
  *     FORK_START_WAIT_NS (a child that waits before it execs, or a worker that sleeps, is
  *     still seen by the daemon within a few ticks); also an exit signal to handle;
@@ -243,8 +249,14 @@ static int fork_start_begin(void)
     if (pthread_getcpuclockid(pthread_self(), &fork_thread_clock) != 0)
         fork_thread_clock = CLOCK_MONOTONIC; /* never happens: the wall clock then */
     fork_thread_cpu_ns = clock_ns(fork_thread_clock);
+    /* The descriptors now, in the program's only thread (a few system calls): made later,
+     * beside the program's threads, they would pass through low numbers it may be about
+     * to take. The region's memory and everything else wait. */
+    r = rt_region_make();
+    if (r < 0)
+        rt_debug("cannot keep the chunks in a file: %s", strerror(-r));
     atomic_store(&rt.fork_start, RT_FORK_START_PENDING);
-    r = rt_sampler_start(false);
+    r = rt_sampler_start(); /* opens statm first */
     if (r < 0)
         atomic_store(&rt.fork_start, RT_FORK_START_NONE);
     return r;
@@ -253,7 +265,7 @@ static int fork_start_begin(void)
 /* The rest of the start, by whoever claimed it. init_lock held. */
 static void fork_start_finish(void)
 {
-    int r = make_buffer();
+    int r = make_buffer(false);
 
     if (r < 0) { /* not profiled, as when a start fails; the sampler ends at its next tick */
         rt_debug("cannot start after fork: %s", strerror(-r));

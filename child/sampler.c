@@ -810,15 +810,14 @@ void rt_sampler_forget_after_fork(void)
     statm_fd = -1;
 }
 
-int rt_sampler_start(bool open_statm_now)
+int rt_sampler_start(void)
 {
     int r;
 
     atomic_store(&rt.stop_sampler, 0);
     atomic_store(&wake_word, 0);
     /* Opened and protected before the thread runs, like the IPC descriptors. */
-    if (open_statm_now)
-        (void)open_statm();
+    (void)open_statm();
     r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
     if (r < 0)
         return r;

@@ -301,13 +301,14 @@ def test_fork_exec_children_never_die_of_the_profiler(tmp):
 
 
 def test_a_forked_child_that_execs_at_once_starts_nothing(tmp):
-    # The fork only registers the thread and makes the sampler thread; the buffer's chunk
-    # file and statm wait for the sampler's first tick, a second away at this interval (the
-    # child lists its descriptors and execs long before).
+    # The fork makes only the thread's registration, the sampler thread and the runtime's
+    # descriptors (its chunk file among them); the buffer and the process's description
+    # (/proc/self/maps) wait for the sampler's first tick, a second away at this interval:
+    # the child looks at its chunk file and execs long before.
     r = run(tmp, [WORKLOAD, "fork-exec-fds"], FLEETPROF_INTERVAL_MS="1000",
             FLEETPROF_OUTPUT=os.path.join(tmp, "ff-%p.json"))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "started_after_fork=0" in r.stdout, r.stdout + r.stderr
+    assert "chunk_file_described=0" in r.stdout, r.stdout + r.stderr
 
 
 def test_a_lowered_descriptor_limit_moves_the_band_with_it(tmp):

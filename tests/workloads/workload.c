@@ -35,9 +35,10 @@
  *                                      until its runtime has opened statm (10 s at most) and
  *                                      prints "runtime_fds=N,N" (statm's and the chunk
  *                                      file's descriptor numbers)
- *   workload fork-exec-fds             forks a child that lists its descriptors, prints
- *                                      "started_after_fork=N" (how many are a runtime's
- *                                      own: statm, chunk file) and execs /bin/true
+ *   workload fork-exec-fds             forks a child that prints "chunk_file_described=N"
+ *                                      (1: the runtime's chunk file among its descriptors
+ *                                      holds a description, 0: not yet, -1: no such file)
+ *                                      and execs /bin/true
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
  *                                      it reads address -16 (a profiler bug must not kill us)
  *   workload flood SECONDS RATE        markers "m <seq>" (seq 0, 1, 2...) at RATE per second
@@ -455,7 +456,7 @@ int main(int argc, char **argv)
         int status;
 
         if (pid == 0) {
-            int started = 0;
+            int described = -1;
 
             for (int fd = 0; fd < 1024; fd++) {
                 char link[64], target[256];
@@ -466,9 +467,12 @@ int main(int argc, char **argv)
                 if (n <= 0)
                     continue;
                 target[n] = '\0';
-                started += strstr(target, "/statm") != NULL || strstr(target, ".chunks") != NULL;
+                /* Past the header's fixed page (buffer/region.h): the description areas,
+                 * sparse until the process is first described. */
+                if (strstr(target, ".chunks"))
+                    described = lseek(fd, 4096, SEEK_DATA) >= 0;
             }
-            printf("started_after_fork=%d\n", started);
+            printf("chunk_file_described=%d\n", described);
             fflush(stdout);
             execl("/bin/true", "true", (char *)NULL);
             _exit(127);
