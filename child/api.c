@@ -13,7 +13,7 @@
 #include "child/include/fleetprof.h"
 #include "child/runtime-internal.h"
 
-#define RUNNING() atomic_load_explicit(&rt.running, memory_order_acquire)
+#define RUNNING() rt_running()
 
 FLEETPROF_EXPORT uint64_t fleetprof_now_ns(void)
 {

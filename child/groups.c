@@ -458,7 +458,7 @@ static int group_counter(struct fleetprof_group *g)
     int id = atomic_load_explicit(&g->counter_id, memory_order_acquire);
     char description[PROF_GROUP_NAME_MAX + 64];
 
-    if (id >= 0 || !atomic_load(&rt.running))
+    if (id >= 0 || !rt_running())
         return id;
     (void)snprintf(description, sizeof(description),
                    "CPU time charged to performance group %s (ns per sample)", g->name);

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -205,7 +206,7 @@ RT_NO_TSAN FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_
         resolve_real_functions();
     if (!real_pthread_create)
         return EAGAIN;
-    if (RT_TSAN || !atomic_load(&rt.running) || creating_internal)
+    if (RT_TSAN || creating_internal || !rt_running())
         return real_pthread_create(thread, attr, start, arg);
     ts = malloc(sizeof(*ts));
     if (!ts) /* still create the thread: profiling must not change the program */
@@ -374,21 +375,37 @@ bool rt_is_internal_thread(void)
  * without us, and its own first descriptor is 3 again. */
 #define RT_FDS_BAND 64
 
-int rt_fd_relocate(int fd)
+/* The top of the band: asked of getrlimit() once, and again only when a move fails (the
+ * program lowered its limit since: setrlimit and prlimit are its only ways). A raised
+ * limit leaves the band where it was, still clear of the program's numbers. */
+static _Atomic int band_top;
+
+static int read_band_top(void)
 {
     struct rlimit rl;
     rlim_t top = 1024;
-    int flags, high;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < top)
+        top = rl.rlim_cur;
+    atomic_store(&band_top, (int)top);
+    return (int)top;
+}
+
+int rt_fd_relocate(int fd)
+{
+    int top = atomic_load(&band_top), high;
 
     if (fd < 0)
         return fd;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < top)
-        top = rl.rlim_cur;
-    if (top < 4 * RT_FDS_BAND || fd >= (int)top - RT_FDS_BAND)
+    if (top == 0)
+        top = read_band_top();
+    if (top < 4 * RT_FDS_BAND || fd >= top - RT_FDS_BAND)
         return fd; /* too few numbers to keep apart, or there already */
-    flags = fcntl(fd, F_GETFD);
-    high = fcntl(fd, flags >= 0 && (flags & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD,
-                 (int)top - RT_FDS_BAND);
+    /* Close-on-exec whatever the original was: a descriptor of the runtime must never
+     * reach an exec'd program (all of ours are made so anyway). */
+    high = fcntl(fd, F_DUPFD_CLOEXEC, top - RT_FDS_BAND);
+    if (high < 0 && errno == EINVAL && read_band_top() != top)
+        return rt_fd_relocate(fd); /* the limit moved: the band with it */
     if (high < 0)
         return fd; /* the band is full: stay low rather than fail */
     if (!real_close)
@@ -417,11 +434,18 @@ static __thread size_t placeholder_count;
 
 static void hold_standard_fds(void)
 {
+    /* One poll() tells which of the three are closed (POLLNVAL), not three fcntl() calls:
+     * no event is asked for and it does not wait. */
+    struct pollfd std[3] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}};
+
+    if (poll(std, 3, 0) < 0) /* EINTR, ENOMEM: then each is tested alone */
+        for (int fd = 0; fd < 3; fd++)
+            std[fd].revents = fcntl(fd, F_GETFD) < 0 && errno == EBADF ? POLLNVAL : 0;
     for (int fd = 0; fd < 3; fd++) {
         struct stat st;
         int p;
 
-        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+        if (!(std[fd].revents & POLLNVAL))
             continue;
         /* A memfd: an inode of its own, so it is recognised at release time. */
         p = memfd_create("fleetprof-placeholder", MFD_CLOEXEC);
@@ -864,8 +888,9 @@ RT_NO_TSAN FLEETPROF_EXPORT int siginterrupt(int sig, int interrupt)
  * shares our memory (rt.pid is its parent's): it has no sample of ours pending, and must
  * not touch the parent's exec_pending, only its own disposition. */
 struct exec_state {
-    bool counted; /* exec_pending was raised */
-    bool ignored; /* SIGPROF set to SIG_IGN, ours to put back */
+    bool fork_start; /* a forked child's deferred start was cancelled, to put back */
+    bool counted;    /* exec_pending was raised */
+    bool ignored;    /* SIGPROF set to SIG_IGN, ours to put back */
 };
 
 static void wait_for_sampler_signals(void)
@@ -902,7 +927,10 @@ static void before_exec(struct exec_state *st)
     sigset_t prof, mask;
     int saved_errno = errno;
 
-    st->counted = st->ignored = false;
+    st->fork_start = st->counted = st->ignored = false;
+    /* Not in a vfork child: the pending start is its parent's. */
+    if (atomic_load(&rt.fork_start) != RT_FORK_START_NONE && (int32_t)syscall(SYS_getpid) == rt.pid)
+        st->fork_start = rt_fork_start_cancel();
     if (!kept_aside(RT_SAMPLE_SIGNAL))
         return; /* not ours (never installed, or the program took it): nothing to undo */
     if ((int32_t)syscall(SYS_getpid) == rt.pid) {
@@ -933,6 +961,8 @@ static void after_failed_exec(const struct exec_state *st)
 {
     int saved_errno = errno;
 
+    if (st->fork_start)
+        rt_fork_start_restore();
     if (st->ignored)
         rt_sampler_restore_handler();
     if (st->counted) {

@@ -82,7 +82,7 @@ static int describe_locked(void)
     Fleetprof__SchemaFieldDescription *fields = NULL, **field_ptrs = NULL;
     Fleetprof__ModuleDescription *modules = NULL, **module_ptrs = NULL;
     struct prof_thread_info *ti = NULL;
-    struct prof_libs libs = {0};
+    const struct prof_libs *libs = NULL;
     size_t thread_count = 0, field_count = 0, packed;
     uint32_t counter_count, schema_count;
     uint8_t *out = NULL;
@@ -93,7 +93,7 @@ static int describe_locked(void)
 
     r = rt_threads_snapshot(&ti, &thread_count);
     if (r == 0)
-        r = prof_libs_collect_self(&libs);
+        libs = rt_modules_get(&r);
     if (r < 0)
         goto out;
     counter_count = atomic_load(&rt.counter_count);
@@ -111,8 +111,8 @@ static int describe_locked(void)
     schema_ptrs = calloc(schema_count + 1, sizeof(*schema_ptrs));
     fields = calloc(field_count + 1, sizeof(*fields));
     field_ptrs = calloc(field_count + 1, sizeof(*field_ptrs));
-    modules = calloc(libs.count + 1, sizeof(*modules));
-    module_ptrs = calloc(libs.count + 1, sizeof(*module_ptrs));
+    modules = calloc(libs->count + 1, sizeof(*modules));
+    module_ptrs = calloc(libs->count + 1, sizeof(*module_ptrs));
     r = -ENOMEM;
     if (!threads || !thread_ptrs || !counters || !counter_ptrs || !schemas || !schema_ptrs ||
         !fields || !field_ptrs || !modules || !module_ptrs)
@@ -177,8 +177,8 @@ static int describe_locked(void)
     }
     d.schemas = schema_ptrs;
     d.n_schemas = schema_count;
-    for (size_t i = 0; i < libs.count; i++) {
-        const struct prof_lib *l = &libs.libs[i];
+    for (size_t i = 0; i < libs->count; i++) {
+        const struct prof_lib *l = &libs->libs[i];
 
         fleetprof__module_description__init(&modules[i]);
         modules[i].start = l->start;
@@ -192,7 +192,7 @@ static int describe_locked(void)
         module_ptrs[i] = &modules[i];
     }
     d.modules = module_ptrs;
-    d.n_modules = libs.count;
+    d.n_modules = libs->count;
 
     packed = fleetprof__process_description__get_packed_size(&d);
     out = malloc(packed ? packed : 1);
@@ -221,16 +221,17 @@ out:
     free(module_ptrs);
     if (ti)
         rt_threads_snapshot_free(ti, thread_count);
-    prof_libs_done(&libs);
+    rt_modules_put(libs);
     return r;
 }
 
-int rt_region_open(struct buf_chunk_manager *manager)
+/* The region's file (or memfd) and header, at a high number and protected, not yet given
+ * to a chunk manager. -ENOENT: none is asked for. reg.lock held, no region yet. */
+static int make_locked(void)
 {
     char dir[PATH_MAX];
     int r, fd;
 
-    (void)pthread_mutex_lock(&reg.lock);
     if (rt.cfg.socket[0]) {
         /* A daemon's child: a memfd, whose descriptor goes to the daemon with Hello. */
         reg.path[0] = '\0';
@@ -262,19 +263,44 @@ made:
     fd = rt_fd_relocate(buf_region_fd(reg.region));
     buf_region_set_fd(reg.region, fd);
     rt_fd_protect(fd);
+out:
+    if (r < 0)
+        reg.path[0] = '\0';
+    return r;
+}
+
+int rt_region_make(void)
+{
+    int r = 0;
+
+    (void)pthread_mutex_lock(&reg.lock);
+    if (!reg.region)
+        r = make_locked();
+    (void)pthread_mutex_unlock(&reg.lock);
+    return r == -ENOENT ? 0 : r;
+}
+
+int rt_region_open(struct buf_chunk_manager *manager)
+{
+    int r = 0;
+
+    (void)pthread_mutex_lock(&reg.lock);
+    if (!reg.region) /* else made by rt_region_make() (a forked child) */
+        r = make_locked();
+    if (r < 0)
+        goto out;
     /* Described at the first tick, which start_locked() runs once the main thread is in. */
     reg.described_ns = 0;
     r = buf_chunk_manager_local_set_region(manager, reg.region);
     if (r < 0) {
-        rt_fd_release(fd);
+        rt_fd_release(buf_region_fd(reg.region));
         buf_region_set_fd(reg.region, -1);
         reg.region = buf_region_free(reg.region);
         if (reg.path[0])
             (void)unlink(reg.path);
+        reg.path[0] = '\0';
     }
 out:
-    if (r < 0)
-        reg.path[0] = '\0';
     (void)pthread_mutex_unlock(&reg.lock);
     return r == -ENOENT ? 0 : r;
 }
@@ -401,7 +427,10 @@ void rt_region_forget_after_fork(void)
      * mappings and copy of the descriptor go. */
     (void)pthread_mutex_init(&reg.lock, NULL);
     if (reg.region) {
-        rt_fd_release(buf_region_fd(reg.region));
+        /* rt_fds_forget() ran first (on_fork_child_first): the descriptor is no longer
+         * listed as ours, so rt_fd_release() would leave it open, and close() is real. */
+        if (buf_region_fd(reg.region) >= 0)
+            (void)close(buf_region_fd(reg.region));
         buf_region_set_fd(reg.region, -1);
         reg.region = buf_region_free(reg.region);
     }

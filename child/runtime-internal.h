@@ -145,6 +145,7 @@ struct rt {
     _Atomic int signals_in_flight; /* the sampler is between reading exec_pending and its
                                     * tgkill returning (the exec handshake, preload.c) */
     _Atomic int exec_failed;       /* an exec failed: re-signal captures in flight */
+    _Atomic int fork_start;        /* a forked child's deferred start (enum rt_fork_start) */
     struct rt_config cfg;
     int32_t pid;
     bool forked; /* this process is a fork of its parent's image (not exec'd since) */
@@ -172,6 +173,15 @@ struct rt {
 };
 
 extern struct rt rt;
+
+/* A forked child starts lazily (runtime.c): the fork only registers its thread and makes the
+ * sampler thread, which does the rest once the child has run for an interval; an exec before
+ * then (fork + exec) throws away nothing but that. */
+enum rt_fork_start {
+    RT_FORK_START_NONE,    /* started, or never to be */
+    RT_FORK_START_PENDING, /* deferred: sampling and the API wait for it */
+    RT_FORK_START_RUNNING, /* being finished by a thread that holds the init lock */
+};
 
 /* The calling thread's registry entry, or NULL (initial-exec TLS: safe in signal handlers). */
 extern __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
@@ -246,6 +256,14 @@ void rt_sampler_program_action(const struct sigaction *act, struct sigaction *ol
 /* preload.c: the C library's sigaction, past our interposer. */
 int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
+/* modules.c: this process's modules (prof_libs_collect_self), shared and collected again
+ * only when the loader mapped or unmapped an object since. Returns a reference to put back
+ * with rt_modules_put(), or NULL with a negative errno in *ret_error. */
+const struct prof_libs *rt_modules_get(int *ret_error);
+void rt_modules_put(const struct prof_libs *libs);
+/* In a forked child: the lock afresh. */
+void rt_modules_forget_after_fork(void);
+
 /* runtime.c */
 struct json_writer;
 struct progress_logger;
@@ -256,6 +274,24 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
 int rt_write_profile_to(const char *path, uint64_t shutdown_ns);
 /* exit() and _exit(): stop sampling, write the exit profile once. */
 void rt_on_process_exit(void);
+/* Whether the runtime runs, after finishing a forked child's deferred start if one is
+ * pending (or waiting for the thread finishing it). Not async-signal-safe. */
+bool rt_start_if_pending(void);
+/* rt.running, or the deferred start finished now: for calls that need the runtime. */
+static inline bool rt_running(void)
+{
+    return atomic_load_explicit(&rt.running, memory_order_acquire) ||
+           (atomic_load_explicit(&rt.fork_start, memory_order_relaxed) != RT_FORK_START_NONE &&
+            rt_start_if_pending());
+}
+/* On the sampler thread while the start is deferred: whether it is time to finish it (the
+ * child ran an interval of CPU, waited long enough, or has an exit signal to handle). */
+bool rt_fork_start_due(uint64_t now_ns);
+/* Async-signal-safe, before exec in this process: a deferred start is cancelled (true when
+ * it was; rt_fork_start_restore() puts it back if the exec fails), and one being finished
+ * is waited for (a bounded while). */
+bool rt_fork_start_cancel(void);
+void rt_fork_start_restore(void);
 /* On the sampler thread after a fatal signal: write the profile, then die by sig. */
 void rt_handle_exit_signal(int sig);
 
@@ -340,6 +376,9 @@ void rt_symbolizer_done(struct rt_symbolizer *s);
  * buffer takes a chunk; 0 when no region is wanted. */
 struct buf_chunk_manager;
 int rt_region_open(struct buf_chunk_manager *manager);
+/* The region alone, for a later rt_region_open(): a forked child makes its descriptors in
+ * the fork handler, where the program cannot be opening files of its own meanwhile. */
+int rt_region_make(void);
 /* Sampler: rewrites the process description when threads, modules, counters or schemas
  * changed (at most every 10 ms). */
 void rt_region_tick(uint64_t now_ns);

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -111,19 +112,14 @@ static double epoch_ms_now(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Starts sampling with rt.cfg. init_lock held. */
-static int start_locked(void)
+/* The buffer (and its region), the stack walker and the built-in counter: what sampling
+ * writes into. init_lock held. capture: libunwind may make its pipe here (not in a forked
+ * child, whose pipe is the parent's, kept; and a forked child's finish runs beside the
+ * program's threads, where no placeholder may take 0, 1 or 2 from under them). */
+static int make_buffer(bool capture)
 {
     int r;
 
-    rt.pid = (int32_t)getpid();
-    rt.start_tid = (int32_t)gettid();
-    atomic_store(&rt.start_done_ns, 0);
-    if (!command_line_known)
-        read_command_line();
-    command_line_known = true;
-    rt.start_ns = rt_now_ns();
-    rt.start_epoch_ms = epoch_ms_now();
     if (!rt.buffer) {
         r = buf_chunk_manager_local_new(rt.cfg.buffer_bytes, rt.cfg.chunk_bytes, &rt.manager);
         if (r < 0)
@@ -139,9 +135,11 @@ static int start_locked(void)
     }
     /* libunwind's memory-probe pipe is made here, once per process: the runtime's, and a
      * forked child's too. */
-    rt_fds_capture(RT_FDS_CAPTURE_KEEP);
+    if (capture)
+        rt_fds_capture(RT_FDS_CAPTURE_KEEP);
     r = rt_stackwalk_init(rt.cfg.stackwalk);
-    rt_fds_capture(RT_FDS_CAPTURE_OFF);
+    if (capture)
+        rt_fds_capture(RT_FDS_CAPTURE_OFF);
     if (r < 0)
         return r;
     if (atomic_load(&rt.counter_count) == 0) {
@@ -150,6 +148,36 @@ static int start_locked(void)
         rt.counters[0].description = "Resident set size of the process";
         atomic_store(&rt.counter_count, 1);
     }
+    return 0;
+}
+
+static void start_ipc(void)
+{
+    int r;
+
+    if (rt.cfg.socket[0]) {
+        r = rt_ipc_start(rt.cfg.socket);
+        if (r < 0) /* without a daemon we profile alone, as if none were configured */
+            rt_debug("cannot start the IPC thread: %s", strerror(-r));
+    }
+}
+
+/* Starts sampling with rt.cfg. init_lock held. */
+static int start_locked(void)
+{
+    int r;
+
+    rt.pid = (int32_t)getpid();
+    rt.start_tid = (int32_t)gettid();
+    atomic_store(&rt.start_done_ns, 0);
+    if (!command_line_known)
+        read_command_line();
+    command_line_known = true;
+    rt.start_ns = rt_now_ns();
+    rt.start_epoch_ms = epoch_ms_now();
+    r = make_buffer(true);
+    if (r < 0)
+        return r;
     r = rt_sampler_install_handler();
     if (r < 0)
         return r;
@@ -168,16 +196,133 @@ static int start_locked(void)
         atomic_store(&rt.running, 0);
         return r;
     }
-    if (rt.cfg.socket[0]) {
-        r = rt_ipc_start(rt.cfg.socket);
-        if (r < 0) /* without a daemon we profile alone, as if none were configured */
-            rt_debug("cannot start the IPC thread: %s", strerror(-r));
-    }
+    start_ipc();
     rt_debug("profiling %s every %.3f ms, %s stacks, buffer %llu MiB", product,
              (double)rt.cfg.interval_ns / 1e6, rt_stackwalk_name(rt.cfg.stackwalk),
              (unsigned long long)(rt.cfg.buffer_bytes >> 20));
     atomic_store(&rt.start_done_ns, rt_now_ns());
     return 0;
+}
+
+/* --- a forked child's deferred start ----------------------------------------------
+ *
+ * Most forked children of a profiled program exec at once (a shell, a build, a spawner),
+ * and the exec throws away whatever the runtime started: the buffer, the description of the
+ * process (/proc/self/maps), crash handlers, the daemon connection. So the fork itself only
+ * registers the thread that forked (it is the child's main thread), makes the runtime's
+ * descriptors (the region's file or memfd and statm: made later, beside the program's
+ * threads, they would pass through numbers the program may be taking) and the sampler
+ * thread (rt.running stays 0); the rest waits for the first of:
+ *   - the sampler's tick once the child has used an interval of CPU, or has lived
+ *     FORK_START_WAIT_NS (a child that waits before it execs, or a worker that sleeps, is
+ *     still seen by the daemon within a few ticks); also an exit signal to handle;
+ *   - a call that needs the runtime (rt_running(): the API, pthread_create, exit paths).
+ * Samples are not lost: the first one, right after the start, carries the CPU the thread
+ * used since the fork. An exec cancels the pending start (async-signal-safe, no lock). */
+#define FORK_START_WAIT_NS (10 * 1000 * 1000)
+
+static clockid_t fork_thread_clock;
+static uint64_t fork_thread_cpu_ns;
+
+static uint64_t clock_ns(clockid_t clock)
+{
+    struct timespec ts;
+
+    if (clock_gettime(clock, &ts) < 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* In the fork handler: the cheap part. init_lock is fresh. */
+static int fork_start_begin(void)
+{
+    int r;
+
+    rt.pid = (int32_t)getpid();
+    rt.start_tid = (int32_t)gettid();
+    atomic_store(&rt.start_done_ns, 0);
+    rt.start_ns = rt_now_ns();
+    rt.start_epoch_ms = epoch_ms_now();
+    r = rt_threads_register(program_name, true);
+    if (r < 0)
+        return r;
+    if (pthread_getcpuclockid(pthread_self(), &fork_thread_clock) != 0)
+        fork_thread_clock = CLOCK_MONOTONIC; /* never happens: the wall clock then */
+    fork_thread_cpu_ns = clock_ns(fork_thread_clock);
+    /* The descriptors now, in the program's only thread (a few system calls): made later,
+     * beside the program's threads, they would pass through low numbers it may be about
+     * to take. The region's memory and everything else wait. */
+    r = rt_region_make();
+    if (r < 0)
+        rt_debug("cannot keep the chunks in a file: %s", strerror(-r));
+    atomic_store(&rt.fork_start, RT_FORK_START_PENDING);
+    r = rt_sampler_start(); /* opens statm first */
+    if (r < 0)
+        atomic_store(&rt.fork_start, RT_FORK_START_NONE);
+    return r;
+}
+
+/* The rest of the start, by whoever claimed it. init_lock held. */
+static void fork_start_finish(void)
+{
+    int r = make_buffer(false);
+
+    if (r < 0) { /* not profiled, as when a start fails; the sampler ends at its next tick */
+        rt_debug("cannot start after fork: %s", strerror(-r));
+        atomic_store(&rt.stop_sampler, 1);
+        return;
+    }
+    rt.exit_profile_written = false;
+    atomic_store(&rt.paused, 0);
+    atomic_store_explicit(&rt.running, 1, memory_order_release);
+    rt_groups_start(rt.cfg.slow_event_ns);
+    rt_region_tick(rt_now_ns()); /* the first description, before any sample */
+    rt_crash_arm();
+    start_ipc(); /* deferred to the sampler's next tick (rt_ipc_forget_after_fork) */
+    /* The thread that forked ran the program all along: none of its samples is ours. */
+    atomic_store(&rt.start_done_ns, rt.start_ns);
+}
+
+bool rt_start_if_pending(void)
+{
+    if (atomic_load(&rt.fork_start) != RT_FORK_START_NONE) {
+        int pending = RT_FORK_START_PENDING;
+
+        /* The lock first, then the claim: a caller that finds it claimed has waited for
+         * it to be finished when it gets the lock. An exec cancels without the lock. */
+        (void)pthread_mutex_lock(&init_lock);
+        if (atomic_compare_exchange_strong(&rt.fork_start, &pending, RT_FORK_START_RUNNING)) {
+            fork_start_finish();
+            atomic_store(&rt.fork_start, RT_FORK_START_NONE);
+        }
+        (void)pthread_mutex_unlock(&init_lock);
+    }
+    return atomic_load_explicit(&rt.running, memory_order_acquire);
+}
+
+bool rt_fork_start_due(uint64_t now_ns)
+{
+    return atomic_load(&rt.exit_signal) != 0 || now_ns - rt.start_ns >= FORK_START_WAIT_NS ||
+           clock_ns(fork_thread_clock) - fork_thread_cpu_ns >= rt.cfg.interval_ns;
+}
+
+bool rt_fork_start_cancel(void)
+{
+    int pending = RT_FORK_START_PENDING;
+
+    if (atomic_compare_exchange_strong(&rt.fork_start, &pending, RT_FORK_START_NONE))
+        return true;
+    /* Being finished on the sampler thread: the exec must see it done (its region marked,
+     * its signals stopped). A finish that cannot end (blocked on a lock this thread holds,
+     * the exec being made in a signal handler) is not waited for long. */
+    for (unsigned i = 0; atomic_load(&rt.fork_start) == RT_FORK_START_RUNNING && i < 100000; i++)
+        (void)sched_yield();
+    return false;
+}
+
+void rt_fork_start_restore(void)
+{
+    atomic_store(&rt.fork_start, RT_FORK_START_PENDING);
 }
 
 /* Expands %p to the pid. */
@@ -266,7 +411,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     struct prof_thread_info *threads = NULL;
     struct prof_group_totals *groups = NULL;
     struct prof_process_info info = {0};
-    struct prof_libs libs = {0};
+    const struct prof_libs *libs = NULL;
     char title[256];
     struct write_symbols *ws;
     struct prof_symbolizer symbolizer;
@@ -277,8 +422,8 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     ws = calloc(1, sizeof(*ws));
     if (!ws)
         return -ENOMEM;
-    r = prof_libs_collect_self(&libs);
-    if (r < 0)
+    libs = rt_modules_get(&r);
+    if (!libs)
         goto out;
     r = rt_threads_snapshot(&threads, &thread_count);
     if (r < 0)
@@ -309,7 +454,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     info.counters = counters;
     info.counter_count = counter_count;
     info.schemas = schemas;
-    info.libs = &libs;
+    info.libs = libs;
     buf_chunked_buffer_get_state(rt.buffer, &ws->state);
     format_runtime_log(ws); /* again after symbolization, if there is any */
     info.runtime_log_json = ws->log;
@@ -327,7 +472,7 @@ out:
     free(ws);
     if (threads)
         rt_threads_snapshot_free(threads, thread_count);
-    prof_libs_done(&libs);
+    rt_modules_put(libs);
     return r;
 }
 
@@ -524,7 +669,7 @@ const char *rt_program_name(void)
 
 void rt_on_process_exit(void)
 {
-    if (!atomic_load(&rt.running))
+    if (!rt_start_if_pending()) /* a forked child that ends early has its profile too */
         return;
     rt_sampler_stop();
     write_exit_profile();
@@ -549,8 +694,8 @@ static void on_exit_signal(int sig)
 {
     /* First signal: the sampler writes the profile and re-raises. A second one, or one
      * arriving when no sampler runs, takes the default action now. */
-    if (atomic_load(&rt.running) && rt.sampler_started &&
-        atomic_exchange(&rt.exit_signal, sig) == 0) {
+    if ((atomic_load(&rt.running) || atomic_load(&rt.fork_start) != RT_FORK_START_NONE) &&
+        rt.sampler_started && atomic_exchange(&rt.exit_signal, sig) == 0) {
         rt_sampler_wake();
         return;
     }
@@ -579,7 +724,7 @@ static void install_exit_signal_handlers(void)
 static void on_fork_child_first(void)
 {
     rt.forked = true;
-    if (!atomic_load(&rt.running))
+    if (!atomic_load(&rt.running) && atomic_load(&rt.fork_start) == RT_FORK_START_NONE)
         return;
     rt_fds_forget();
     rt_fds_capture(RT_FDS_CAPTURE);
@@ -588,12 +733,13 @@ static void on_fork_child_first(void)
 static void on_fork_child(void)
 {
     rt_fds_capture(RT_FDS_CAPTURE_OFF);
-    if (!atomic_load(&rt.running))
+    if (!atomic_load(&rt.running) && atomic_load(&rt.fork_start) == RT_FORK_START_NONE)
         return;
     /* The parent's buffer, sampler and locks are not ours: other threads held them at the
      * fork and are gone. Abandon them (pages shared copy-on-write, never touched) and
-     * start from scratch as a new process. */
+     * start from scratch as a new process, lazily (fork_start_begin()). */
     atomic_store(&rt.running, 0);
+    atomic_store(&rt.fork_start, RT_FORK_START_NONE);
     rt.buffer = NULL;
     rt.manager = NULL;
     rt.sampler_started = false;
@@ -608,13 +754,14 @@ static void on_fork_child(void)
     rt_ipc_forget_after_fork();
     rt_sampler_forget_after_fork();
     rt_region_forget_after_fork();
+    rt_modules_forget_after_fork();
     for (uint32_t i = 0; i < atomic_load(&rt.counter_count); i++) {
         atomic_store(&rt.counters[i].value, 0);
         rt.counters[i].last_sampled = 0;
         atomic_store(&rt.counters[i].ops, 0);
         rt.counters[i].last_ops = 0;
     }
-    if (start_locked() < 0)
+    if (fork_start_begin() < 0)
         atomic_store(&rt.running, 0);
 }
 
@@ -622,6 +769,8 @@ FLEETPROF_EXPORT int fleetprof_init(void)
 {
     int r = 0;
 
+    if (rt_start_if_pending())
+        return 0;
     (void)pthread_mutex_lock(&init_lock);
     if (!atomic_load(&rt.running)) {
         rt_config_from_env(&rt.cfg);
@@ -644,6 +793,7 @@ FLEETPROF_EXPORT int fleetprof_init(void)
 
 FLEETPROF_EXPORT void fleetprof_shutdown(void)
 {
+    (void)rt_start_if_pending(); /* its exit profile, as a started runtime writes */
     (void)pthread_mutex_lock(&init_lock);
     if (atomic_load(&rt.running)) {
         rt_sampler_stop();
@@ -659,13 +809,13 @@ FLEETPROF_EXPORT void fleetprof_shutdown(void)
 
 FLEETPROF_EXPORT void fleetprof_pause(void)
 {
-    if (atomic_load(&rt.running) && atomic_exchange(&rt.paused, 1) == 0)
+    if (rt_running() && atomic_exchange(&rt.paused, 1) == 0)
         (void)prof_entry_put_pause(rt.buffer, true, rt_now_ns());
 }
 
 FLEETPROF_EXPORT void fleetprof_resume(void)
 {
-    if (atomic_load(&rt.running) && atomic_exchange(&rt.paused, 0) == 1)
+    if (rt_running() && atomic_exchange(&rt.paused, 0) == 1)
         (void)prof_entry_put_pause(rt.buffer, false, rt_now_ns());
 }
 
@@ -673,7 +823,7 @@ FLEETPROF_EXPORT int fleetprof_write_profile(const char *path)
 {
     int r;
 
-    if (!atomic_load(&rt.running))
+    if (!rt_running())
         return -ESRCH;
     (void)pthread_mutex_lock(&rt.write_lock);
     r = rt_write_profile_to(path ? path : rt.cfg.output, 0);

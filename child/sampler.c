@@ -765,6 +765,16 @@ static void *sampler_main(void *arg)
         sleep_until(&ts);
         if (atomic_load(&rt.stop_sampler))
             break;
+        /* A forked child's deferred start (runtime.c): nothing to sample before it, nor
+         * while an exec has it cancelled (the exec ends this thread, or fails and puts the
+         * start back). */
+        if (!atomic_load_explicit(&rt.running, memory_order_acquire)) {
+            if (atomic_load(&rt.fork_start) == RT_FORK_START_NONE ||
+                !rt_fork_start_due(rt_now_ns()))
+                continue;
+            if (!rt_start_if_pending() || atomic_load(&rt.stop_sampler))
+                break;
+        }
         sig = atomic_exchange(&rt.exit_signal, 0);
         if (sig) {
             rt_handle_exit_signal(sig); /* does not return */

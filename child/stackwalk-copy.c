@@ -4,7 +4,9 @@
  * walks it through an address space whose stack reads come from the copy and whose other
  * reads (unwind tables, code) go to this process's memory, unchanged since the capture.
  * This costs sampler CPU instead of handler time. Built without UNW_LOCAL_ONLY: the
- * local-only library refuses unw_init_remote.
+ * local-only library refuses unw_init_remote. The generic library (libunwind-x86_64) is
+ * dlopen()ed here, in copy mode only, not linked: every other process of a fleet was paying
+ * ~0.03 ms to map and relocate it at start.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -15,6 +17,17 @@
 #include <libunwind.h>
 
 #include "child/runtime-internal.h"
+
+/* The generic library's functions (unw_* in libunwind.h name them _Ux86_64_*). */
+static struct {
+    unw_addr_space_t *local_addr_space;
+    unw_accessors_t *(*get_accessors)(unw_addr_space_t);
+    unw_addr_space_t (*create_addr_space)(unw_accessors_t *, int);
+    int (*set_caching_policy)(unw_addr_space_t, unw_caching_policy_t);
+    int (*init_remote)(unw_cursor_t *, unw_addr_space_t, void *);
+    int (*get_reg)(unw_cursor_t *, int, unw_word_t *);
+    int (*step)(unw_cursor_t *);
+} generic;
 
 static unw_addr_space_t copy_space;
 static unw_accessors_t copy_accessors;
@@ -100,14 +113,15 @@ static int copy_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info
 {
     (void)as;
     (void)arg;
-    return local_accessors->find_proc_info(unw_local_addr_space, ip, pi, need_unwind_info, NULL);
+    return local_accessors->find_proc_info(*generic.local_addr_space, ip, pi, need_unwind_info,
+                                           NULL);
 }
 
 static void copy_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
 {
     (void)as;
     (void)arg;
-    local_accessors->put_unwind_info(unw_local_addr_space, pi, NULL);
+    local_accessors->put_unwind_info(*generic.local_addr_space, pi, NULL);
 }
 
 static int copy_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val, int write,
@@ -170,36 +184,43 @@ static int copy_resume(unw_addr_space_t as, unw_cursor_t *cursor, void *arg)
     return -UNW_EINVAL;
 }
 
-/* The generic library's accessors of its local address space. Both libunwind.so.8 (the
- * local-only one, which we also link) and libunwind-x86_64.so.8 export
- * _Ux86_64_get_accessors, and the first one found belongs to the local-only library: it
+/* Loads the generic library and takes its functions. Both libunwind.so.8 (the local-only
+ * one, which we link) and libunwind-x86_64.so.8 export _Ux86_64_get_accessors and the rest
+ * under the same names: each is looked up in the generic library's own handle, never by
+ * the global search, which finds the local-only library's first (its get_accessors
  * initializes that library's address space, not the generic one, whose accessors then
- * stay NULL (and libunwind calls a NULL pointer while stepping). Ask the generic library
- * for its own function. */
-static unw_accessors_t *generic_local_accessors(void)
+ * stay NULL, and libunwind calls a NULL pointer while stepping). Kept loaded for good. */
+static int load_generic(void)
 {
-    unw_accessors_t *(*get_accessors)(unw_addr_space_t) = NULL;
-    unw_accessors_t *a = NULL;
-    void *lib = dlopen("libunwind-x86_64.so.8", RTLD_NOW | RTLD_NOLOAD);
+    void *lib = dlopen("libunwind-x86_64.so.8", RTLD_NOW | RTLD_LOCAL);
 
     if (!lib)
-        return NULL;
-    *(void **)&get_accessors = dlsym(lib, "_Ux86_64_get_accessors");
-    if (get_accessors)
-        a = get_accessors(unw_local_addr_space);
-    (void)dlclose(lib); /* only drops the reference RTLD_NOLOAD took */
-    if (a && (!a->find_proc_info || !a->access_mem || !a->get_dyn_info_list_addr))
-        a = NULL;
-    return a;
+        return -ENOSYS;
+    *(void **)&generic.local_addr_space = dlsym(lib, "_Ux86_64_local_addr_space");
+    *(void **)&generic.get_accessors = dlsym(lib, "_Ux86_64_get_accessors");
+    *(void **)&generic.create_addr_space = dlsym(lib, "_Ux86_64_create_addr_space");
+    *(void **)&generic.set_caching_policy = dlsym(lib, "_Ux86_64_set_caching_policy");
+    *(void **)&generic.init_remote = dlsym(lib, "_Ux86_64_init_remote");
+    *(void **)&generic.get_reg = dlsym(lib, "_Ux86_64_get_reg");
+    *(void **)&generic.step = dlsym(lib, "_Ux86_64_step");
+    if (!generic.local_addr_space || !generic.get_accessors || !generic.create_addr_space ||
+        !generic.set_caching_policy || !generic.init_remote || !generic.get_reg || !generic.step)
+        return -ENOSYS;
+    return 0;
 }
 
 int rt_stackwalk_copy_init(void)
 {
+    unw_accessors_t *a;
+
     if (copy_space)
         return 0;
-    local_accessors = generic_local_accessors();
-    if (!local_accessors)
+    if (!generic.step && load_generic() < 0)
         return -ENOSYS;
+    a = generic.get_accessors(*generic.local_addr_space);
+    if (!a || !a->find_proc_info || !a->access_mem || !a->get_dyn_info_list_addr)
+        return -ENOSYS;
+    local_accessors = a;
     copy_accessors = *local_accessors;
     copy_accessors.find_proc_info = copy_find_proc_info;
     copy_accessors.put_unwind_info = copy_put_unwind_info;
@@ -207,10 +228,10 @@ int rt_stackwalk_copy_init(void)
     copy_accessors.access_reg = copy_access_reg;
     copy_accessors.access_fpreg = copy_access_fpreg;
     copy_accessors.resume = copy_resume;
-    copy_space = unw_create_addr_space(&copy_accessors, 0);
+    copy_space = generic.create_addr_space(&copy_accessors, 0);
     if (!copy_space)
         return -ENOMEM;
-    (void)unw_set_caching_policy(copy_space, UNW_CACHE_GLOBAL);
+    (void)generic.set_caching_policy(copy_space, UNW_CACHE_GLOBAL);
     return 0;
 }
 
@@ -220,14 +241,14 @@ void rt_stackwalk_unwind_copy(struct rt_capture *c)
     uint32_t n = 0;
 
     refresh_segments();
-    if (c->stack_copy_len > 0 && unw_init_remote(&cursor, copy_space, c) == 0) {
+    if (c->stack_copy_len > 0 && generic.init_remote(&cursor, copy_space, c) == 0) {
         do {
             unw_word_t ip;
 
-            if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0)
+            if (generic.get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0)
                 break;
             c->frames[n++] = ip;
-        } while (n < PROF_MAX_FRAMES && unw_step(&cursor) > 0);
+        } while (n < PROF_MAX_FRAMES && generic.step(&cursor) > 0);
     }
     if (n <= 1) {
         /* No unwind info where it stopped: frame pointers in the copy may go further. */

@@ -300,6 +300,29 @@ def test_fork_exec_children_never_die_of_the_profiler(tmp):
     assert r.returncode == 0 and "killed: 0" in r.stdout, r.stdout + r.stderr
 
 
+def test_a_forked_child_that_execs_at_once_starts_nothing(tmp):
+    # The fork makes only the thread's registration, the sampler thread and the runtime's
+    # descriptors (its chunk file among them); the buffer and the process's description
+    # (/proc/self/maps) wait for the sampler's first tick, a second away at this interval:
+    # the child looks at its chunk file and execs long before.
+    r = run(tmp, [WORKLOAD, "fork-exec-fds"], FLEETPROF_INTERVAL_MS="1000",
+            FLEETPROF_OUTPUT=os.path.join(tmp, "ff-%p.json"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "chunk_file_described=0" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_lowered_descriptor_limit_moves_the_band_with_it(tmp):
+    # The band's top is read once; a program that lowers RLIMIT_NOFILE to 300 afterwards
+    # still finds the runtime's new descriptors (a forked child's statm and chunk file)
+    # in the band below 300, not on its own low numbers.
+    r = run(tmp, [WORKLOAD, "fork-low-nofile"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = [x for x in r.stdout.splitlines() if x.startswith("runtime_fds=")][0]
+    fds = [f.split(":") for f in line.split("=", 1)[1].split(",") if f]
+    assert sorted(kind for _, kind in fds) == ["chunks", "statm"], line
+    assert all(300 - 64 <= int(n) < 300 for n, _ in fds), line
+
+
 def test_a_daemon_that_hangs_up_never_kills_the_program(tmp):
     # A "daemon" that accepts and closes at once (one that refuses, crashes or restarts):
     # the child's first write then fails with EPIPE. It must not raise SIGPIPE in a thread of
@@ -497,6 +520,15 @@ def test_dlopen_loop_at_10khz_never_deadlocks(tmp):
         f"no sample hit the loader guard in {loops} dlopen loops: {runtime}"
 
 
+def test_a_library_loaded_after_the_start_is_in_the_exit_profile(tmp):
+    # The module list is collected at the start (the chunk file's description) and kept
+    # until the loader's counts move: a dlopen() since must be in the exit profile's libs.
+    r = run(tmp, [WORKLOAD, "dlopen-stay", PLUGIN])
+    assert r.returncode == 0, r.stderr
+    names = [lib["name"] for lib in only_profile(tmp)["libs"]]
+    assert os.path.basename(PLUGIN) in names, names
+
+
 def test_bad_setting_is_named_once_and_defaults_apply(tmp):
     r = run(tmp, [WORKLOAD, "busy", "0.3"], FLEETPROF_INTERVAL_MS="fast",
             FLEETPROF_STACKWALK="magic")
@@ -536,6 +568,8 @@ taplib.run([
     test_a_forked_worker_keeps_no_copy_of_the_parents_statm,
     test_exec_keeps_profiling,
     test_fork_exec_children_never_die_of_the_profiler,
+    test_a_forked_child_that_execs_at_once_starts_nothing,
+    test_a_lowered_descriptor_limit_moves_the_band_with_it,
     test_a_daemon_that_hangs_up_never_kills_the_program,
     test_a_file_size_limit_fails_the_profile_not_the_program,
     test_a_profile_that_cannot_be_written_is_named_on_stderr,
@@ -545,6 +579,7 @@ taplib.run([
     test_a_program_that_resets_or_takes_sigprof_is_not_killed_and_keeps_its_own,
     test_api_labels_markers_counters,
     test_dlopen_loop_at_10khz_never_deadlocks,
+    test_a_library_loaded_after_the_start_is_in_the_exit_profile,
     test_bad_setting_is_named_once_and_defaults_apply,
     test_exports_only_api_and_interposed_functions,
 ])

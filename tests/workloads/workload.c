@@ -30,6 +30,15 @@
  *                                      give its own handler back
  *   workload fork-exec N               forks N children one after another, each execs
  *                                      /bin/true; prints how many died by a signal
+ *   workload dlopen-stay PATH          dlopens PATH and exits with it loaded
+ *   workload fork-low-nofile           lowers RLIMIT_NOFILE to 300, forks a child that spins
+ *                                      until its runtime has opened statm (10 s at most) and
+ *                                      prints "runtime_fds=N,N" (statm's and the chunk
+ *                                      file's descriptor numbers)
+ *   workload fork-exec-fds             forks a child that prints "chunk_file_described=N"
+ *                                      (1: the runtime's chunk file among its descriptors
+ *                                      holds a description, 0: not yet, -1: no such file)
+ *                                      and execs /bin/true
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
  *                                      it reads address -16 (a profiler bug must not kill us)
  *   workload flood SECONDS RATE        markers "m <seq>" (seq 0, 1, 2...) at RATE per second
@@ -66,6 +75,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -356,6 +366,12 @@ int main(int argc, char **argv)
             loops++;
         }
         printf("dlopen loops: %lu\n", loops);
+    } else if (!strcmp(mode, "dlopen-stay")) {
+        /* Loaded after the runtime described the process, and still loaded at exit. */
+        if (!dlopen(argv[2], RTLD_NOW | RTLD_LOCAL)) {
+            fprintf(stderr, "workload: dlopen %s: %s\n", argv[2], dlerror());
+            return 1;
+        }
     } else if (!strcmp(mode, "exec")) {
         char arg[32];
 
@@ -401,6 +417,69 @@ int main(int argc, char **argv)
         }
         printf("killed: %d\n", killed);
         return killed ? 1 : 0;
+    } else if (!strcmp(mode, "fork-low-nofile")) {
+        struct rlimit rl = {300, 300};
+        pid_t pid;
+        int status;
+
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+            perror("setrlimit");
+            return 1;
+        }
+        pid = fork();
+        if (pid == 0) {
+            char list[256] = "";
+            double until = now_s() + 10;
+
+            while (!strstr(list, "statm") && now_s() < until) {
+                list[0] = '\0';
+                for (int fd = 0; fd < 300; fd++) {
+                    char link[64], target[256];
+                    ssize_t n;
+
+                    (void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+                    n = readlink(link, target, sizeof(target) - 1);
+                    if (n <= 0)
+                        continue;
+                    target[n] = '\0';
+                    if (strstr(target, "/statm") || strstr(target, ".chunks"))
+                        (void)snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%d:%s",
+                                       list[0] ? "," : "", fd,
+                                       strstr(target, "/statm") ? "statm" : "chunks");
+                }
+            }
+            printf("runtime_fds=%s\n", list);
+            fflush(stdout);
+            _exit(0);
+        }
+        return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    } else if (!strcmp(mode, "fork-exec-fds")) {
+        pid_t pid = fork();
+        int status;
+
+        if (pid == 0) {
+            int described = -1;
+
+            for (int fd = 0; fd < 1024; fd++) {
+                char link[64], target[256];
+                ssize_t n;
+
+                (void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+                n = readlink(link, target, sizeof(target) - 1);
+                if (n <= 0)
+                    continue;
+                target[n] = '\0';
+                /* Past the header's fixed page (buffer/region.h): the description areas,
+                 * sparse until the process is first described. */
+                if (strstr(target, ".chunks"))
+                    described = lseek(fd, 4096, SEEK_DATA) >= 0;
+            }
+            printf("chunk_file_described=%d\n", described);
+            fflush(stdout);
+            execl("/bin/true", "true", (char *)NULL);
+            _exit(127);
+        }
+        return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     } else if (!strcmp(mode, "bad-fp")) {
         long n = 300000000;
 
