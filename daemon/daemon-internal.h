@@ -48,6 +48,11 @@ struct conn {
     char *exit_data;
     size_t exit_len, exit_cap;
     bool exit_profile_received;
+    /* A capture's piece taken as it arrives (daemon__gather_piece_*): the capture it is for,
+     * 0 when none or once its bytes are to be ignored. */
+    uint64_t piece_gather;
+    uint64_t piece_total;
+    bool piece_last;
     struct fleet_groups_proc *groups; /* borrowed from d->groups until the connection ends */
     int region_fd;                    /* the child's chunk region (memfd, sealed), -1 if none */
     bool final_update;                /* its manager said goodbye: its chunks are gone */
@@ -109,6 +114,14 @@ struct daemon {
 void daemon__apply_actions(struct daemon *d, struct ctl_actions *a);
 /* A ProfileData or GatherProgress from a child; returns true if the gather used it. */
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m);
+/* A capture's large piece written to the output as its bytes arrive (ipc_conn_callbacks'
+ * piece callbacks, userdata the conn): begin takes only a piece the capture accepts, so
+ * that the rest (late, failed, refused pieces) goes whole through the path above. */
+bool daemon__gather_piece_begin(struct ipc_conn *ipc, const Fleetprof__ProfileData *m,
+                                void *userdata);
+void daemon__gather_piece_bytes(struct ipc_conn *ipc, const uint8_t *data, size_t len,
+                                void *userdata);
+void daemon__gather_piece_end(struct ipc_conn *ipc, void *userdata);
 void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress *m);
 /* A child left: its partial data is dropped and logged. When a capture was waiting for it
  * and its profile was recovered from its chunks (recovered, len; how says how), that is its

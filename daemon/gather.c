@@ -8,17 +8,19 @@
  * there once, however the children interleave. A stream without a total (an older or a
  * scripted peer) goes in the "current" way: one such child at a time writes at the end of
  * the file, the others into unlinked spool files appended when they complete. Pieces are
- * spliced, never parsed. A child that fails (an error, a piece out of order, a size other
- * than announced, not an object, gone, given up) leaves no byte of its own in the output:
- * its element is cut off the end of the file, blanked with spaces (valid JSON whitespace)
- * where later elements follow it, or its spool dropped. Each element starts with one
- * separator byte, written as a space and turned into a comma at the end for every element
- * but the first, so elements may complete in any order. Every child timeout, pending children are
- * asked for progress: the first round counts as progress, later a child counts only if its progress
- * value or the bytes received from it changed since the previous ask; a round without any progress
- * ends the capture with what arrived. Late pieces are dropped. Finally profileGatheringLog closes
- * the root and a libuv worker fsyncs the file and renames it over the output. Any write
- * error fails the capture: the temp file is removed, the previous output left as it was.
+ * spliced, never parsed; a large one is written as its bytes arrive (daemon__gather_piece_*),
+ * from the connection's read buffer, so the daemon holds no piece and copies nothing. A child that
+ * fails (an error, a piece out of order, a size other than announced, not an object, gone, given
+ * up) leaves no byte of its own in the output: its element is cut off the end of the file, blanked
+ * with spaces (valid JSON whitespace) where later elements follow it, or its spool dropped. Each
+ * element starts with one separator byte, written as a space and turned into a comma at the end for
+ * every element but the first, so elements may complete in any order. Every child timeout, pending
+ * children are asked for progress: the first round counts as progress, later a child counts only if
+ * its progress value or the bytes received from it changed since the previous ask; a round without
+ * any progress ends the capture with what arrived. Late pieces are dropped. Finally
+ * profileGatheringLog closes the root and a libuv worker fsyncs the file and renames it over the
+ * output. Any write error fails the capture: the temp file is removed, the previous output left as
+ * it was.
  *
  * Exit profiles count against the global limit as daemon-owned released chunks: the
  * controller evicts the oldest when the fleet needs room; a capture also expires those
@@ -627,13 +629,67 @@ static int store_piece(struct gather *g, struct pending *p, const char *data, si
     return spool_write(g, p, data, len);
 }
 
+/* Whether a piece of n bytes fits p's stream: in order, within the size announced. */
+static bool piece_fits(const struct pending *p, const Fleetprof__ProfileData *m, size_t n)
+{
+    return m->offset == p->len && p->len + n <= PIECE_TOTAL_MAX && m->total <= PIECE_TOTAL_MAX &&
+           (!p->total || m->total == p->total) && !(m->last && m->total && p->len + n != m->total);
+}
+
+/* Stores n bytes of p's JSON (p->len of it received before). Returns false when p was
+ * dropped (or the capture ended) instead. */
+static bool piece_store(struct gather *g, struct pending *p, const char *data, size_t n,
+                        uint64_t total)
+{
+    int r;
+
+    /* Checked on the first byte, not after the last, so that no garbage is streamed. */
+    if (p->len == 0 && n > 0 && data[0] != '{') {
+        event(g, p->pid, "child %d (%s) dropped: its profile is not a JSON object", (int)p->pid,
+              p->name);
+        drop_data(g, p);
+        mark_done(g, p);
+        return false;
+    }
+    r = n > 0 ? store_piece(g, p, data, n, total) : 0;
+    if (r < 0 && g->write_error) {
+        finish(g); /* the output is broken: the capture fails with the reason */
+        return false;
+    }
+    if (r < 0) {
+        event(g, p->pid, "child %d (%s) dropped: no spool file for its profile: %s", (int)p->pid,
+              p->name, strerror(-r));
+        drop_data(g, p);
+        mark_done(g, p);
+        return false;
+    }
+    p->len += n;
+    g->bytes += n;
+    return true;
+}
+
+/* p's last piece is stored. */
+static void piece_complete(struct gather *g, struct pending *p)
+{
+    event(g, p->pid, "received %zu bytes from child %d (%s)", p->len, (int)p->pid, p->name);
+    if (p->total) {
+        p->total = 0; /* complete: no longer to be taken back */
+        (void)add_element(g, p->region);
+    } else if (p == g->current) {
+        g->current = NULL;
+        (void)add_element(g, g->current_start);
+    } else {
+        p->complete = true;
+    }
+    mark_done(g, p);
+}
+
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m)
 {
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
     const char *data = (const char *)m->data.data;
     size_t n = m->data.len;
-    int r;
 
     if (!p || m->request_id != g->id || p->done) {
         daemon__log(c->d, DAEMON_LOG_DEBUG, "late profile data from child %d dropped", (int)c->pid);
@@ -646,8 +702,7 @@ void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData
         mark_done(g, p);
         return;
     }
-    if (m->offset != p->len || p->len + n > PIECE_TOTAL_MAX || m->total > PIECE_TOTAL_MAX ||
-        (p->total && m->total != p->total) || (m->last && m->total && p->len + n != m->total)) {
+    if (!piece_fits(p, m, n)) {
         event(g, p->pid, "child %d (%s) dropped: %s", (int)p->pid, p->name,
               m->offset != p->len ? "profile pieces out of order"
               : p->len + n > PIECE_TOTAL_MAX || m->total > PIECE_TOTAL_MAX
@@ -657,41 +712,71 @@ void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData
         mark_done(g, p);
         return;
     }
-    /* Checked on the first byte, not after the last, so that no garbage is streamed. */
-    if ((p->len == 0 && n > 0 && data[0] != '{') || (p->len + n == 0 && m->last)) {
+    if (p->len + n == 0 && m->last) {
         event(g, p->pid, "child %d (%s) dropped: its profile is not a JSON object", (int)p->pid,
               p->name);
         drop_data(g, p);
         mark_done(g, p);
         return;
     }
-    r = n > 0 ? store_piece(g, p, data, n, m->total) : 0;
-    if (r < 0 && g->write_error) {
-        finish(g); /* the output is broken: the capture fails with the reason */
-        return;
-    }
-    if (r < 0) {
-        event(g, p->pid, "child %d (%s) dropped: no spool file for its profile: %s", (int)p->pid,
-              p->name, strerror(-r));
-        drop_data(g, p);
-        mark_done(g, p);
-        return;
-    }
-    p->len += n;
-    g->bytes += n;
-    if (!m->last)
-        return;
-    event(g, p->pid, "received %zu bytes from child %d (%s)", p->len, (int)p->pid, p->name);
-    if (p->total) {
-        p->total = 0; /* complete: no longer to be taken back */
-        (void)add_element(g, p->region);
-    } else if (p == g->current) {
-        g->current = NULL;
-        (void)add_element(g, g->current_start);
-    } else {
-        p->complete = true;
-    }
-    mark_done(g, p);
+    if (piece_store(g, p, data, n, m->total) && m->last)
+        piece_complete(g, p);
+}
+
+bool daemon__gather_piece_begin(struct ipc_conn *ipc, const Fleetprof__ProfileData *m,
+                                void *userdata)
+{
+    struct conn *c = userdata;
+    struct gather *g = c->d->gather;
+    struct pending *p;
+
+    (void)ipc;
+    c->piece_gather = 0;
+    if (c->kind != CONN_CHILD || m->exit || !g || g->finishing || m->request_id != g->id ||
+        (m->error && *m->error))
+        return false;
+    p = pending_of(g, c);
+    if (!p || p->done || !piece_fits(p, m, m->data.len))
+        return false;
+    c->piece_gather = g->id;
+    c->piece_total = m->total;
+    c->piece_last = m->last;
+    return true;
+}
+
+/* The capture's record of c while its piece streams: the capture may have ended, or given up
+ * on c, between two reads; its bytes are then ignored. */
+static struct pending *piece_pending(struct conn *c)
+{
+    struct gather *g = c->d->gather;
+    struct pending *p;
+
+    if (!c->piece_gather || !g || g->finishing || g->id != c->piece_gather)
+        return NULL;
+    p = pending_of(g, c);
+    return p && !p->done ? p : NULL;
+}
+
+void daemon__gather_piece_bytes(struct ipc_conn *ipc, const uint8_t *data, size_t len,
+                                void *userdata)
+{
+    struct conn *c = userdata;
+    struct pending *p = piece_pending(c);
+
+    (void)ipc;
+    if (!p || !piece_store(c->d->gather, p, (const char *)data, len, c->piece_total))
+        c->piece_gather = 0;
+}
+
+void daemon__gather_piece_end(struct ipc_conn *ipc, void *userdata)
+{
+    struct conn *c = userdata;
+    struct pending *p = piece_pending(c);
+
+    (void)ipc;
+    c->piece_gather = 0;
+    if (p && c->piece_last)
+        piece_complete(c->d->gather, p);
 }
 
 void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress *m)

@@ -505,7 +505,10 @@ static int on_accept(struct ipc_listener *listener, struct ipc_conn *ipc,
                      const struct ipc_peer *peer, void *userdata)
 {
     static const struct ipc_conn_callbacks cbs = {.on_message = on_message,
-                                                  .on_close = on_conn_close};
+                                                  .on_close = on_conn_close,
+                                                  .on_piece_begin = daemon__gather_piece_begin,
+                                                  .on_piece_bytes = daemon__gather_piece_bytes,
+                                                  .on_piece_end = daemon__gather_piece_end};
     struct daemon *d = userdata;
     struct conn *c;
 

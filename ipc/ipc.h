@@ -133,6 +133,7 @@ typedef int (*ipc_envelope_cb)(void *userdata, const Fleetprof__Envelope *env);
  * the decode budget while a frame is decoded. The first error latches: later feeds return
  * it again. */
 struct ipc__arena; /* ipc/envelope.c */
+struct ipc_piece_cbs;
 
 struct ipc_reader {
     /* private */
@@ -149,6 +150,22 @@ struct ipc_reader {
     struct ipc__arena *arena; /* owned: decode memory reused for every frame, or NULL */
     int error;                /* first error, 0 if none */
     const char *reason;       /* static description of error */
+    const struct ipc_piece_cbs *piece_cbs; /* borrowed, or NULL: no piece is streamed */
+    uint8_t piece_state;                   /* IPC__PIECE_*, frame.c */
+    size_t piece_left;                     /* data bytes still to come while streaming */
+};
+
+/* A large ProfileData frame whose data is its last field can be taken as it arrives instead
+ * of whole: begin is given the envelope without the data (profile_data->data.len is the
+ * length of the data to come, data.data is NULL), decoded and validated as the whole one
+ * would be. It returns 1 to take the data, 0 to receive the frame whole through the
+ * envelope callback as usual, or a negative errno to stop. Taken, the data comes to bytes in
+ * order, in runs of any size (borrowed for the call), then end is called once; bytes and end
+ * return 0 or a negative errno to stop (latched). The data is never held by the reader. */
+struct ipc_piece_cbs {
+    int (*begin)(void *userdata, const Fleetprof__Envelope *env);
+    int (*bytes)(void *userdata, const uint8_t *data, size_t len);
+    int (*end)(void *userdata);
 };
 
 /* max_frame_bytes 0 means IPC_FRAME_MAX_BYTES_DEFAULT; the decode budget is 16 times the
@@ -179,6 +196,10 @@ ssize_t ipc_reader_direct_buf(struct ipc_reader *r, uint8_t **ret_buf);
 /* Accounts n bytes read into the region from ipc_reader_direct_buf() (n <= its size), and
  * delivers the frame if it is complete. Returns like ipc_reader_feed(). */
 ssize_t ipc_reader_commit(struct ipc_reader *r, size_t n, ipc_envelope_cb cb, void *userdata);
+
+/* Streams the data of large ProfileData frames through cbs (borrowed; NULL: never), given
+ * the userdata of ipc_reader_feed(). Set it between frames. */
+void ipc_reader_set_piece_cbs(struct ipc_reader *r, const struct ipc_piece_cbs *cbs);
 
 /* Call at end of stream. Returns 0 when the stream ended between frames, the latched error
  * if any, or -ENODATA when it ended inside a frame (truncated frame). */

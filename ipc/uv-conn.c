@@ -196,6 +196,33 @@ static int deliver(void *userdata, const Fleetprof__Envelope *env)
     return c->closing ? -ECANCELED : 0;
 }
 
+/* The piece callbacks stop the reader, as deliver() does, once one of them closed us. */
+static int piece_begin(void *userdata, const Fleetprof__Envelope *env)
+{
+    struct ipc_conn *c = userdata;
+    bool take = c->cbs.on_piece_begin(c, env->profile_data, c->userdata);
+
+    return c->closing ? -ECANCELED : take;
+}
+
+static int piece_bytes(void *userdata, const uint8_t *data, size_t len)
+{
+    struct ipc_conn *c = userdata;
+
+    c->cbs.on_piece_bytes(c, data, len, c->userdata);
+    return c->closing ? -ECANCELED : 0;
+}
+
+static int piece_end(void *userdata)
+{
+    struct ipc_conn *c = userdata;
+
+    c->cbs.on_piece_end(c, c->userdata);
+    return c->closing ? -ECANCELED : 0;
+}
+
+static const struct ipc_piece_cbs piece_cbs = {piece_begin, piece_bytes, piece_end};
+
 static void on_fd_handle_closed(uv_handle_t *handle)
 {
     free(handle);
@@ -370,8 +397,7 @@ int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_op
     /* From here the pipe owns fd. */
     fd = -1;
     (void)ipc__conn_read_peer(c);
-    c->cbs = *cbs;
-    c->userdata = userdata;
+    ipc_conn_set_callbacks(c, cbs, userdata);
     r = ipc__conn_start(c);
     if (r < 0)
         goto err_discard;
@@ -392,6 +418,9 @@ void ipc_conn_set_callbacks(struct ipc_conn *c, const struct ipc_conn_callbacks 
 {
     c->cbs = *cbs;
     c->userdata = userdata;
+    ipc_reader_set_piece_cbs(
+            &c->reader,
+            cbs->on_piece_begin && cbs->on_piece_bytes && cbs->on_piece_end ? &piece_cbs : NULL);
 }
 
 /* Ends the active stream with status once no queued write borrows its payload any more

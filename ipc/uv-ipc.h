@@ -60,10 +60,26 @@ typedef void (*ipc_conn_drain_cb)(struct ipc_conn *conn, void *userdata);
 typedef void (*ipc_stream_done_cb)(struct ipc_conn *conn, uint64_t request_id, int status,
                                    void *userdata);
 
+/* A large ProfileData piece taken as it arrives, without a frame buffer (struct
+ * ipc_piece_cbs in ipc/ipc.h): begin gets the validated piece without its data (data.len is
+ * the length to come, data.data NULL) and returns true to take it, false to receive it whole
+ * through on_message. Taken, its data comes to bytes in order, in runs of any size (borrowed
+ * for the call), then end runs once, unless the connection closes first. Each may send,
+ * close or shut down conn. */
+typedef bool (*ipc_conn_piece_begin_cb)(struct ipc_conn *conn, const Fleetprof__ProfileData *piece,
+                                        void *userdata);
+typedef void (*ipc_conn_piece_bytes_cb)(struct ipc_conn *conn, const uint8_t *data, size_t len,
+                                        void *userdata);
+typedef void (*ipc_conn_piece_end_cb)(struct ipc_conn *conn, void *userdata);
+
 struct ipc_conn_callbacks {
     ipc_conn_message_cb on_message; /* required */
     ipc_conn_close_cb on_close;     /* optional */
     ipc_conn_drain_cb on_drain;     /* optional */
+    /* Optional, all three or none: without them every frame comes whole to on_message. */
+    ipc_conn_piece_begin_cb on_piece_begin;
+    ipc_conn_piece_bytes_cb on_piece_bytes;
+    ipc_conn_piece_end_cb on_piece_end;
 };
 
 /* Zero fields take the defaults. */

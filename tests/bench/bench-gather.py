@@ -45,6 +45,7 @@ on time. Every process started here is killed by pid on the way out.
 
 Usage: bench-gather.py BUILD_DIR [REPS]   (REPS for parts 3-4, default 5;
                                            FLEETPROF_BENCH_REPS too)
+FLEETPROF_BENCH_GATHER_ONLY=1 runs part 1 alone (while working on the gather path).
 """
 import json
 import math
@@ -65,6 +66,7 @@ from wire import capture  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "5"))
+GATHER_ONLY = os.environ.get("FLEETPROF_BENCH_GATHER_ONLY", "") not in ("", "0")
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
 DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
 CLI = os.path.join(BUILD, "tools", "fleetprof")
@@ -459,6 +461,8 @@ def main():
             bench["gather"] = bench_gather(tmp)
         except (RuntimeError, AssertionError, OSError, ValueError) as e:
             bench["gather"] = {"error": f"{type(e).__name__}: {e}"}
+        if GATHER_ONLY:
+            return report(bench, time.monotonic() - t_start)
         bench["exit"] = bench_exit(tmp)
         fleet_cmd = [FLEET, "fleet", str(FLEET_WORKERS), str(FLEET_ROUNDS)]
         bench["fleet"] = record_runs(tmp, "fleet", dict({
@@ -553,6 +557,9 @@ def report(bench, total_s):
         math.nan if failed or not all(finite(v) for v in per_cpu_s) else med(per_cpu_s), "MB/s")
     figures["gather.64x8MiB_daemon_peak_rss_MiB"] = (
         math.nan if failed else g["daemon_peak_rss_mib"], "MiB")
+    if GATHER_ONLY:
+        print()
+        return print_figures(figures)
 
     # 2.
     e = bench["exit"]

@@ -3,9 +3,11 @@
  * Input: byte 0 seeds the split points and picks the frame limit; the rest is a byte stream
  * as a peer would send it. The stream is fed to one reader whole, to another in pieces of
  * pseudo-random sizes (1 byte to the whole), and to a third the way the uv transport does it
- * (reading into ipc_reader_direct_buf() inside a frame, then ipc_reader_commit()). All must
- * agree exactly: same envelopes (compared by their re-encoding), same error, same
- * end-of-stream verdict. Any crash, sanitizer report or disagreement is a bug.
+ * (reading into ipc_reader_direct_buf() inside a frame, then ipc_reader_commit()), and to a
+ * fourth in pieces with piece callbacks that take every large ProfileData piece they are
+ * offered (its envelope is put back together from its header and data). All must agree
+ * exactly: same envelopes (compared by their re-encoding), same error, same end-of-stream
+ * verdict. Any crash, sanitizer report or disagreement is a bug.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 struct digest {
     uint64_t hash; /* FNV-1a over the re-encoded frames */
     uint64_t count;
+    uint8_t *header; /* a streamed piece: its envelope without the data, packed */
+    size_t header_len;
+    uint8_t *data; /* its data so far */
+    size_t data_len, data_want;
 };
 
 static int absorb(void *userdata, const Fleetprof__Envelope *env)
@@ -41,10 +47,73 @@ static int absorb(void *userdata, const Fleetprof__Envelope *env)
     return 0;
 }
 
+static int piece_begin(void *userdata, const Fleetprof__Envelope *env)
+{
+    struct digest *d = userdata;
+    Fleetprof__ProfileData piece = *env->profile_data;
+    Fleetprof__Envelope copy = *env;
+
+    if (env->msg_case != FLEETPROF__ENVELOPE__MSG_PROFILE_DATA || piece.data.data || d->header)
+        __builtin_trap();
+    d->data_want = piece.data.len;
+    piece.data.len = 0;
+    copy.profile_data = &piece;
+    d->header_len = fleetprof__envelope__get_packed_size(&copy);
+    d->header = malloc(d->header_len);
+    d->data = malloc(d->data_want);
+    if (!d->header || !d->data)
+        return -12;
+    (void)fleetprof__envelope__pack(&copy, d->header);
+    d->data_len = 0;
+    return 1;
+}
+
+static int piece_bytes(void *userdata, const uint8_t *data, size_t len)
+{
+    struct digest *d = userdata;
+
+    if (!d->header || len > d->data_want - d->data_len)
+        __builtin_trap();
+    memcpy(d->data + d->data_len, data, len);
+    d->data_len += len;
+    return 0;
+}
+
+static void piece_drop(struct digest *d)
+{
+    free(d->header);
+    free(d->data);
+    d->header = d->data = NULL;
+}
+
+/* The piece's envelope, put back together, is absorbed as if it had come whole. */
+static int piece_end(void *userdata)
+{
+    struct digest *d = userdata;
+    Fleetprof__Envelope *env = NULL;
+    int r;
+
+    if (!d->header || d->data_len != d->data_want)
+        __builtin_trap();
+    if (ipc_envelope_decode(d->header, d->header_len, 0, &env, NULL) != 0)
+        __builtin_trap();
+    env->profile_data->data.data = d->data;
+    env->profile_data->data.len = d->data_len;
+    r = absorb(d, env);
+    env->profile_data->data.data = NULL;
+    env->profile_data->data.len = 0;
+    ipc_envelope_free(env);
+    piece_drop(d);
+    return r;
+}
+
+static const struct ipc_piece_cbs piece_cbs = {piece_begin, piece_bytes, piece_end};
+
 enum mode {
-    WHOLE,  /* one feed */
-    PIECES, /* random piece sizes */
-    DIRECT, /* random piece sizes, read into the frame buffer when offered */
+    WHOLE,    /* one feed */
+    PIECES,   /* random piece sizes */
+    DIRECT,   /* random piece sizes, read into the frame buffer when offered */
+    STREAMED, /* random piece sizes, large ProfileData pieces taken as they arrive */
 };
 
 /* Feeds n bytes like the transport: into the reader's own buffer when it offers one. */
@@ -84,6 +153,8 @@ static int run(const uint8_t *p, size_t len, size_t max_frame, uint64_t split_st
     int end;
 
     ipc_reader_init(&r, max_frame);
+    if (mode == STREAMED)
+        ipc_reader_set_piece_cbs(&r, &piece_cbs);
     while (off < len && got >= 0) {
         size_t n = len - off;
 
@@ -107,15 +178,17 @@ static int run(const uint8_t *p, size_t len, size_t max_frame, uint64_t split_st
     if (ipc_reader_feed(&r, p, len, absorb, d) != (end < 0 ? end : 0) && len > 0 && end < 0)
         __builtin_trap();
     ipc_reader_done(&r);
+    piece_drop(d); /* a piece cut short by an error or the end */
     return end;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct digest whole = {0xcbf29ce484222325ull, 0}, pieces = whole, direct = whole;
+    struct digest whole = {.hash = 0xcbf29ce484222325ull}, pieces = whole, direct = whole,
+                  streamed = whole;
     uint64_t seed;
     size_t max_frame;
-    int e1, e2, e3;
+    int e1, e2, e3, e4;
 
     if (size < 1)
         return 0;
@@ -124,9 +197,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     e1 = run(data + 1, size - 1, max_frame, 0, WHOLE, &whole);
     e2 = run(data + 1, size - 1, max_frame, seed, PIECES, &pieces);
     e3 = run(data + 1, size - 1, max_frame, seed ^ 0x5555, DIRECT, &direct);
+    e4 = run(data + 1, size - 1, max_frame, seed ^ 0xaaaa, STREAMED, &streamed);
     if (e1 != e2 || whole.hash != pieces.hash || whole.count != pieces.count)
         __builtin_trap();
     if (e1 != e3 || whole.hash != direct.hash || whole.count != direct.count)
+        __builtin_trap();
+    if (e1 != e4 || whole.hash != streamed.hash || whole.count != streamed.count)
         __builtin_trap();
     return 0;
 }

@@ -8,6 +8,7 @@ Usage: test-gather.py BUILD_DIR   (TAP output)
 """
 import functools
 import glob
+import hashlib
 import json
 import os
 import resource
@@ -524,6 +525,89 @@ def test_announced_sizes_place_children_in_any_order(tmp):
             os.waitpid(kid, 0)
 
 
+def big_process(pid):
+    """minimal_process with ~580 KB of text of its own: its pieces are large enough for the
+    daemon to write them as they arrive."""
+    doc = json.loads(minimal_process(pid))
+    doc["meta"]["startTime"] = 1.7e12  # the same bytes whenever it is made
+    doc["fleetprofPad"] = "".join(hashlib.sha256(f"{pid}-{i}".encode()).hexdigest()
+                                  for i in range(9000))
+    return json.dumps(doc).encode()
+
+
+def data_last_pieces(plan, gone_at=None):
+    """A behaviour that answers GatherProfile with ProfileData pieces whose data is their last
+    field (as the runtime sends them), each frame written in two parts 50 ms apart. plan(pid)
+    gives [(offset, data, last, total)]; with gone_at, the child exits after that many bytes
+    of its first frame."""
+    def behaviour(s, num, msg):
+        if num != GATHER:
+            return True
+        gather_id = msg[1][0]
+        for offset, data, last, total in plan(os.getpid()):
+            f = frame(PROFILE_DATA, field(1, gather_id), *([field(3, 1)] if last else []),
+                      field(6, offset), *([field(7, total)] if total else []), field(2, data))
+            cut = gone_at if gone_at is not None else len(f) // 2
+            s.sendall(f[:cut])
+            if gone_at is not None:
+                return False
+            time.sleep(0.05)
+            s.sendall(f[cut:])
+        return True
+    return behaviour
+
+
+def test_large_pieces_are_written_as_they_arrive(tmp):
+    # Large pieces are not held by the daemon: their bytes go to the file (or a spool) as
+    # they come. Each gathered process must be, byte for byte, what its child sent, whether
+    # it announced its size or not, streamed or spooled; a child that sends no object, or
+    # goes away in the middle of a frame, leaves none of its bytes.
+    def pieces(size, announce):
+        def plan(pid):
+            doc = big_process(pid)
+            return [(off, doc[off:off + size], off + size >= len(doc),
+                     len(doc) if announce else 0) for off in range(0, len(doc), size)]
+        return plan
+
+    def not_an_object(pid):
+        doc = big_process(pid)
+        return [(0, b"[" + doc[1:], True, len(doc))]
+
+    d = Daemon(tmp, "--child-timeout", "5")
+    kids = []
+    try:
+        announced = scripted_child(d, data_last_pieces(pieces(256 << 10, True)))
+        unannounced = [scripted_child(d, data_last_pieces(pieces(200000, False)))
+                       for _ in range(2)]
+        refused = scripted_child(d, data_last_pieces(not_an_object))
+        gone = scripted_child(d, data_last_pieces(pieces(256 << 10, False), gone_at=100000))
+        kids = [announced, *unannounced, refused, gone]
+        connected(d, len(kids))
+        out = os.path.join(tmp, "large.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        assert sorted(process_pids(doc)) == sorted([announced, *unannounced]), \
+            process_pids(doc)
+        text = open(out, "rb").read()
+        for pid in (announced, *unannounced):
+            assert big_process(pid) in text, f"process {pid} differs from what it sent"
+        for pid in (refused, gone):
+            sent = big_process(pid)
+            assert sent[5000:6000] not in text and sent[-1000:] not in text, \
+                f"bytes of {pid} were kept"
+        events = [e[1] for e in gathering_log(doc)]
+        for expected in (f"child {refused} (scripted) dropped: its profile is not a JSON object",
+                         f"child {gone} (scripted) went away during the capture"):
+            assert any(expected in e for e in events), (expected, events)
+        assert sorted(os.listdir(tmp)) == sorted(["daemon.log", "large.json", "run"]), \
+            os.listdir(tmp)
+    finally:
+        d.stop()
+        for kid in kids:
+            os.waitpid(kid, 0)
+
+
 def test_write_error_fails_the_capture_and_the_daemon_goes_on(tmp):
     # A file size limit stands in for a full disk: the daemon's writes past it fail with
     # EFBIG, and the SIGXFSZ they raise (default action: die) is the daemon's to ignore.
@@ -601,5 +685,6 @@ taplib.run([
     test_failed_capture_leaves_the_old_file,
     test_interleaved_children_stream_and_failures_leave_nothing,
     test_announced_sizes_place_children_in_any_order,
+    test_large_pieces_are_written_as_they_arrive,
     test_write_error_fails_the_capture_and_the_daemon_goes_on,
 ])

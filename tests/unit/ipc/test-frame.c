@@ -460,6 +460,207 @@ static void test_profile_stream_spans(void **state)
 }
 
 /* The zero-copy piece header plus the data decodes as the same piece as a packed frame. */
+/* What the piece callbacks saw. */
+struct piece_sink {
+    int take;       /* begin's answer */
+    int stop_bytes; /* bytes returns -ECANCELED once this many bytes arrived, if > 0 */
+    size_t begins, ends;
+    uint64_t request_id, offset, total, data_len;
+    bool last, data_null;
+    uint8_t *bytes;
+    size_t len;
+    struct sink whole;
+};
+
+static int piece_begin(void *userdata, const Fleetprof__Envelope *env)
+{
+    struct piece_sink *ps = userdata;
+    const Fleetprof__ProfileData *m = env->profile_data;
+
+    assert_int_equal(env->msg_case, FLEETPROF__ENVELOPE__MSG_PROFILE_DATA);
+    assert_int_equal(ps->ends, ps->begins); /* one piece at a time */
+    ps->request_id = m->request_id;
+    ps->offset = m->offset;
+    ps->total = m->total;
+    ps->data_len = m->data.len;
+    ps->last = m->last;
+    ps->data_null = m->data.data == NULL;
+    if (ps->take == 1)
+        ps->begins++;
+    return ps->take;
+}
+
+static int piece_bytes(void *userdata, const uint8_t *data, size_t len)
+{
+    struct piece_sink *ps = userdata;
+
+    assert_true(ps->begins == ps->ends + 1);
+    ps->bytes = realloc(ps->bytes, ps->len + len);
+    assert_non_null(ps->bytes);
+    memcpy(ps->bytes + ps->len, data, len);
+    ps->len += len;
+    return ps->stop_bytes > 0 && ps->len >= (size_t)ps->stop_bytes ? -ECANCELED : 0;
+}
+
+static int piece_end(void *userdata)
+{
+    struct piece_sink *ps = userdata;
+
+    ps->ends++;
+    assert_int_equal(ps->ends, ps->begins);
+    return 0;
+}
+
+static int piece_whole(void *userdata, const Fleetprof__Envelope *env)
+{
+    struct piece_sink *ps = userdata;
+
+    return collect(&ps->whole, env);
+}
+
+static const struct ipc_piece_cbs piece_cbs = {piece_begin, piece_bytes, piece_end};
+
+/* A ProfileData frame with its data last, as ipc_frame_encode_profile_header() makes it. */
+static size_t encode_data_last(const Fleetprof__ProfileData *piece, uint8_t *out, size_t cap)
+{
+    size_t frame = 0;
+    ssize_t header = ipc_frame_encode_profile_header(piece, out, cap, &frame);
+
+    assert_true(header > 0 && frame <= cap);
+    memcpy(out + header, piece->data.data, piece->data.len);
+    return frame;
+}
+
+/* Large pieces with their data last reach the piece callbacks as they arrive, whatever the
+ * reads' sizes, and nothing else does: the same piece encoded by protobuf-c (data second),
+ * a small frame, or any frame the receiver does not take come whole, as without callbacks. */
+static void test_streamed_pieces(void **state)
+{
+    struct test_rng rng;
+    Fleetprof__ProfileData piece = FLEETPROF__PROFILE_DATA__INIT;
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    size_t payload_len = 300000, cap = 3 * payload_len + 4096, len = 0, sample_len, samples;
+    uint8_t *payload = malloc(payload_len), *stream = malloc(cap);
+    uint8_t *sample = sample_stream(&sample_len, &samples);
+
+    (void)state;
+    assert_non_null(payload);
+    assert_non_null(stream);
+    test_rng_init(&rng, test_seed());
+    test_rng_fill(&rng, payload, payload_len);
+    piece.request_id = 77;
+    piece.offset = 1000;
+    piece.total = 5000000;
+    piece.data.data = payload;
+    piece.data.len = payload_len;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_PROFILE_DATA;
+    env.profile_data = &piece;
+    len += encode_data_last(&piece, stream + len, cap - len);
+    len += (size_t)ipc_frame_encode(&env, stream + len, cap - len); /* data not last */
+    memcpy(stream + len, sample, sample_len);
+    len += sample_len;
+    piece.last = true;
+    piece.error = (char *)"a long reason why the profile could not be written";
+    piece.data.len = 20000;
+    len += encode_data_last(&piece, stream + len, cap - len);
+
+    for (int iter = 0; iter < 200; iter++) {
+        struct piece_sink ps = {.take = iter % 2};
+        struct ipc_reader r;
+        size_t off = 0, delivered = 0;
+
+        ipc_reader_init(&r, 0);
+        ipc_reader_set_piece_cbs(&r, &piece_cbs);
+        while (off < len) {
+            size_t n = (size_t)test_rng_range(&rng, 1, iter < 100 ? 64 : 200000);
+            ssize_t got;
+
+            n = MIN(n, len - off);
+            got = ipc_reader_feed(&r, stream + off, n, piece_whole, &ps);
+            assert_true(got >= 0);
+            delivered += (size_t)got;
+            off += n;
+        }
+        assert_int_equal(ipc_reader_end(&r), 0);
+        assert_int_equal(delivered, samples + 3);
+        assert_int_equal(r.frames, samples + 3);
+        if (ps.take) {
+            /* The first piece streams, the middle one comes whole; the last streams unless
+             * it came in one read (then it is decoded in place, as any whole frame). */
+            assert_true(ps.begins == 2 || (ps.begins == 1 && iter >= 100));
+            assert_int_equal(ps.ends, ps.begins);
+            assert_int_equal(ps.len, payload_len + (ps.begins == 2 ? 20000 : 0));
+            assert_memory_equal(ps.bytes, payload, payload_len);
+            if (ps.begins == 2) {
+                assert_memory_equal(ps.bytes + payload_len, payload, 20000);
+                assert_true(ps.data_null && ps.last && ps.data_len == 20000);
+            }
+            assert_int_equal(ps.whole.count, samples + 3 - ps.begins);
+        } else {
+            assert_int_equal(ps.begins, 0);
+            assert_int_equal(ps.len, 0);
+            assert_int_equal(ps.whole.count, samples + 3);
+        }
+        assert_true(ps.request_id == 77 && ps.offset == 1000 && ps.total == 5000000);
+        assert_int_equal(ps.whole.kinds[0], FLEETPROF__ENVELOPE__MSG_PROFILE_DATA);
+        ipc_reader_done(&r);
+        sink_reset(&ps.whole);
+        free(ps.bytes);
+    }
+    free(sample);
+    free(stream);
+    free(payload);
+}
+
+/* A streamed piece is judged as the whole frame would be: one beyond 1 MiB is refused with
+ * the same error, before any byte is handed on; a receiver's error stops the reader. */
+static void test_streamed_piece_refused_or_stopped(void **state)
+{
+    Fleetprof__ProfileData piece = FLEETPROF__PROFILE_DATA__INIT;
+    size_t payload_len = IPC_PROFILE_PIECE_MAX_BYTES + 1, cap = payload_len + 64, len;
+    uint8_t *payload = calloc(1, payload_len), *stream = malloc(cap);
+
+    (void)state;
+    assert_non_null(payload);
+    assert_non_null(stream);
+    piece.request_id = 9;
+    piece.data.data = payload;
+    piece.data.len = payload_len;
+    len = encode_data_last(&piece, stream, cap);
+    for (int with_cbs = 0; with_cbs < 2; with_cbs++) {
+        struct piece_sink ps = {.take = 1};
+        struct ipc_reader r;
+
+        ipc_reader_init(&r, 0);
+        if (with_cbs)
+            ipc_reader_set_piece_cbs(&r, &piece_cbs);
+        assert_int_equal(ipc_reader_feed(&r, stream, 4096, piece_whole, &ps), 0);
+        assert_int_equal(ipc_reader_feed(&r, stream + 4096, len - 4096, piece_whole, &ps),
+                         -EBADMSG);
+        assert_string_equal(ipc_reader_reason(&r), "profile_data: piece larger than 1 MiB");
+        assert_int_equal(ps.begins + ps.len + ps.whole.count, 0);
+        ipc_reader_done(&r);
+    }
+    {
+        struct piece_sink ps = {.take = 1, .stop_bytes = 50000};
+        struct ipc_reader r;
+
+        piece.data.len = 100000;
+        len = encode_data_last(&piece, stream, cap);
+        ipc_reader_init(&r, 0);
+        ipc_reader_set_piece_cbs(&r, &piece_cbs);
+        assert_int_equal(ipc_reader_feed(&r, stream, 40000, piece_whole, &ps), 0);
+        assert_int_equal(ipc_reader_feed(&r, stream + 40000, len - 40000, piece_whole, &ps),
+                         -ECANCELED);
+        assert_int_equal(ipc_reader_feed(&r, stream, 1, piece_whole, &ps), -ECANCELED);
+        assert_int_equal(ps.ends, 0);
+        ipc_reader_done(&r);
+        free(ps.bytes);
+    }
+    free(stream);
+    free(payload);
+}
+
 static void test_profile_header(void **state)
 {
     static const size_t sizes[] = {0, 1, 127, 128, 16383, 16384, 300000, (size_t)1 << 20};
@@ -577,6 +778,8 @@ int main(void)
             cmocka_unit_test(test_profile_stream),
             cmocka_unit_test(test_profile_stream_spans),
             cmocka_unit_test(test_profile_header),
+            cmocka_unit_test(test_streamed_pieces),
+            cmocka_unit_test(test_streamed_piece_refused_or_stopped),
             cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests_name("ipc-frame", tests, NULL, NULL);
