@@ -18,6 +18,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "child/log.h"
 #include "child/profile/entries.h"
 #include "child/profile/gecko.h"
 #include "child/profile/symbols.h"
@@ -463,8 +464,5 @@ void rt_thread_cancel_only_in_poll(void);
  * child (libunwind's, which the child goes on using). */
 enum rt_fds_capture { RT_FDS_CAPTURE_OFF, RT_FDS_CAPTURE, RT_FDS_CAPTURE_KEEP };
 void rt_fds_capture(enum rt_fds_capture how);
-void rt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Always printed (one line on stderr): a profile the user asked for was lost. */
-void rt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif /* FLEETPROF_CHILD_RUNTIME_INTERNAL_H */

@@ -16,7 +16,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,38 +45,6 @@ static char argv0_at_start[256]; /* argv[0] as it was: a different one is a proc
 static bool command_line_known;  /* product and program_name are current: a forked child
                                   * starting again keeps its parent's */
 static int exit_signals[] = {SIGTERM, SIGINT};
-
-void rt_debug(const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!rt.cfg.debug)
-        return;
-    fprintf(stderr, "fleetprof[%d]: ", (int)getpid());
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-void rt_warn(const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-    int n = snprintf(line, sizeof(line), "fleetprof[%d]: ", (int)getpid()), m;
-
-    /* One write(2), not stdio: the program may hold stderr's lock, or have its own
-     * buffering on it, when this runs at exit. */
-    va_start(ap, fmt);
-    m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    n += m > 0 ? m : 0;
-    if (n > (int)sizeof(line) - 2)
-        n = (int)sizeof(line) - 2;
-    line[n++] = '\n';
-    if (write(STDERR_FILENO, line, (size_t)n) < 0)
-        return; /* nowhere to say it */
-}
 
 /* The command line, arguments joined by spaces, and the program's base name. */
 static void read_command_line(void)
