@@ -26,15 +26,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -162,25 +158,6 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_siginterrupt = dlsym(RTLD_NEXT, "siginterrupt");
 }
 
-static __thread int creating_internal;
-/* Set in the runtime's own threads: their close() calls are the runtime's. */
-static __thread int internal_thread __attribute__((tls_model("initial-exec")));
-
-/* The runtime's descriptors, as fd + 1 (0: a free slot, -1: a slot being filled), with
- * the identity of the file each held when it was protected; kept_fds survive a fork. */
-#define RT_MAX_OWN_FDS  32
-#define RT_MAX_KEPT_FDS 8
-static _Atomic int own_fds[RT_MAX_OWN_FDS];
-static struct {
-    dev_t dev;
-    ino_t ino;
-} own_ids[RT_MAX_OWN_FDS];
-static int kept_fds[RT_MAX_KEPT_FDS];
-static size_t kept_count;
-/* While the runtime initialises libunwind or libuv on this thread: the pipes they make
- * then are the runtime's (rt_fds_capture). */
-static __thread enum rt_fds_capture capturing __attribute__((tls_model("initial-exec")));
-
 struct thread_start {
     void *(*start)(void *);
     void *arg;
@@ -206,7 +183,7 @@ RT_NO_TSAN FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_
         resolve_real_functions();
     if (!real_pthread_create)
         return EAGAIN;
-    if (RT_TSAN || creating_internal || !rt_running())
+    if (RT_TSAN || rt_creating_internal_thread() || !rt_running())
         return real_pthread_create(thread, attr, start, arg);
     ts = malloc(sizeof(*ts));
     if (!ts) /* still create the thread: profiling must not change the program */
@@ -217,278 +194,6 @@ RT_NO_TSAN FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_
     if (r != 0)
         free(ts);
     return r;
-}
-
-static void *internal_start(void *p)
-{
-    struct thread_start ts = *(struct thread_start *)p;
-
-    free(p);
-    internal_thread = 1;
-    return ts.start(ts.arg);
-}
-
-int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg)
-{
-    struct thread_start *ts;
-    sigset_t all, old;
-    int r;
-
-    if (!real_pthread_create)
-        resolve_real_functions();
-    if (!real_pthread_create)
-        return -ENOSYS;
-    ts = malloc(sizeof(*ts));
-    if (!ts)
-        return -ENOMEM;
-    ts->start = start;
-    ts->arg = arg;
-    /* The new thread inherits a full mask: the program's signals, ours included, are
-     * never delivered to the profiler's threads. */
-    (void)sigfillset(&all);
-    (void)pthread_sigmask(SIG_SETMASK, &all, &old);
-    creating_internal = 1;
-    {
-        pthread_create_fn first;
-
-        /* The first definition in the process: a sanitizer's interceptor if the program
-         * has one (it must see every thread), else ours, which passes straight through. */
-        *(void **)&first = dlsym(RTLD_DEFAULT, "pthread_create");
-        r = (first ? first : real_pthread_create)(thread, NULL, internal_start, ts);
-    }
-    creating_internal = 0;
-    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (r != 0)
-        free(ts);
-    return -r;
-}
-
-/* --- the runtime's descriptors ------------------------------------------------------ */
-
-void rt_fd_protect(int fd)
-{
-    struct stat st;
-
-    if (fd < 0 || fstat(fd, &st) != 0)
-        return;
-    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++)
-        if (atomic_load(&own_fds[i]) == fd + 1)
-            return;
-    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
-        int empty = 0;
-
-        /* Reserved, identity written, then published: a reader never sees a stale one. */
-        if (atomic_compare_exchange_strong(&own_fds[i], &empty, -1)) {
-            own_ids[i].dev = st.st_dev;
-            own_ids[i].ino = st.st_ino;
-            atomic_store(&own_fds[i], fd + 1);
-            return;
-        }
-    }
-}
-
-bool rt_fd_is_own(int fd)
-{
-    for (size_t i = 0; fd >= 0 && i < RT_MAX_OWN_FDS; i++)
-        if (atomic_load(&own_fds[i]) == fd + 1)
-            return true;
-    return false;
-}
-
-/* Whether slot i still holds the file it held when protected. */
-static bool own_fd_intact(size_t i, int fd)
-{
-    struct stat st;
-
-    return fstat(fd, &st) == 0 && st.st_dev == own_ids[i].dev && st.st_ino == own_ids[i].ino;
-}
-
-bool rt_fd_intact(int fd)
-{
-    for (size_t i = 0; fd >= 0 && i < RT_MAX_OWN_FDS; i++)
-        if (atomic_load(&own_fds[i]) == fd + 1)
-            return own_fd_intact(i, fd);
-    return false;
-}
-
-size_t rt_fds_lost(int *ret_fds, size_t max)
-{
-    size_t n = 0;
-
-    for (size_t i = 0; i < RT_MAX_OWN_FDS && n < max; i++) {
-        int v = atomic_load(&own_fds[i]);
-
-        if (v > 0 && !own_fd_intact(i, v - 1))
-            ret_fds[n++] = v - 1;
-    }
-    return n;
-}
-
-void rt_fd_release(int fd)
-{
-    if (!real_close)
-        resolve_real_functions();
-    for (size_t i = 0; fd >= 0 && i < RT_MAX_OWN_FDS; i++) {
-        int expected = fd + 1;
-        bool intact = atomic_load(&own_fds[i]) == fd + 1 && own_fd_intact(i, fd);
-
-        if (atomic_compare_exchange_strong(&own_fds[i], &expected, 0) && intact && real_close)
-            (void)real_close(fd);
-    }
-}
-
-static void fd_forget(int fd)
-{
-    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
-        int expected = fd + 1;
-
-        (void)atomic_compare_exchange_strong(&own_fds[i], &expected, 0);
-    }
-}
-
-void rt_fd_unprotect(int fd)
-{
-    fd_forget(fd);
-}
-
-bool rt_fd_is_kept(int fd)
-{
-    for (size_t i = 0; fd >= 0 && i < kept_count; i++)
-        if (kept_fds[i] == fd)
-            return true;
-    return false;
-}
-
-bool rt_fds_capturing(void)
-{
-    return capturing != RT_FDS_CAPTURE_OFF;
-}
-
-bool rt_is_internal_thread(void)
-{
-    return internal_thread != 0;
-}
-
-/* Where the runtime's descriptors go: just below the lower of the soft RLIMIT_NOFILE and
- * select()'s 1024, so that a program numbering its own files from 3 (systemd's LISTEN_FDS,
- * a daemon's dup2() of /dev/null over 3..63, a shell's 3..9) finds them where it would
- * without us, and its own first descriptor is 3 again. */
-#define RT_FDS_BAND 64
-
-/* The top of the band: asked of getrlimit() once, and again only when a move fails (the
- * program lowered its limit since: setrlimit and prlimit are its only ways). A raised
- * limit leaves the band where it was, still clear of the program's numbers. */
-static _Atomic int band_top;
-
-static int read_band_top(void)
-{
-    struct rlimit rl;
-    rlim_t top = 1024;
-
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < top)
-        top = rl.rlim_cur;
-    atomic_store(&band_top, (int)top);
-    return (int)top;
-}
-
-int rt_fd_relocate(int fd)
-{
-    int top = atomic_load(&band_top), high;
-
-    if (fd < 0)
-        return fd;
-    if (top == 0)
-        top = read_band_top();
-    if (top < 4 * RT_FDS_BAND || fd >= top - RT_FDS_BAND)
-        return fd; /* too few numbers to keep apart, or there already */
-    /* Close-on-exec whatever the original was: a descriptor of the runtime must never
-     * reach an exec'd program (all of ours are made so anyway). */
-    high = fcntl(fd, F_DUPFD_CLOEXEC, top - RT_FDS_BAND);
-    if (high < 0 && errno == EINVAL && read_band_top() != top)
-        return rt_fd_relocate(fd); /* the limit moved: the band with it */
-    if (high < 0)
-        return fd; /* the band is full: stay low rather than fail */
-    if (!real_close)
-        resolve_real_functions();
-    if (real_close)
-        (void)real_close(fd);
-    return high;
-}
-
-void rt_fds_forget(void)
-{
-    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++)
-        atomic_store(&own_fds[i], 0);
-    for (size_t i = 0; i < kept_count; i++)
-        rt_fd_protect(kept_fds[i]);
-}
-
-/* While capturing: /dev/null on 0, 1 and 2 if the program left them closed, so that no
- * descriptor of ours takes a standard number, which a program started with them closed
- * later gives to /dev/null (daemon(3) dup2()s onto them), replacing ours unseen. */
-static __thread struct {
-    int fd;
-    ino_t ino;
-} placeholders[3];
-static __thread size_t placeholder_count;
-
-static void hold_standard_fds(void)
-{
-    /* One poll() tells which of the three are closed (POLLNVAL), not three fcntl() calls:
-     * no event is asked for and it does not wait. */
-    struct pollfd std[3] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}};
-
-    if (poll(std, 3, 0) < 0) /* EINTR, ENOMEM: then each is tested alone */
-        for (int fd = 0; fd < 3; fd++)
-            std[fd].revents = fcntl(fd, F_GETFD) < 0 && errno == EBADF ? POLLNVAL : 0;
-    for (int fd = 0; fd < 3; fd++) {
-        struct stat st;
-        int p;
-
-        if (!(std[fd].revents & POLLNVAL))
-            continue;
-        /* A memfd: an inode of its own, so it is recognised at release time. */
-        p = memfd_create("fleetprof-placeholder", MFD_CLOEXEC);
-        if (p < 0 || fstat(p, &st) != 0)
-            return;
-        placeholders[placeholder_count].fd = p;
-        placeholders[placeholder_count++].ino = st.st_ino;
-        if (p >= 3) /* another thread took the free number first: nothing to hold */
-            break;
-    }
-}
-
-static void release_standard_fds(void)
-{
-    if (!real_close)
-        resolve_real_functions();
-    for (size_t i = 0; i < placeholder_count; i++) {
-        struct stat st;
-
-        /* Still ours: a program thread may have dup2()ed onto it meanwhile. */
-        if (fstat(placeholders[i].fd, &st) == 0 && st.st_ino == placeholders[i].ino && real_close)
-            (void)real_close(placeholders[i].fd);
-    }
-    placeholder_count = 0;
-}
-
-void rt_fds_capture(enum rt_fds_capture how)
-{
-    if (how != RT_FDS_CAPTURE_OFF && capturing == RT_FDS_CAPTURE_OFF)
-        hold_standard_fds();
-    else if (how == RT_FDS_CAPTURE_OFF && capturing != RT_FDS_CAPTURE_OFF)
-        release_standard_fds();
-    capturing = how;
-}
-
-static void captured(int fds[2])
-{
-    for (int i = 0; i < 2; i++) {
-        fds[i] = rt_fd_relocate(fds[i]);
-        rt_fd_protect(fds[i]);
-        if (capturing == RT_FDS_CAPTURE_KEEP && kept_count < RT_MAX_KEPT_FDS)
-            kept_fds[kept_count++] = fds[i];
-    }
 }
 
 /* libunwind keeps a pipe to probe memory while unwinding (it reads one byte from it, then
@@ -507,8 +212,8 @@ RT_NO_TSAN FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
         return -1;
     }
     r = real_pipe2(fds, flags);
-    if (r == 0 && capturing)
-        captured(fds);
+    if (r == 0 && rt_fds_capturing())
+        rt_fds_captured(fds);
     return r;
 }
 
@@ -518,36 +223,15 @@ RT_NO_TSAN FLEETPROF_EXPORT int pipe(int fds[2])
     return pipe2(fds, 0);
 }
 
-/* Our descriptors in [first, last], ascending, into own (RT_MAX_OWN_FDS); their count. */
-static size_t own_fds_in(unsigned int first, unsigned int last, unsigned int *own)
-{
-    size_t n = 0;
-
-    for (size_t i = 0; i < RT_MAX_OWN_FDS; i++) {
-        int v = atomic_load(&own_fds[i]);
-
-        if (v > 0 && (unsigned int)(v - 1) >= first && (unsigned int)(v - 1) <= last)
-            own[n++] = (unsigned int)(v - 1);
-    }
-    for (size_t i = 1; i < n; i++) /* insertion sort: a handful at most */
-        for (size_t k = i; k > 0 && own[k - 1] > own[k]; k--) {
-            unsigned int t = own[k];
-
-            own[k] = own[k - 1];
-            own[k - 1] = t;
-        }
-    return n;
-}
-
 FLEETPROF_EXPORT int close(int fd)
 {
     unsigned int own[RT_MAX_OWN_FDS];
 
     if (!real_close)
         resolve_real_functions();
-    if (internal_thread)
-        fd_forget(fd);
-    else if (fd >= 0 && own_fds_in((unsigned int)fd, (unsigned int)fd, own) > 0)
+    if (rt_is_internal_thread())
+        rt_fd_unprotect(fd);
+    else if (fd >= 0 && rt_fds_own_in((unsigned int)fd, (unsigned int)fd, own) > 0)
         return 0;
     return real_close(fd);
 }
@@ -556,7 +240,7 @@ FLEETPROF_EXPORT int close(int fd)
 static int close_range_around_own(unsigned int first, unsigned int last, int flags)
 {
     unsigned int own[RT_MAX_OWN_FDS], cur = first;
-    size_t n = own_fds_in(first, last, own);
+    size_t n = rt_fds_own_in(first, last, own);
 
     if (!real_close_range) {
         errno = ENOSYS;
@@ -577,7 +261,7 @@ FLEETPROF_EXPORT int close_range(unsigned int first, unsigned int last, int flag
     if (!real_close_range)
         resolve_real_functions();
     /* CLOSE_RANGE_CLOEXEC only marks them, and ours are close-on-exec already. */
-    if (internal_thread || (flags & CLOSE_RANGE_CLOEXEC))
+    if (rt_is_internal_thread() || (flags & CLOSE_RANGE_CLOEXEC))
         return real_close_range ? real_close_range(first, last, flags) : (errno = ENOSYS, -1);
     return close_range_around_own(first, last, flags);
 }
@@ -591,7 +275,7 @@ FLEETPROF_EXPORT void closefrom(int lowfd)
         resolve_real_functions();
     if (lowfd < 0)
         lowfd = 0;
-    if (internal_thread || own_fds_in((unsigned int)lowfd, ~0u, own) == 0) {
+    if (rt_is_internal_thread() || rt_fds_own_in((unsigned int)lowfd, ~0u, own) == 0) {
         if (real_closefrom)
             real_closefrom(lowfd);
         return;
@@ -601,7 +285,7 @@ FLEETPROF_EXPORT void closefrom(int lowfd)
     /* A kernel without close_range (before 5.9): one by one, like glibc's fallback. */
     max = sysconf(_SC_OPEN_MAX);
     for (long fd = lowfd; fd < (max > 0 ? max : 1024); fd++)
-        if (own_fds_in((unsigned int)fd, (unsigned int)fd, own) == 0)
+        if (rt_fds_own_in((unsigned int)fd, (unsigned int)fd, own) == 0)
             (void)real_close((int)fd);
 }
 

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "child/fds.h"
 #include "child/log.h"
 #include "child/profile/entries.h"
 #include "child/profile/gecko.h"
@@ -422,32 +423,6 @@ void rt_region_record_crash_frames(const uint64_t *frames, uint32_t frame_count)
 
 /* preload.c: changes with every dlopen/dlclose through our wrappers (module lists). */
 unsigned rt_loader_generation(void);
-/* preload.c: threads of our own, never registered for sampling, all signals blocked. */
-int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
-/* preload.c: descriptors of the runtime that the program's close(), close_range() and
- * closefrom() leave open (a daemon's "close everything" must not take them); up to 32. A
- * close from the runtime's own threads closes and forgets. rt_fds_forget() drops them all
- * but the ones captured with RT_FDS_CAPTURE_KEEP (a forked child, before it closes its
- * copies and before libuv's fork handler replaces its pipe). */
-void rt_fd_protect(int fd);
-void rt_fds_forget(void);
-bool rt_fd_is_own(int fd);
-/* Whether fd is ours and still holds the file it held when protected. */
-bool rt_fd_intact(int fd);
-/* Descriptors of ours that no longer hold their file (the program closed them by a route
- * we do not see, as the raw close_range system call, or dup2()ed onto them); their count. */
-size_t rt_fds_lost(int *ret_fds, size_t max);
-/* The runtime gives fd up: forgotten, and closed if it still holds our file. */
-void rt_fd_release(int fd);
-/* Moves a new descriptor of the runtime's to a high number (see preload.c); returns the
- * descriptor to use (fd itself when it cannot move). */
-int rt_fd_relocate(int fd);
-/* Stops protecting fd, without closing it. */
-void rt_fd_unprotect(int fd);
-/* Whether fd was captured with RT_FDS_CAPTURE_KEEP: libunwind's memory-probe pipe. */
-bool rt_fd_is_kept(int fd);
-bool rt_fds_capturing(void);
-bool rt_is_internal_thread(void);
 /* runtime.c: the program is about to put a file of its own on fd, one of ours (dup2):
  * whatever of the runtime uses it lets it go first, and is re-created elsewhere. */
 void rt_fd_yield(int fd);
@@ -459,10 +434,5 @@ uint64_t rt_fds_taken(void);
 /* preload-fds.c: from now on the calling thread (the IPC thread) can be cancelled only
  * inside epoll_wait()/epoll_pwait(), where it holds no lock and libuv is between events. */
 void rt_thread_cancel_only_in_poll(void);
-/* preload.c: while set on a thread, the pipes pipe()/pipe2() make there are the runtime's
- * (libuv's and libunwind's own, out of our code's reach); KEEP: still ours in a forked
- * child (libunwind's, which the child goes on using). */
-enum rt_fds_capture { RT_FDS_CAPTURE_OFF, RT_FDS_CAPTURE, RT_FDS_CAPTURE_KEEP };
-void rt_fds_capture(enum rt_fds_capture how);
 
 #endif /* FLEETPROF_CHILD_RUNTIME_INTERNAL_H */
