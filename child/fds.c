@@ -22,13 +22,15 @@
 
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef int (*close_fn)(int);
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 
 /* The C library's, past our interposers (preload.c); looked up at load, or at first use
  * when that comes before any constructor ran. */
 static pthread_create_fn real_pthread_create;
 static close_fn real_close;
+static sigaction_fn real_sigaction;
 
-__attribute__((constructor)) static void resolve_real_functions(void)
+RT_NO_TSAN __attribute__((constructor)) static void resolve_real_functions(void)
 {
     /* ISO C has no cast from void * to a function pointer; POSIX's dlsym documentation
      * gives this assignment through a void ** as the portable form. */
@@ -36,11 +38,15 @@ __attribute__((constructor)) static void resolve_real_functions(void)
         *(void **)&real_pthread_create = dlsym(RTLD_NEXT, "pthread_create");
     if (!real_close)
         *(void **)&real_close = dlsym(RTLD_NEXT, "close");
+    if (!real_sigaction)
+        *(void **)&real_sigaction = dlsym(RTLD_NEXT, "sigaction");
 }
 
 static __thread int creating_internal;
 /* Set in the runtime's own threads: their close() calls are the runtime's. */
 static __thread int internal_thread __attribute__((tls_model("initial-exec")));
+/* Set on the IPC thread: cancellation is enabled around its polls only. */
+static __thread int cancel_in_poll __attribute__((tls_model("initial-exec")));
 
 /* The runtime's descriptors, as fd + 1 (0: a free slot, -1: a slot being filled), with
  * the identity of the file each held when it was protected; kept_fds survive a fork. */
@@ -210,6 +216,19 @@ bool rt_is_internal_thread(void)
     return internal_thread != 0;
 }
 
+void rt_thread_cancel_only_in_poll(void)
+{
+    if (RT_TSAN)
+        return; /* no epoll interposers there (preload-fds.c) to enable it again */
+    (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    cancel_in_poll = 1;
+}
+
+bool rt_thread_cancels_in_poll(void)
+{
+    return cancel_in_poll != 0;
+}
+
 bool rt_creating_internal_thread(void)
 {
     return creating_internal != 0;
@@ -354,4 +373,31 @@ size_t rt_fds_own_in(unsigned int first, unsigned int last, unsigned int *own)
             own[k - 1] = t;
         }
     return n;
+}
+
+/* --- signal actions, past the interposers ------------------------------------------ */
+
+RT_NO_TSAN int rt_libc_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (!real_sigaction)
+        resolve_real_functions();
+    if (!real_sigaction) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real_sigaction(sig, act, old);
+}
+
+RT_NO_TSAN int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (RT_TSAN) {
+        /* TSan must see our handler installed (its interceptor, the first definition,
+         * wraps it); then our interposer below passes straight through. */
+        sigaction_fn first;
+
+        *(void **)&first = dlsym(RTLD_DEFAULT, "sigaction");
+        if (first)
+            return first(sig, act, old);
+    }
+    return rt_libc_sigaction(sig, act, old);
 }

@@ -5,12 +5,35 @@
 #define FLEETPROF_CHILD_FDS_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+/* TSan calls dl_iterate_phdr (ours) while initializing, before it can run instrumented code. */
+#if defined(__SANITIZE_THREAD__)
+#define RT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RT_TSAN 1
+#endif
+#endif
+#ifndef RT_TSAN
+#define RT_TSAN 0
+#endif
+#if defined(__has_attribute) && __has_attribute(disable_sanitizer_instrumentation)
+#define RT_NO_TSAN __attribute__((disable_sanitizer_instrumentation))
+#else
+#define RT_NO_TSAN
+#endif
 
 /* Threads of our own, never registered for sampling, all signals blocked. */
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
 bool rt_is_internal_thread(void);
+/* From now on the calling thread (the IPC thread) can be cancelled only inside
+ * epoll_wait()/epoll_pwait() (interposed, preload-fds.c), where it holds no lock and libuv
+ * is between events. A no-op in TSan builds, which do not interpose them. */
+void rt_thread_cancel_only_in_poll(void);
+bool rt_thread_cancels_in_poll(void);
 /* The calling thread is making an internal thread: pthread_create() passes it through. */
 bool rt_creating_internal_thread(void);
 
@@ -48,5 +71,10 @@ void rt_fds_capture(enum rt_fds_capture how);
 bool rt_fds_capturing(void);
 /* pipe2() made fds on a capturing thread: they move high and become the runtime's. */
 void rt_fds_captured(int fds[2]);
+
+/* The C library's sigaction, past our interposer (preload.c); rt_real_sigaction() goes
+ * through TSan's interceptor in TSan builds, so that TSan sees our handlers. */
+int rt_libc_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
 #endif /* FLEETPROF_CHILD_FDS_H */

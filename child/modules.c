@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -26,6 +27,18 @@ struct modules {
 
 static pthread_mutex_t modules_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct modules *current;
+static _Atomic unsigned loader_generation; /* bumped by every dlopen and dlclose */
+
+unsigned rt_loader_generation(void)
+{
+    return atomic_load_explicit(&loader_generation, memory_order_acquire);
+}
+
+/* Not instrumented, as the loader interposers (preload.c) that call it. */
+RT_NO_TSAN void rt_loader_changed(void)
+{
+    atomic_fetch_add_explicit(&loader_generation, 1, memory_order_release);
+}
 
 static int read_loader_counts(struct dl_phdr_info *info, size_t size, void *data)
 {

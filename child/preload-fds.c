@@ -56,9 +56,6 @@ static socket_fn real_socket;
 static epoll_wait_fn real_epoll_wait;
 static epoll_pwait_fn real_epoll_pwait;
 
-/* Set on the IPC thread: cancellation is enabled around its polls only. */
-static __thread int cancel_in_poll __attribute__((tls_model("initial-exec")));
-
 /* Before the runtime's own start (a constructor too), which makes descriptors through
  * these; and again lazily, for a call that comes before any constructor ran. */
 __attribute__((constructor(101))) static void resolve(void)
@@ -123,17 +120,11 @@ FLEETPROF_EXPORT int dup3(int oldfd, int newfd, int flags)
     return CALL_REAL(real_dup3, oldfd, newfd, flags);
 }
 
-void rt_thread_cancel_only_in_poll(void)
-{
-    (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
-    cancel_in_poll = 1;
-}
-
 FLEETPROF_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
 {
     int r, old;
 
-    if (!cancel_in_poll)
+    if (!rt_thread_cancels_in_poll())
         return CALL_REAL(real_epoll_wait, epfd, events, max, timeout);
     (void)pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
     r = CALL_REAL(real_epoll_wait, epfd, events, max, timeout);
@@ -146,18 +137,12 @@ FLEETPROF_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, 
 {
     int r, old;
 
-    if (!cancel_in_poll)
+    if (!rt_thread_cancels_in_poll())
         return CALL_REAL(real_epoll_pwait, epfd, events, max, timeout, mask);
     (void)pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
     r = CALL_REAL(real_epoll_pwait, epfd, events, max, timeout, mask);
     (void)pthread_setcancelstate(old, NULL);
     return r;
-}
-
-#else
-
-void rt_thread_cancel_only_in_poll(void)
-{
 }
 
 #endif

@@ -37,23 +37,6 @@
 #include "child/include/fleetprof.h"
 #include "child/runtime-internal.h"
 
-/* TSan calls dl_iterate_phdr (ours) while initializing, before it can run instrumented code. */
-#if defined(__SANITIZE_THREAD__)
-#define RT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RT_TSAN 1
-#endif
-#endif
-#ifndef RT_TSAN
-#define RT_TSAN 0
-#endif
-#if defined(__has_attribute) && __has_attribute(disable_sanitizer_instrumentation)
-#define RT_NO_TSAN __attribute__((disable_sanitizer_instrumentation))
-#else
-#define RT_NO_TSAN
-#endif
-
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef void *(*dlopen_fn)(const char *, int);
 typedef int (*dlclose_fn)(void *);
@@ -85,7 +68,6 @@ static execvp_fn real_execvp;
 static execvpe_fn real_execvpe;
 static fexecve_fn real_fexecve;
 static close_fn real_close;
-static sigaction_fn real_sigaction;
 static signal_fn real_signal;
 static signal_fn real_bsd_signal;
 static signal_fn real_ssignal;
@@ -97,13 +79,6 @@ static siginterrupt_fn real_siginterrupt;
 static pipe2_fn real_pipe2;
 static close_range_fn real_close_range;
 static closefrom_fn real_closefrom;
-static _Atomic unsigned loader_generation; /* bumped by every dlopen and dlclose */
-
-unsigned rt_loader_generation(void)
-{
-    return atomic_load_explicit(&loader_generation, memory_order_acquire);
-}
-
 RT_NO_TSAN static void resolve_real_functions(void)
 {
     /* ISO C has no cast from void * to a function pointer; POSIX's dlsym documentation
@@ -136,8 +111,6 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_close_range = dlsym(RTLD_NEXT, "close_range");
     if (!real_closefrom)
         *(void **)&real_closefrom = dlsym(RTLD_NEXT, "closefrom");
-    if (!real_sigaction)
-        *(void **)&real_sigaction = dlsym(RTLD_NEXT, "sigaction");
     if (!real_signal)
         *(void **)&real_signal = dlsym(RTLD_NEXT, "signal");
     if (!real_pipe2)
@@ -298,7 +271,7 @@ RT_NO_TSAN FLEETPROF_EXPORT void *dlopen(const char *file, int mode)
     rt_in_loader++;
     handle = real_dlopen(file, mode);
     rt_in_loader--;
-    atomic_fetch_add_explicit(&loader_generation, 1, memory_order_release);
+    rt_loader_changed();
     return handle;
 }
 
@@ -311,7 +284,7 @@ RT_NO_TSAN FLEETPROF_EXPORT int dlclose(void *handle)
     rt_in_loader++;
     r = real_dlclose(handle);
     rt_in_loader--;
-    atomic_fetch_add_explicit(&loader_generation, 1, memory_order_release);
+    rt_loader_changed();
     return r;
 }
 
@@ -348,31 +321,6 @@ FLEETPROF_EXPORT void _Exit(int status)
 
 /* --- the sampling signal: the program's own action, never in place of ours ---------- */
 
-RT_NO_TSAN static int libc_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
-{
-    if (!real_sigaction)
-        resolve_real_functions();
-    if (!real_sigaction) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return real_sigaction(sig, act, old);
-}
-
-RT_NO_TSAN int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
-{
-    if (RT_TSAN) {
-        /* TSan must see our handler installed (its interceptor, the first definition,
-         * wraps it); then our interposer below passes straight through. */
-        sigaction_fn first;
-
-        *(void **)&first = dlsym(RTLD_DEFAULT, "sigaction");
-        if (first)
-            return first(sig, act, old);
-    }
-    return libc_sigaction(sig, act, old);
-}
-
 /* Whether a call for sig is about the program's action of the sampling signal, which is
  * kept aside while our handler is installed. (TSan builds pass through: TSan's interceptor
  * keeps its own table of the program's handlers.) */
@@ -391,7 +339,7 @@ RT_NO_TSAN FLEETPROF_EXPORT int sigaction(int sig, const struct sigaction *act,
     if (!RT_TSAN && rt_crash_wants(sig))
         return rt_crash_program_sigaction(sig, act, old);
     if (!kept_aside(sig))
-        return libc_sigaction(sig, act, old);
+        return rt_libc_sigaction(sig, act, old);
     rt_sampler_program_action(act, old);
     return 0;
 }

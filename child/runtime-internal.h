@@ -255,8 +255,6 @@ struct rt_handler_stats {
 };
 struct rt_handler_stats rt_sampler_handler_stats(void);
 void rt_sampler_program_action(const struct sigaction *act, struct sigaction *old);
-/* preload.c: the C library's sigaction, past our interposer. */
-int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
 /* modules.c: this process's modules (prof_libs_collect_self), shared and collected again
  * only when the loader mapped or unmapped an object since. Returns a reference to put back
@@ -265,6 +263,10 @@ const struct prof_libs *rt_modules_get(int *ret_error);
 void rt_modules_put(const struct prof_libs *libs);
 /* In a forked child: the lock afresh. */
 void rt_modules_forget_after_fork(void);
+/* Changes with every dlopen/dlclose through our wrappers (preload.c calls
+ * rt_loader_changed()): module lists made before are stale. */
+unsigned rt_loader_generation(void);
+void rt_loader_changed(void);
 
 /* runtime.c */
 struct json_writer;
@@ -421,8 +423,6 @@ void rt_region_record_crash(int sig, int code, uint64_t address, int32_t tid,
 /* The whole stack of the crash just recorded (after the record: walking may fault). */
 void rt_region_record_crash_frames(const uint64_t *frames, uint32_t frame_count);
 
-/* preload.c: changes with every dlopen/dlclose through our wrappers (module lists). */
-unsigned rt_loader_generation(void);
 /* runtime.c: the program is about to put a file of its own on fd, one of ours (dup2):
  * whatever of the runtime uses it lets it go first, and is re-created elsewhere. */
 void rt_fd_yield(int fd);
@@ -431,8 +431,5 @@ void rt_fd_yield(int fd);
 void rt_fds_check(void);
 /* How many descriptors of ours the program took (dup2 onto them, or closed them unseen). */
 uint64_t rt_fds_taken(void);
-/* preload-fds.c: from now on the calling thread (the IPC thread) can be cancelled only
- * inside epoll_wait()/epoll_pwait(), where it holds no lock and libuv is between events. */
-void rt_thread_cancel_only_in_poll(void);
 
 #endif /* FLEETPROF_CHILD_RUNTIME_INTERNAL_H */
