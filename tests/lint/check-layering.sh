@@ -81,19 +81,38 @@ while IFS= read -r file; do
 done < <(find buffer proto ipc child daemon tools common tests -type f \( -name '*.c' -o -name '*.h' \) \
     -not -path 'tests/lint/fixtures/*' 2>/dev/null | sort)
 
-# Inside daemon/, nothing below server.c calls it (daemon/core.h): the files under it call
-# down into core.c, and the functions server.c defines are the public API for main.c.
-if [[ -f daemon/server.c ]]; then
-    fns=$(grep -E '^[a-z][a-z0-9_ ]*[ *][a-z_][a-z0-9_]*\(' daemon/server.c | grep -v '^static' |
-        sed -E 's/^.*[ *]([a-z_][a-z0-9_]*)\(.*$/\1/' | sort -u)
-    for f in daemon/*.c; do
-        [[ $f == daemon/server.c || $f == daemon/main.c ]] && continue
-        for fn in $fns; do
+# Functions a file defines (not static), the public ones of its layer; attribute macros may
+# come first (RT_NO_TSAN). Interposed libc functions (FLEETPROF_EXPORT) are the program's.
+defined_in() {
+    grep -hE '^([A-Z][A-Z0-9_]* )*[a-z][a-z0-9_ ]*[ *][a-z_][a-z0-9_]*\(' "$@" 2>/dev/null |
+        grep -vE '(^| )(static|FLEETPROF_EXPORT) ' |
+        sed -E 's/^.*[ *]([a-z_][a-z0-9_]*)\(.*$/\1/' | sort -u
+}
+
+# calls_up ABOVE HEADER FILE...: each FILE that calls a function ABOVE defines is reported (it
+# is below ABOVE, whose functions it must not call; HEADER is what it may use instead).
+calls_up() {
+    local above=$1 header=$2 f fn n
+    shift 2
+    [[ -f $above ]] || return 0
+    for fn in $(defined_in "$above"); do
+        for f in "$@"; do
+            [[ -f $f && $f != "$above" ]] || continue
             while IFS=: read -r n _; do
-                report "$f:$n" "calls $fn() of daemon/server.c, which is above it (daemon/core.h)"
+                report "$f:$n" "calls $fn() of $above, which is above it ($header)"
             done < <(grep -nE "(^|[^a-z0-9_])$fn\(" "$f")
         done
     done
-fi
+}
+
+# Inside daemon/, nothing below server.c calls it (daemon/core.h): the files under it call
+# down into core.c, and the functions server.c defines are the public API for main.c.
+calls_up daemon/server.c daemon/core.h $(ls daemon/*.c 2>/dev/null | grep -v '^daemon/main\.c$')
+
+# Inside child/ (the runtime), the interposed libc functions (preload.c, preload-fds.c) are
+# the top: they call down into the runtime, and nothing of it calls them (child/fds.h).
+child_files=$(ls child/*.c 2>/dev/null)
+calls_up child/preload.c child/fds.h $child_files
+calls_up child/preload-fds.c child/fds.h $child_files
 
 exit $fail
