@@ -68,6 +68,7 @@ static struct {
     uint64_t update_retry_ms;    /* IPC thread only: the next wait of update_retry */
     uint64_t next_id;
     char socket_path[4096];
+    rt_profile_writer *write_profile; /* runtime.c's, above: the daemon's profile requests */
     pthread_mutex_t done_lock;
     pthread_cond_t done_cond;
     bool done;
@@ -107,7 +108,7 @@ static struct {
 static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Wakes the IPC thread if its loop is live and its eventfd still ours; else the sampler's
- * next check (rt_fds_check()) finds what was lost. */
+ * next check of the descriptors (runtime.c) finds what was lost. */
 static void wake_ipc(void)
 {
     (void)pthread_mutex_lock(&wake_lock);
@@ -421,7 +422,7 @@ static void *gather_main(void *arg)
     (void)arg;
     r = json_writer_new_memory(&w);
     if (r == 0)
-        r = rt_profile_write(w, 0, false, &logger);
+        r = ipc.write_profile(w, 0, false, &logger);
     if (r == 0) {
         r = outgoing_new(w, &o); /* takes w */
         w = NULL;
@@ -946,7 +947,7 @@ static int start_now(void)
     return 0;
 }
 
-int rt_ipc_start(const char *socket_path)
+int rt_ipc_start(const char *socket_path, rt_profile_writer *write_profile)
 {
     bool defer = ipc.defer_start;
     int r;
@@ -955,6 +956,7 @@ int rt_ipc_start(const char *socket_path)
     if (!socket_path || !*socket_path || strlen(socket_path) >= sizeof(ipc.socket_path))
         return -EINVAL;
     strcpy(ipc.socket_path, socket_path);
+    ipc.write_profile = write_profile;
     r = buf_update_slot_init(&ipc.slot);
     if (r < 0)
         return r;
@@ -1098,7 +1100,7 @@ int rt_ipc_abandon(void)
     /* A new connection, made at the sampler's next tick or by the exit path: the daemon
      * sees this process again, with its Hello. */
     ipc.defer_start = true;
-    return rt_ipc_start(ipc.socket_path);
+    return rt_ipc_start(ipc.socket_path, ipc.write_profile);
 }
 
 void rt_ipc_forget_after_fork(void)

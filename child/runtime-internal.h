@@ -232,7 +232,16 @@ void rt_stackwalk_stop_libunwind(void);
 bool rt_stackwalk_libunwind_stopped(void);
 
 /* sampler.c */
-int rt_sampler_start(void);
+/* What the sampler thread calls in the layers above it (runtime.c, ipc.c), which the core
+ * must not call directly. */
+struct rt_sampler_hooks {
+    void (*check_fds)(void);                 /* descriptors of ours the program took */
+    bool (*fork_start_due)(uint64_t now_ns); /* a forked child's deferred start... */
+    bool (*start_if_pending)(void);          /* ...finished now */
+    void (*exit_signal)(int sig);            /* write the profile, die by sig */
+    void (*tick)(void);                      /* each tick: the daemon client */
+};
+int rt_sampler_start(const struct rt_sampler_hooks *hooks);
 void rt_sampler_stop(void);
 void rt_sampler_wake(void);
 /* In a forked child, after rt_fds_forget(): closes the copy of the parent's statm. */
@@ -299,6 +308,16 @@ void rt_fork_start_restore(void);
 /* On the sampler thread after a fatal signal: write the profile, then die by sig. */
 void rt_handle_exit_signal(int sig);
 
+/* process.c: the process's names, read from /proc/self/cmdline by
+ * rt_process_read_command_line() (at start; again in an exec'd image, not in a forked child).
+ * The product is the command line, arguments joined by spaces. */
+void rt_process_read_command_line(void);
+const char *rt_product(void);
+const char *rt_program_name(void);
+/* The process title the program set over its argv if it did (read now, into buf), else the
+ * program's name. */
+const char *rt_process_name(char *buf, size_t size);
+
 /* groups.c: performance groups (fleetprof_group_get and the stopwatch API). */
 struct prof_group_totals;
 /* Measuring on (with this slow-event threshold) or off; groups persist either way. */
@@ -310,8 +329,11 @@ uint64_t rt_groups_generation(void);
  * *ret is malloc()ed, NULL when there are none. Returns the count. Any thread. */
 size_t rt_groups_snapshot(struct prof_group_totals **ret);
 
-/* ipc.c: the connection to the daemon (FLEETPROF_SOCKET). */
-int rt_ipc_start(const char *socket_path);
+/* ipc.c: the connection to the daemon (FLEETPROF_SOCKET). write_profile (runtime.c's
+ * rt_profile_write(), above ipc.c) answers the daemon's requests for a profile. */
+typedef int rt_profile_writer(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
+                              const struct progress_logger *progress);
+int rt_ipc_start(const char *socket_path, rt_profile_writer *write_profile);
 /* Sends a Final update and closes, waiting at most 2 s. */
 void rt_ipc_stop(void);
 /* On the sampler thread each tick: wake the IPC thread if updates are pending. */
@@ -328,10 +350,6 @@ int rt_ipc_abandon(void);
  * on failure) to the IPC thread; rt_ipc_stop() then waits for it to leave before the Final
  * update. Returns 0 or -ENOMEM. */
 int rt_ipc_send_exit_profile(struct json_writer *w);
-const char *rt_program_name(void);
-/* The process title the program set over its argv if it did (read now, into buf), else the
- * program's name. */
-const char *rt_process_name(char *buf, size_t size);
 
 /* One batch of symbol requests that a profile writer hands to the IPC thread, which sends
  * it as a Symbolize and copies the Symbols reply (possibly in pieces) into it. The writer
@@ -397,7 +415,6 @@ void rt_region_done(bool profile_written);
 void rt_region_before_exec(void);
 void rt_region_after_failed_exec(void);
 void rt_region_forget_after_fork(void);
-const char *rt_product(void);
 
 /* crash.c: a Crash record for the fatal signals, where the program leaves them default. */
 #define RT_CRASH_FRAMES 128

@@ -39,37 +39,17 @@ struct rt rt = {
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool hooks_installed;
 static bool first_fork_hook_installed;
-static char product[4096];
-static char program_name[256];
-static char argv0_at_start[256]; /* argv[0] as it was: a different one is a process title */
-static bool command_line_known;  /* product and program_name are current: a forked child
-                                  * starting again keeps its parent's */
+static bool command_line_known; /* process.c's names are current: a forked child starting
+                                 * again keeps its parent's */
+/* What the sampler thread does for the lifecycle and the daemon client, above it. */
+static const struct rt_sampler_hooks sampler_hooks = {
+        .check_fds = rt_fds_check,
+        .fork_start_due = rt_fork_start_due,
+        .start_if_pending = rt_start_if_pending,
+        .exit_signal = rt_handle_exit_signal,
+        .tick = rt_ipc_tick,
+};
 static int exit_signals[] = {SIGTERM, SIGINT};
-
-/* The command line, arguments joined by spaces, and the program's base name. */
-static void read_command_line(void)
-{
-    ssize_t n = 0;
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    const char *base;
-
-    product[0] = '\0';
-    if (fd >= 0) {
-        n = read(fd, product, sizeof(product) - 1);
-        (void)close(fd);
-    }
-    if (n <= 0) {
-        (void)snprintf(product, sizeof(product), "pid %d", (int)getpid());
-        n = (ssize_t)strlen(product);
-    }
-    product[n] = '\0';
-    (void)snprintf(argv0_at_start, sizeof(argv0_at_start), "%.255s", product);
-    base = strrchr(product, '/');
-    (void)snprintf(program_name, sizeof(program_name), "%.255s", base ? base + 1 : product);
-    for (ssize_t i = 0; i < n - 1; i++)
-        if (product[i] == '\0')
-            product[i] = ' ';
-}
 
 static double epoch_ms_now(void)
 {
@@ -123,7 +103,7 @@ static void start_ipc(void)
     int r;
 
     if (rt.cfg.socket[0]) {
-        r = rt_ipc_start(rt.cfg.socket);
+        r = rt_ipc_start(rt.cfg.socket, rt_profile_write);
         if (r < 0) /* without a daemon we profile alone, as if none were configured */
             rt_debug("cannot start the IPC thread: %s", strerror(-r));
     }
@@ -138,7 +118,7 @@ static int start_locked(void)
     rt.start_tid = (int32_t)gettid();
     atomic_store(&rt.start_done_ns, 0);
     if (!command_line_known)
-        read_command_line();
+        rt_process_read_command_line();
     command_line_known = true;
     rt.start_ns = rt_now_ns();
     rt.start_epoch_ms = epoch_ms_now();
@@ -152,19 +132,19 @@ static int start_locked(void)
     atomic_store(&rt.paused, 0);
     atomic_store_explicit(&rt.running, 1, memory_order_release);
     rt_groups_start(rt.cfg.slow_event_ns);
-    r = rt_threads_register(program_name, gettid() == getpid());
+    r = rt_threads_register(rt_program_name(), gettid() == getpid());
     if (r < 0)
         rt_debug("cannot register the main thread: %s", strerror(-r));
     rt_region_tick(rt_now_ns()); /* the first description, before any sample */
     rt_crash_arm();
-    r = rt_sampler_start();
+    r = rt_sampler_start(&sampler_hooks);
     if (r < 0) {
         rt_groups_stop();
         atomic_store(&rt.running, 0);
         return r;
     }
     start_ipc();
-    rt_debug("profiling %s every %.3f ms, %s stacks, buffer %llu MiB", product,
+    rt_debug("profiling %s every %.3f ms, %s stacks, buffer %llu MiB", rt_product(),
              (double)rt.cfg.interval_ns / 1e6, rt_stackwalk_name(rt.cfg.stackwalk),
              (unsigned long long)(rt.cfg.buffer_bytes >> 20));
     atomic_store(&rt.start_done_ns, rt_now_ns());
@@ -210,7 +190,7 @@ static int fork_start_begin(void)
     atomic_store(&rt.start_done_ns, 0);
     rt.start_ns = rt_now_ns();
     rt.start_epoch_ms = epoch_ms_now();
-    r = rt_threads_register(program_name, true);
+    r = rt_threads_register(rt_program_name(), true);
     if (r < 0)
         return r;
     if (pthread_getcpuclockid(pthread_self(), &fork_thread_clock) != 0)
@@ -223,7 +203,7 @@ static int fork_start_begin(void)
     if (r < 0)
         rt_debug("cannot keep the chunks in a file: %s", strerror(-r));
     atomic_store(&rt.fork_start, RT_FORK_START_PENDING);
-    r = rt_sampler_start(); /* opens statm first */
+    r = rt_sampler_start(&sampler_hooks); /* opens statm first */
     if (r < 0)
         atomic_store(&rt.fork_start, RT_FORK_START_NONE);
     return r;
@@ -409,7 +389,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     info.ppid = (int32_t)getppid();
     info.forked = rt.forked;
     info.name = rt_process_name(title, sizeof(title));
-    info.product = product;
+    info.product = rt_product();
     info.process_type = "default";
     info.start_ns = rt.start_ns;
     info.start_epoch_ms = rt.start_epoch_ms;
@@ -600,38 +580,6 @@ void rt_fds_check(void)
 uint64_t rt_fds_taken(void)
 {
     return atomic_load(&fds_taken);
-}
-
-const char *rt_product(void)
-{
-    return product;
-}
-
-const char *rt_process_name(char *buf, size_t size)
-{
-    ssize_t n = 0;
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-
-    /* Servers name their processes by writing over their argv (postgres' "postgres:
-     * checkpointer", nginx's "nginx: worker process"): what /proc shows now. */
-    if (fd >= 0) {
-        n = read(fd, buf, size - 1);
-        (void)close(fd);
-    }
-    if (n <= 0)
-        return program_name;
-    buf[n] = '\0';
-    n = (ssize_t)strlen(buf); /* the first string: the title, or argv[0] */
-    while (n > 0 && buf[n - 1] == ' ')
-        buf[--n] = '\0'; /* setproctitle() pads with spaces */
-    if (n == 0 || strncmp(buf, argv0_at_start, sizeof(argv0_at_start) - 1) == 0)
-        return program_name;
-    return buf;
-}
-
-const char *rt_program_name(void)
-{
-    return program_name;
 }
 
 void rt_on_process_exit(void)

@@ -35,6 +35,9 @@
  * resets every handler to SIG_DFL, as daemons do, is not killed by our next signal. It is
  * chained for the signals that are not ours. Two slots and an index: the handler never
  * reads one half-written. */
+/* The layers above, called on the sampler thread (set by rt_sampler_start()). */
+static struct rt_sampler_hooks hooks;
+
 static struct sigaction program_actions[2];
 static _Atomic unsigned program_action_index;
 static _Atomic bool handler_installed;
@@ -671,7 +674,7 @@ static void sample_counters(uint64_t now, bool memory)
     if (memory && now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
         int64_t rss;
 
-        rt_fds_check(); /* as often, and first: a few fstat() calls */
+        hooks.check_fds(); /* as often, and first: a few fstat() calls */
         rss = resident_bytes();
         last_memory_ns = now;
         if (rss >= 0)
@@ -770,14 +773,14 @@ static void *sampler_main(void *arg)
          * start back). */
         if (!atomic_load_explicit(&rt.running, memory_order_acquire)) {
             if (atomic_load(&rt.fork_start) == RT_FORK_START_NONE ||
-                !rt_fork_start_due(rt_now_ns()))
+                !hooks.fork_start_due(rt_now_ns()))
                 continue;
-            if (!rt_start_if_pending() || atomic_load(&rt.stop_sampler))
+            if (!hooks.start_if_pending() || atomic_load(&rt.stop_sampler))
                 break;
         }
         sig = atomic_exchange(&rt.exit_signal, 0);
         if (sig) {
-            rt_handle_exit_signal(sig); /* does not return */
+            hooks.exit_signal(sig); /* does not return */
             break;
         }
 
@@ -793,7 +796,7 @@ static void *sampler_main(void *arg)
         sample_counters(t2, true);
         rt_region_tick(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);
-        rt_ipc_tick();
+        hooks.tick();
         t3 = rt_now_ns();
         o = (struct prof_overhead){t0, t1 - t0, 0, t3 - t2, t2 - t1};
         (void)prof_entry_put_overhead(rt.buffer, &o);
@@ -810,10 +813,11 @@ void rt_sampler_forget_after_fork(void)
     statm_fd = -1;
 }
 
-int rt_sampler_start(void)
+int rt_sampler_start(const struct rt_sampler_hooks *h)
 {
     int r;
 
+    hooks = *h;
     atomic_store(&rt.stop_sampler, 0);
     atomic_store(&wake_word, 0);
     /* Opened and protected before the thread runs, like the IPC descriptors. */

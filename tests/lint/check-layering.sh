@@ -114,5 +114,12 @@ calls_up daemon/server.c daemon/core.h $(ls daemon/*.c 2>/dev/null | grep -v '^d
 child_files=$(ls child/*.c 2>/dev/null)
 calls_up child/preload.c child/fds.h $child_files
 calls_up child/preload-fds.c child/fds.h $child_files
+# Below them, the lifecycle (runtime.c), then the daemon client (ipc.c, symbolize-remote.c),
+# then the core: a lower file reaches an upper one only through the hooks it was given
+# (struct rt_sampler_hooks, rt_ipc_start()'s profile writer).
+child_core=$(ls child/*.c 2>/dev/null | grep -vE '^child/(preload|preload-fds|api|runtime|ipc|symbolize-remote)\.c$')
+calls_up child/runtime.c "a hook it was given" child/ipc.c child/symbolize-remote.c $child_core
+calls_up child/ipc.c "a hook it was given" $child_core
+calls_up child/symbolize-remote.c "a hook it was given" $child_core
 
 exit $fail
