@@ -10,8 +10,9 @@
 #include <unistd.h>
 
 #include "buffer/chunked-buffer.h"
+#include "child/core.h"
 #include "child/include/fleetprof.h"
-#include "child/runtime-internal.h"
+#include "child/lifecycle.h"
 
 #define RUNNING() rt_running()
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "buffer/chunk-manager.h"
-#include "child/runtime-internal.h"
+#include "child/core.h"
 
 const char *rt_stackwalk_name(enum rt_stackwalk s)
 {

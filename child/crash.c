@@ -19,7 +19,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#include "child/runtime-internal.h"
+#include "child/core.h"
 
 static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 

@@ -31,9 +31,10 @@
 #define GRP_HAVE_RSEQ 1
 #endif
 
+#include "child/core.h"
 #include "child/include/fleetprof.h"
+#include "child/lifecycle.h"
 #include "child/profile/groups.h"
-#include "child/runtime-internal.h"
 
 #define GRP_MAX       4096
 #define GRP_HASH_SIZE 8192 /* power of two, > GRP_MAX: open addressing stays short */

@@ -34,10 +34,11 @@
 #include "buffer/json-writer.h"
 #include "buffer/progress.h"
 #include "buffer/update.h"
+#include "child/client.h"
+#include "child/core.h"
 #include "child/include/fleetprof.h"
 #include "child/ipc-start.h"
 #include "child/profile/groups.h"
-#include "child/runtime-internal.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
 

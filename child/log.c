@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "child/runtime-internal.h"
+#include "child/core.h"
 
 void rt_debug(const char *fmt, ...)
 {

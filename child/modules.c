@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "child/core.h"
 #include "child/profile/libs.h"
-#include "child/runtime-internal.h"
 
 struct modules {
     struct prof_libs libs; /* first: rt_modules_put() gets it back from &libs */

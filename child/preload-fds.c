@@ -24,8 +24,9 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
+#include "child/core.h"
 #include "child/include/fleetprof.h"
-#include "child/runtime-internal.h"
+#include "child/lifecycle.h"
 
 /* Under TSan its own interceptors of these must see every call (they carry its
  * synchronisation model): none of this is built in, as for the runtime's other

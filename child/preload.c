@@ -34,8 +34,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "child/core.h"
 #include "child/include/fleetprof.h"
-#include "child/runtime-internal.h"
+#include "child/lifecycle.h"
 
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef void *(*dlopen_fn)(const char *, int);

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "child/runtime-internal.h"
+#include "child/core.h"
 
 static char product[4096];
 static char program_name[256];

@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "child/core.h"
 #include "child/profile/libs.h"
-#include "child/runtime-internal.h"
 #include "proto/fleetprof-protocol.h"
 
 /* A description is rewritten at most this often: a program that starts threads in a burst

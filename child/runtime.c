@@ -26,10 +26,12 @@
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
 #include "buffer/json-writer.h"
+#include "child/client.h"
+#include "child/core.h"
 #include "child/include/fleetprof.h"
 #include "child/ipc-start.h"
+#include "child/lifecycle.h"
 #include "child/profile/libs.h"
-#include "child/runtime-internal.h"
 
 struct rt rt = {
         .registry_lock = PTHREAD_MUTEX_INITIALIZER,

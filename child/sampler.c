@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "buffer/chunked-buffer.h"
-#include "child/runtime-internal.h"
+#include "child/core.h"
 
 /* The program's own action for the sampling signal: the one in place when ours was
  * installed, then whatever it sets since (its sigaction() and signal() calls for this

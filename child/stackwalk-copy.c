@@ -16,7 +16,7 @@
 
 #include <libunwind.h>
 
-#include "child/runtime-internal.h"
+#include "child/core.h"
 
 /* The generic library's functions (unw_* in libunwind.h name them _Ux86_64_*). */
 static struct {

@@ -19,7 +19,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
-#include "child/runtime-internal.h"
+#include "child/core.h"
 
 static enum rt_stackwalk walk_mode;
 static _Atomic bool libunwind_stopped;

@@ -17,9 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "child/client.h"
+#include "child/core.h"
 #include "child/profile/libs.h"
 #include "child/profile/symbols.h"
-#include "child/runtime-internal.h"
 #include "child/symbols-plugin.h"
 #include "proto/fleetprof-protocol.h"
 

@@ -14,7 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "child/runtime-internal.h"
+#include "child/core.h"
 
 __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
 __thread int rt_in_loader __attribute__((tls_model("initial-exec")));

@@ -66,6 +66,20 @@ while IFS= read -r file; do
                 fi
             fi
             [[ $inc == daemon/* || $inc == tools/* ]] && report "$where" "child/ must not depend on $incmod/"
+            # The runtime's layers (docs/architecture.md, "Inside child/"): the core sees
+            # neither the daemon client (client.h, ipc-start.h) nor the lifecycle (lifecycle.h), the
+            # client not the lifecycle. groups.c holds public API entry points, which like
+            # api.c finish a forked child's deferred start (rt_running(), lifecycle.h).
+            if [[ $sub != */* && ($inc == child/client.h || $inc == child/ipc-start.h || $inc == child/lifecycle.h) ]]; then
+                case "$sub" in
+                preload.c | preload-fds.c | api.c | runtime.c | lifecycle.h) ;;
+                groups.c) [[ $inc != child/lifecycle.h ]] && report "$where" "the runtime's core must not include $inc (above it)" ;;
+                ipc.c | symbolize-remote.c | client.h)
+                    [[ $inc == child/lifecycle.h ]] && report "$where" "the daemon client must not include $inc (above it)"
+                    ;;
+                *) report "$where" "the runtime's core must not include $inc (above it)" ;;
+                esac
+            fi
             ;;
         daemon)
             if [[ $inc == child/* && $inc != child/profile/* && $inc != child/include/* ]] || [[ $inc == libunwind* ]]; then

@@ -1,4 +1,7 @@
-/* child/runtime-internal.h - state shared by the files of the runtime (libfleetprof).
+/* child/core.h - the runtime's core (libfleetprof): its state and the files that sample.
+ *
+ * Everything of the runtime below the daemon client and the lifecycle (docs/architecture.md,
+ * "Inside child/"): a file that includes only this cannot call up into them.
  *
  * Threads: the program's registered threads (write labels and markers, run the sampling
  * signal handler), the sampler thread (owns unwinding state, writes samples), and whoever
@@ -7,8 +10,8 @@
  * handing it between the signal handler and the sampler) and label stack (written by its
  * thread, read by that thread's signal handler). docs/threading.md has the full picture.
  */
-#ifndef FLEETPROF_CHILD_RUNTIME_INTERNAL_H
-#define FLEETPROF_CHILD_RUNTIME_INTERNAL_H
+#ifndef FLEETPROF_CHILD_CORE_H
+#define FLEETPROF_CHILD_CORE_H
 
 #include <pthread.h>
 #include <signal.h>
@@ -277,37 +280,6 @@ void rt_modules_forget_after_fork(void);
 unsigned rt_loader_generation(void);
 void rt_loader_changed(void);
 
-/* runtime.c */
-struct json_writer;
-struct progress_logger;
-/* This process's profile into w (one JSON object). shutdown_ns != 0 marks an ending
- * process; progress may be NULL. */
-int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
-                     const struct progress_logger *progress);
-int rt_write_profile_to(const char *path, uint64_t shutdown_ns);
-/* exit() and _exit(): stop sampling, write the exit profile once. */
-void rt_on_process_exit(void);
-/* Whether the runtime runs, after finishing a forked child's deferred start if one is
- * pending (or waiting for the thread finishing it). Not async-signal-safe. */
-bool rt_start_if_pending(void);
-/* rt.running, or the deferred start finished now: for calls that need the runtime. */
-static inline bool rt_running(void)
-{
-    return atomic_load_explicit(&rt.running, memory_order_acquire) ||
-           (atomic_load_explicit(&rt.fork_start, memory_order_relaxed) != RT_FORK_START_NONE &&
-            rt_start_if_pending());
-}
-/* On the sampler thread while the start is deferred: whether it is time to finish it (the
- * child ran an interval of CPU, waited long enough, or has an exit signal to handle). */
-bool rt_fork_start_due(uint64_t now_ns);
-/* Async-signal-safe, before exec in this process: a deferred start is cancelled (true when
- * it was; rt_fork_start_restore() puts it back if the exec fails), and one being finished
- * is waited for (a bounded while). */
-bool rt_fork_start_cancel(void);
-void rt_fork_start_restore(void);
-/* On the sampler thread after a fatal signal: write the profile, then die by sig. */
-void rt_handle_exit_signal(int sig);
-
 /* process.c: the process's names, read from /proc/self/cmdline by
  * rt_process_read_command_line() (at start; again in an exec'd image, not in a forked child).
  * The product is the command line, arguments joined by spaces. */
@@ -328,70 +300,6 @@ uint64_t rt_groups_generation(void);
 /* Totals of every group measured so far (names borrowed, valid for the process's life);
  * *ret is malloc()ed, NULL when there are none. Returns the count. Any thread. */
 size_t rt_groups_snapshot(struct prof_group_totals **ret);
-
-/* ipc.c: the connection to the daemon (FLEETPROF_SOCKET). write_profile (runtime.c's
- * rt_profile_write(), above ipc.c) answers the daemon's requests for a profile. */
-typedef int rt_profile_writer(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
-                              const struct progress_logger *progress);
-int rt_ipc_start(const char *socket_path, rt_profile_writer *write_profile);
-/* Sends a Final update and closes, waiting at most 2 s. */
-void rt_ipc_stop(void);
-/* On the sampler thread each tick: wake the IPC thread if updates are pending. */
-void rt_ipc_tick(void);
-/* In a forked child: drop the parent's connection without touching it. */
-void rt_ipc_forget_after_fork(void);
-bool rt_ipc_connected(void);
-/* Whether fd is one of the connection's (its loop's, its socket). */
-bool rt_ipc_owns_fd(int fd);
-/* The program took one of those: the IPC thread is ended where it waits, what is still ours
- * is closed, and a new connection is made at the next tick (or by the exit path). */
-int rt_ipc_abandon(void);
-/* Hands the exit profile (a finished memory writer, owned by the IPC layer from now on, even
- * on failure) to the IPC thread; rt_ipc_stop() then waits for it to leave before the Final
- * update. Returns 0 or -ENOMEM. */
-int rt_ipc_send_exit_profile(struct json_writer *w);
-
-/* One batch of symbol requests that a profile writer hands to the IPC thread, which sends
- * it as a Symbolize and copies the Symbols reply (possibly in pieces) into it. The writer
- * owns the batch; the IPC thread touches it only under its lock while it is posted. */
-struct Fleetprof__Symbolize;
-struct rt_symbol_batch {
-    struct Fleetprof__Symbolize *request; /* borrowed; the IPC thread sets its id */
-    size_t count;                         /* addresses in the request */
-    /* Filled by the IPC thread: */
-    char *arena; /* owned: names and files, NUL-terminated, at the offsets below */
-    size_t arena_len, arena_cap;
-    size_t *name_off, *file_off; /* count entries each (allocated by the writer); SIZE_MAX =
-                                  * unknown */
-    uint32_t *lines, *status;    /* count entries each; status 0 or a positive errno */
-    size_t received;             /* addresses answered so far */
-    size_t module_errors;        /* modules the daemon could not (or would not) read */
-    char error[256];             /* the request's error, else the first module error */
-    bool done;
-    int result; /* 0 or a negative errno (-ETIMEDOUT, -ENOTCONN, -EIO: the daemon's error) */
-};
-/* Sends batch through the daemon's symbol service and waits at most timeout_ns for the
- * whole reply. Never call it on the IPC thread. Returns 0 (batch filled), -ENOTCONN, or
- * the batch's error; on failure the batch may be partly filled. */
-int rt_ipc_symbolize(struct rt_symbol_batch *batch, uint64_t timeout_ns);
-
-/* symbolize-remote.c: the runtime's symbolizer for one profile write: the daemon's service
- * when connected (design §4 "Symbols"), else (or when it fails) a local libdw cache made on
- * first use. Strings it returns stay valid until rt_symbolizer_done(). */
-struct prof_symbols;
-struct rt_symbolizer {
-    struct prof_symbols *local; /* owned; NULL until needed */
-    char **arenas;              /* owned: strings of the daemon's replies */
-    size_t arena_count;
-    uint64_t remote_batches, remote_failures, remote_addresses, remote_unresolved;
-    uint64_t module_errors;
-    char error[256]; /* first error, for profilingLog; "" = none */
-};
-int rt_symbolizer_resolve(struct rt_symbolizer *s, const struct prof_frame_request *requests,
-                          size_t count, struct prof_frame_result *results);
-/* What this process resolved itself (all 0 when the daemon did the work). */
-struct prof_symbols_stats rt_symbolizer_local_stats(const struct rt_symbolizer *s);
-void rt_symbolizer_done(struct rt_symbolizer *s);
 
 /* region.c: the chunks in a file that outlives the process (buffer/region.h), without a
  * daemon when FLEETPROF_DIR or FLEETPROF_OUTPUT is set. Attaches it to manager before the
@@ -440,13 +348,4 @@ void rt_region_record_crash(int sig, int code, uint64_t address, int32_t tid,
 /* The whole stack of the crash just recorded (after the record: walking may fault). */
 void rt_region_record_crash_frames(const uint64_t *frames, uint32_t frame_count);
 
-/* runtime.c: the program is about to put a file of its own on fd, one of ours (dup2):
- * whatever of the runtime uses it lets it go first, and is re-created elsewhere. */
-void rt_fd_yield(int fd);
-/* runtime.c: finds descriptors of ours the program took by a route no interposer sees,
- * and re-creates what used them. Sampler thread or exit path. */
-void rt_fds_check(void);
-/* How many descriptors of ours the program took (dup2 onto them, or closed them unseen). */
-uint64_t rt_fds_taken(void);
-
-#endif /* FLEETPROF_CHILD_RUNTIME_INTERNAL_H */
+#endif /* FLEETPROF_CHILD_CORE_H */

@@ -1,0 +1,77 @@
+/* child/client.h - the runtime's daemon client: the connection (ipc.c) and the symbolizer
+ * that uses it (symbolize-remote.c). Above the core, below the lifecycle (runtime.c), which
+ * gives it the profile writer; the core never includes it.
+ */
+#ifndef FLEETPROF_CHILD_CLIENT_H
+#define FLEETPROF_CHILD_CLIENT_H
+
+#include "child/core.h"
+
+struct json_writer;
+struct progress_logger;
+
+/* ipc.c: the connection to the daemon (FLEETPROF_SOCKET). write_profile (runtime.c's
+ * rt_profile_write(), above ipc.c) answers the daemon's requests for a profile. */
+typedef int rt_profile_writer(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
+                              const struct progress_logger *progress);
+int rt_ipc_start(const char *socket_path, rt_profile_writer *write_profile);
+/* Sends a Final update and closes, waiting at most 2 s. */
+void rt_ipc_stop(void);
+/* On the sampler thread each tick: wake the IPC thread if updates are pending. */
+void rt_ipc_tick(void);
+/* In a forked child: drop the parent's connection without touching it. */
+void rt_ipc_forget_after_fork(void);
+bool rt_ipc_connected(void);
+/* Whether fd is one of the connection's (its loop's, its socket). */
+bool rt_ipc_owns_fd(int fd);
+/* The program took one of those: the IPC thread is ended where it waits, what is still ours
+ * is closed, and a new connection is made at the next tick (or by the exit path). */
+int rt_ipc_abandon(void);
+/* Hands the exit profile (a finished memory writer, owned by the IPC layer from now on, even
+ * on failure) to the IPC thread; rt_ipc_stop() then waits for it to leave before the Final
+ * update. Returns 0 or -ENOMEM. */
+int rt_ipc_send_exit_profile(struct json_writer *w);
+
+/* One batch of symbol requests that a profile writer hands to the IPC thread, which sends
+ * it as a Symbolize and copies the Symbols reply (possibly in pieces) into it. The writer
+ * owns the batch; the IPC thread touches it only under its lock while it is posted. */
+struct Fleetprof__Symbolize;
+struct rt_symbol_batch {
+    struct Fleetprof__Symbolize *request; /* borrowed; the IPC thread sets its id */
+    size_t count;                         /* addresses in the request */
+    /* Filled by the IPC thread: */
+    char *arena; /* owned: names and files, NUL-terminated, at the offsets below */
+    size_t arena_len, arena_cap;
+    size_t *name_off, *file_off; /* count entries each (allocated by the writer); SIZE_MAX =
+                                  * unknown */
+    uint32_t *lines, *status;    /* count entries each; status 0 or a positive errno */
+    size_t received;             /* addresses answered so far */
+    size_t module_errors;        /* modules the daemon could not (or would not) read */
+    char error[256];             /* the request's error, else the first module error */
+    bool done;
+    int result; /* 0 or a negative errno (-ETIMEDOUT, -ENOTCONN, -EIO: the daemon's error) */
+};
+/* Sends batch through the daemon's symbol service and waits at most timeout_ns for the
+ * whole reply. Never call it on the IPC thread. Returns 0 (batch filled), -ENOTCONN, or
+ * the batch's error; on failure the batch may be partly filled. */
+int rt_ipc_symbolize(struct rt_symbol_batch *batch, uint64_t timeout_ns);
+
+/* symbolize-remote.c: the runtime's symbolizer for one profile write: the daemon's service
+ * when connected (design §4 "Symbols"), else (or when it fails) a local libdw cache made on
+ * first use. Strings it returns stay valid until rt_symbolizer_done(). */
+struct prof_symbols;
+struct rt_symbolizer {
+    struct prof_symbols *local; /* owned; NULL until needed */
+    char **arenas;              /* owned: strings of the daemon's replies */
+    size_t arena_count;
+    uint64_t remote_batches, remote_failures, remote_addresses, remote_unresolved;
+    uint64_t module_errors;
+    char error[256]; /* first error, for profilingLog; "" = none */
+};
+int rt_symbolizer_resolve(struct rt_symbolizer *s, const struct prof_frame_request *requests,
+                          size_t count, struct prof_frame_result *results);
+/* What this process resolved itself (all 0 when the daemon did the work). */
+struct prof_symbols_stats rt_symbolizer_local_stats(const struct rt_symbolizer *s);
+void rt_symbolizer_done(struct rt_symbolizer *s);
+
+#endif /* FLEETPROF_CHILD_CLIENT_H */
