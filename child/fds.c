@@ -62,14 +62,9 @@ static size_t kept_count;
  * then are the runtime's (rt_fds_capture). */
 static __thread enum rt_fds_capture capturing __attribute__((tls_model("initial-exec")));
 
-struct internal_start {
-    void *(*start)(void *);
-    void *arg;
-};
-
 static void *internal_start(void *p)
 {
-    struct internal_start ts = *(struct internal_start *)p;
+    struct rt_thread_start ts = *(struct rt_thread_start *)p;
 
     free(p);
     internal_thread = 1;
@@ -78,7 +73,7 @@ static void *internal_start(void *p)
 
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg)
 {
-    struct internal_start *ts;
+    struct rt_thread_start *ts;
     sigset_t all, old;
     int r;
 

@@ -26,6 +26,12 @@
 #define RT_NO_TSAN
 #endif
 
+/* A thread's start routine and argument, handed (malloc()ed) to a wrapper that runs it. */
+struct rt_thread_start {
+    void *(*start)(void *);
+    void *arg;
+};
+
 /* Threads of our own, never registered for sampling, all signals blocked. */
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
 bool rt_is_internal_thread(void);

@@ -132,14 +132,9 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_siginterrupt = dlsym(RTLD_NEXT, "siginterrupt");
 }
 
-struct thread_start {
-    void *(*start)(void *);
-    void *arg;
-};
-
 static void *registered_start(void *p)
 {
-    struct thread_start ts = *(struct thread_start *)p;
+    struct rt_thread_start ts = *(struct rt_thread_start *)p;
 
     free(p);
     if (atomic_load(&rt.running))
@@ -150,7 +145,7 @@ static void *registered_start(void *p)
 RT_NO_TSAN FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                                                void *(*start)(void *), void *arg)
 {
-    struct thread_start *ts;
+    struct rt_thread_start *ts;
     int r;
 
     if (!real_pthread_create)
