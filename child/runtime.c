@@ -33,11 +33,6 @@
 #include "child/lifecycle.h"
 #include "child/profile/libs.h"
 
-struct rt rt = {
-        .registry_lock = PTHREAD_MUTEX_INITIALIZER,
-        .write_lock = PTHREAD_MUTEX_INITIALIZER,
-};
-
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool hooks_installed;
 static bool first_fork_hook_installed;

@@ -16,6 +16,12 @@
 
 #include "child/core.h"
 
+/* The runtime's shared state (core.h): defined in the core, which every layer reads. */
+struct rt rt = {
+        .registry_lock = PTHREAD_MUTEX_INITIALIZER,
+        .write_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
 __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
 __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
 
