@@ -311,7 +311,7 @@ void rt_region_tick(uint64_t now_ns)
     if (reg.region && now_ns - reg.described_ns >= DESCRIBE_PERIOD_NS &&
         (reg.described_loader != rt_loader_generation() ||
          reg.described_counters != atomic_load(&rt.counter_count) ||
-         reg.described_schemas != rt.schema_count ||
+         reg.described_schemas != __atomic_load_n(&rt.schema_count, __ATOMIC_ACQUIRE) ||
          reg.described_threads != atomic_load(&threads_generation))) {
         int r = describe_locked();
 
