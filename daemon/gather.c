@@ -669,9 +669,10 @@ static bool piece_store(struct gather *g, struct pending *p, const char *data, s
 }
 
 /* p's last piece is stored. */
-static void piece_complete(struct gather *g, struct pending *p)
+/* A child's whole profile is in hand (received or recovered): it becomes an element of the
+ * output now if it can, else when the output reaches it. */
+static void profile_complete(struct gather *g, struct pending *p)
 {
-    event(g, p->pid, "received %zu bytes from child %d (%s)", p->len, (int)p->pid, p->name);
     if (p->total) {
         p->total = 0; /* complete: no longer to be taken back */
         (void)add_element(g, p->region);
@@ -682,6 +683,12 @@ static void piece_complete(struct gather *g, struct pending *p)
         p->complete = true;
     }
     mark_done(g, p);
+}
+
+static void piece_complete(struct gather *g, struct pending *p)
+{
+    event(g, p->pid, "received %zu bytes from child %d (%s)", p->len, (int)p->pid, p->name);
+    profile_complete(g, p);
 }
 
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m)
@@ -838,16 +845,7 @@ bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, c
           "recovered the profile of child %d (%s) from its shared chunks, as it died during "
           "the capture: %s",
           (int)p->pid, p->name, how);
-    if (p->total) {
-        p->total = 0;
-        (void)add_element(g, p->region);
-    } else if (p == g->current) {
-        g->current = NULL;
-        (void)add_element(g, g->current_start);
-    } else {
-        p->complete = true;
-    }
-    mark_done(g, p);
+    profile_complete(g, p);
     return true;
 }
 
