@@ -151,6 +151,20 @@ static void on_own_sigprof(int sig, siginfo_t *info, void *ucontext)
     own_sigprof_calls++;
 }
 
+/* What descriptor fd of this process is open on (its /proc/self/fd link), or false. */
+static bool fd_target(int fd, char *target, size_t size)
+{
+    char link[64];
+    ssize_t n;
+
+    (void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, target, size - 1);
+    if (n <= 0)
+        return false;
+    target[n] = '\0';
+    return true;
+}
+
 NOINLINE void wl_clock_loop(double until);
 NOINLINE void wl_clock_loop(double until)
 {
@@ -434,14 +448,10 @@ int main(int argc, char **argv)
             while (!strstr(list, "statm") && now_s() < until) {
                 list[0] = '\0';
                 for (int fd = 0; fd < 300; fd++) {
-                    char link[64], target[256];
-                    ssize_t n;
+                    char target[256];
 
-                    (void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-                    n = readlink(link, target, sizeof(target) - 1);
-                    if (n <= 0)
+                    if (!fd_target(fd, target, sizeof(target)))
                         continue;
-                    target[n] = '\0';
                     if (strstr(target, "/statm") || strstr(target, ".chunks"))
                         (void)snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%d:%s",
                                        list[0] ? "," : "", fd,
@@ -461,14 +471,10 @@ int main(int argc, char **argv)
             int described = -1;
 
             for (int fd = 0; fd < 1024; fd++) {
-                char link[64], target[256];
-                ssize_t n;
+                char target[256];
 
-                (void)snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-                n = readlink(link, target, sizeof(target) - 1);
-                if (n <= 0)
+                if (!fd_target(fd, target, sizeof(target)))
                     continue;
-                target[n] = '\0';
                 /* Past the header's fixed page (buffer/region.h): the description areas,
                  * sparse until the process is first described. */
                 if (strstr(target, ".chunks"))
