@@ -219,7 +219,10 @@ static void append_value(const struct json_doc *d, const struct json_value *v, s
         sb_adds(sb, "false");
         break;
     case JSON_ARRAY:
-        sb_adds(sb, "[");
+    case JSON_OBJECT: {
+        bool object = json_value_type(v) == JSON_OBJECT;
+
+        sb_adds(sb, object ? "{" : "[");
         for (size_t i = 0; i < json_value_len(v); i++) {
             if (i)
                 sb_adds(sb, ", ");
@@ -227,25 +230,17 @@ static void append_value(const struct json_doc *d, const struct json_value *v, s
                 sb_adds(sb, "...");
                 break;
             }
-            append_value(d, json_array_at(d, v, i), sb, depth + 1);
-        }
-        sb_adds(sb, "]");
-        break;
-    case JSON_OBJECT:
-        sb_adds(sb, "{");
-        for (size_t i = 0; i < json_value_len(v); i++) {
-            if (i)
-                sb_adds(sb, ", ");
-            if (depth > 4) {
-                sb_adds(sb, "...");
-                break;
+            if (object) {
+                append_value(d, json_object_key_at(d, v, i), sb, depth + 1);
+                sb_adds(sb, "=");
+                append_value(d, json_object_value_at(d, v, i), sb, depth + 1);
+            } else {
+                append_value(d, json_array_at(d, v, i), sb, depth + 1);
             }
-            append_value(d, json_object_key_at(d, v, i), sb, depth + 1);
-            sb_adds(sb, "=");
-            append_value(d, json_object_value_at(d, v, i), sb, depth + 1);
         }
-        sb_adds(sb, "}");
+        sb_adds(sb, object ? "}" : "]");
         break;
+    }
     default:
         sb_adds(sb, "null");
         break;
