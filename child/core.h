@@ -266,6 +266,9 @@ struct rt_handler_stats {
     uint64_t captures, p50_ns, p99_ns;
 };
 struct rt_handler_stats rt_sampler_handler_stats(void);
+/* The sampler's checks of its descriptors and of the resident size (every 10 ms): made, and
+ * skipped because no other thread of the process ran since the last one made. */
+void rt_sampler_check_stats(uint64_t *ret_made, uint64_t *ret_skipped);
 void rt_sampler_program_action(const struct sigaction *act, struct sigaction *old);
 
 /* modules.c: this process's modules (prof_libs_collect_self), shared and collected again

@@ -7,7 +7,8 @@
  *      the handler never waits), unwinds copies in copy mode, writes SAMPLE entries;
  *   2. reads each live thread's CPU clock: a thread that did not run gets a cheap
  *      SAME_SAMPLE and no signal; the others get RT_SAMPLE_SIGNAL through tgkill;
- *   3. samples counters (the built-in memory counter at most every 10 ms);
+ *   3. samples counters (the built-in memory counter and the descriptor check at most every
+ *      10 ms, and only when another thread of the process ran since the last check);
  *   4. records its own cost as an OVERHEAD entry and prepares the next chunk.
  * A capture still in flight at the next tick is left alone, so each thread's samples stay
  * in time order. Ticks sit on a grid of whole intervals shared by every process. When
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -51,6 +53,14 @@ static bool loss_handled; /* sampler-owned: after_handler_lost() ran */
 /* The sampler reads it; rt_sampler_release_statm() may take it from another thread. */
 static _Atomic int statm_fd = -1;
 static uint64_t last_memory_ns;
+/* What the process's other threads had used at the last descriptor and memory check
+ * (sampler-owned): CPU in us and context switches, from getrusage(). */
+static int64_t others_cpu_us;
+static int64_t others_switches;
+static bool others_known; /* the two above hold a measurement */
+/* Those checks made and skipped (sampler-written, read by profile writers). */
+static _Atomic uint64_t checks_made;
+static _Atomic uint64_t checks_skipped;
 /* Rate counters (all but memory): the time of each one's last row, and of the previous
  * step 3; sampler-owned, reset when the sampler starts (a forked child's starts anew). */
 static uint64_t counter_row_ns[RT_MAX_COUNTERS];
@@ -665,20 +675,71 @@ static int64_t resident_bytes(void)
     return (int64_t)pages_resident * sysconf(_SC_PAGESIZE);
 }
 
+static int64_t rusage_cpu_us(const struct rusage *ru)
+{
+    return (int64_t)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec +
+           (int64_t)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec;
+}
+
+/* Whether any thread of the process but this one (the program's, registered or not: raw
+ * clone, threads that began before us; the IPC thread; a profile writer) ran since the
+ * last call that returned true. Nothing else can close or replace a descriptor of ours or
+ * change the resident size much, so the checks that look for that are skipped while it
+ * is false. Two getrusage() calls (~2 us here) against 3-8 fstat() and a pread of statm
+ * (5-11 us). The test, from the process's totals less this thread's:
+ *   - context switches: a thread that ran and then blocked, or was preempted, counts one,
+ *     exactly (a thread that ran 1 us to close a descriptor and went back to sleep);
+ *   - CPU: a thread still running, or one that ended without blocking. getrusage gives
+ *     whole microseconds, each of user and system time truncated: a change of up to 2 us
+ *     per side is rounding (CLOCK_PROCESS_CPUTIME_ID minus this thread's CPU clock was
+ *     tried first: the process clock leaves out the running thread's time since its last
+ *     accounting, which made the difference wander by +-68 us with nothing else running).
+ * This thread's figures are read first, so a switch of ours between the two calls (a
+ * preemption) shows as the others': a check too many, never one too few. */
+static bool others_ran(void)
+{
+    struct rusage self, all;
+    int64_t cpu, switches;
+
+    if (getrusage(RUSAGE_THREAD, &self) < 0 || getrusage(RUSAGE_SELF, &all) < 0)
+        return true; /* cannot tell: check */
+    cpu = rusage_cpu_us(&all) - rusage_cpu_us(&self);
+    switches = (all.ru_nvcsw + all.ru_nivcsw) - (self.ru_nvcsw + self.ru_nivcsw);
+    /* The baseline moves only when a check is made: activity below the rounding adds up
+     * until it shows. */
+    if (others_known && switches == others_switches && cpu - others_cpu_us <= 4)
+        return false;
+    others_cpu_us = cpu;
+    others_switches = switches;
+    others_known = true;
+    return true;
+}
+
+void rt_sampler_check_stats(uint64_t *ret_made, uint64_t *ret_skipped)
+{
+    *ret_made = atomic_load_explicit(&checks_made, memory_order_relaxed);
+    *ret_skipped = atomic_load_explicit(&checks_skipped, memory_order_relaxed);
+}
+
 /* Step 3: counters whose value changed get a COUNTER entry with the delta; with memory, the
- * memory counter is read first (at most every 10 ms). */
+ * memory counter is read first (at most every 10 ms, and only when another thread ran). */
 static void sample_counters(uint64_t now, bool memory)
 {
     uint32_t count = atomic_load(&rt.counter_count);
 
     if (memory && now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
-        int64_t rss;
-
-        hooks.check_fds(); /* as often, and first: a few fstat() calls */
-        rss = resident_bytes();
         last_memory_ns = now;
-        if (rss >= 0)
-            atomic_store(&rt.counters[0].value, rss);
+        if (others_ran()) {
+            int64_t rss;
+
+            atomic_fetch_add_explicit(&checks_made, 1, memory_order_relaxed);
+            hooks.check_fds(); /* as often, and first: a few fstat() calls */
+            rss = resident_bytes();
+            if (rss >= 0)
+                atomic_store(&rt.counters[0].value, rss);
+        } else {
+            atomic_fetch_add_explicit(&checks_skipped, 1, memory_order_relaxed);
+        }
     }
     for (uint32_t i = 0; i < count; i++) {
         struct rt_counter *c = &rt.counters[i];
@@ -742,6 +803,7 @@ static void *sampler_main(void *arg)
     (void)arg;
     (void)prctl(PR_SET_NAME, "fleetprof-sampl", 0, 0, 0);
     last_memory_ns = 0;
+    others_known = false;
     memset(counter_row_ns, 0, sizeof(counter_row_ns));
     counters_prev_ns = 0;
     while (!atomic_load(&rt.stop_sampler)) {
