@@ -91,15 +91,4 @@ struct buf_chunk_manager {
     bool in_use;               /* attached to a chunked buffer */
 };
 
-/* json-writer.c: the ways a memory writer may get a chunk larger than JSON_WRITER_CHUNK_BYTES
- * (all by default). Tests turn them off to take each path whatever the kernel does: without
- * MMAP every chunk is a malloc'd JSON_WRITER_CHUNK_BYTES, as when mmap fails. Returns the
- * previous set. Not thread-safe: for tests, before any writer is used. */
-enum {
-    BUF__JSON_CHUNK_MMAP = 1u << 0,     /* map chunks above JSON_WRITER_CHUNK_BYTES */
-    BUF__JSON_CHUNK_HUGE = 1u << 1,     /* align 2 MiB chunks and advise MADV_HUGEPAGE */
-    BUF__JSON_CHUNK_POPULATE = 1u << 2, /* MADV_POPULATE_WRITE a mapped chunk */
-};
-unsigned buf__json_chunk_ways(unsigned ways);
-
 #endif /* FLEETPROF_BUFFER_BUF_INTERNAL_H */

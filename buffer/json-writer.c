@@ -1,12 +1,11 @@
 /* buffer/json-writer.c - see json-writer.h.
  *
- * The output is a singly linked list of chunks; the writer appends at pos in its tail chunk.
- * An fd writer has one chunk of JSON_WRITER_CHUNK_BYTES. A memory writer's chunks grow
- * geometrically from that size to JSON_WRITER_CHUNK_MAX_BYTES (see chunk_alloc()). Each
- * number or literal first reserves room for its longest form, so the hot path is one room check and
- * a few stores, and such a value never straddles two chunks (a memory chunk may end a few bytes
- * short); strings and spliced text continue in a new chunk. A latched error sets end = pos, so
- * every later room check fails into the slow path, which sees the error. */
+ * The output is a singly linked list of chunks of JSON_WRITER_CHUNK_BYTES; the writer appends
+ * at pos in its tail chunk. Each number or literal first reserves room for its longest form,
+ * so the hot path is one room check and a few stores, and such a value never straddles two
+ * chunks (a memory chunk may end a few bytes short); strings and spliced text continue in a
+ * new chunk. A latched error sets end = pos, so every later room check fails into the slow
+ * path, which sees the error. */
 #include "buffer/json-writer.h"
 
 #include <assert.h>
@@ -15,27 +14,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "buffer/buf-internal.h"
 #include "common/macros.h"
 
 /* One piece of output. Owned by the writer whose list it is on. */
 struct json_chunk {
     struct json_chunk *next; /* owned: the following chunk, or NULL */
     size_t len;              /* bytes used, except in the writer's tail (see pos there) */
-    size_t cap;              /* bytes of data */
-    size_t mapped_bytes;     /* the whole mapping if mmap'd (munmap), 0 if malloc'd (free) */
     char data[];
 };
 
-/* Data bytes of the smallest chunk: every room a writer reserves fits in it. */
 #define CHUNK_DATA_BYTES (JSON_WRITER_CHUNK_BYTES - offsetof(struct json_chunk, data))
-
-/* A transparent huge page, and the alignment that lets the kernel give one to a chunk. */
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
 /* Room that the longest number (int64, uint64, time_ms or double) needs. */
 #define NUMBER_ROOM 32
@@ -66,7 +57,6 @@ struct json_writer {
     size_t sealed_bytes;     /* memory: bytes in chunks before tail; fd: bytes written */
     int fd;                  /* borrowed; -1 for a memory writer */
     bool fd_not_socket;      /* send() said ENOTSOCK: use write() */
-    size_t next_chunk_bytes; /* memory: size of the next chunk, header included */
     uint8_t state[JSON_WRITER_MAX_DEPTH + 1]; /* enum json_state per level, [0] = root */
 };
 
@@ -122,90 +112,8 @@ static struct json_writer *writer_alloc(int fd)
     w->pos = no_room;
     w->end = no_room;
     w->fd = fd;
-    w->next_chunk_bytes = JSON_WRITER_CHUNK_BYTES;
     w->state[0] = ST_ROOT_EMPTY;
     return w;
-}
-
-/* Test hook (buf-internal.h): which ways of getting a large chunk may be used. */
-static unsigned chunk_ways = BUF__JSON_CHUNK_MMAP | BUF__JSON_CHUNK_HUGE | BUF__JSON_CHUNK_POPULATE;
-
-unsigned buf__json_chunk_ways(unsigned ways)
-{
-    unsigned old = chunk_ways;
-
-    chunk_ways = ways;
-    return old;
-}
-
-/* Maps bytes (a multiple of the page size) for a chunk, aligned to a huge page when it is
- * one or more; NULL if mmap fails. Why not malloc: a chunk above glibc's mmap threshold
- * (128 KiB) is mmap'd by malloc anyway, and freeing it raises that threshold for the whole
- * program (up to 32 MiB), changing how the program's own memory is kept; the runtime must
- * not do that to the program it lives in. */
-static char *map_chunk(size_t bytes)
-{
-    size_t extra =
-            bytes >= HUGE_PAGE_BYTES && (chunk_ways & BUF__JSON_CHUNK_HUGE) ? HUGE_PAGE_BYTES : 0;
-    char *p = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    uintptr_t skip;
-
-    if (p == MAP_FAILED)
-        return NULL;
-    if (!extra)
-        return p;
-    /* Trim the reservation to a huge-page boundary on both sides. */
-    skip = (HUGE_PAGE_BYTES - (uintptr_t)p % HUGE_PAGE_BYTES) % HUGE_PAGE_BYTES;
-    if (skip)
-        (void)munmap(p, skip);
-    if (extra - skip)
-        (void)munmap(p + skip + bytes, extra - skip);
-    p += skip;
-    /* Only advice: where transparent huge pages are off (or not built), it changes nothing;
-     * in "madvise" or "always" mode each 2 MiB is then one fault instead of 512. */
-    (void)madvise(p, bytes, MADV_HUGEPAGE);
-    return p;
-}
-
-/* A chunk of about `bytes` (header included), or NULL. Chunks of JSON_WRITER_CHUNK_BYTES
- * come from malloc; larger ones are mapped and, where the kernel can (5.14+), filled with
- * pages in one call (MADV_POPULATE_WRITE) rather than one fault per page as the writer first
- * touches them: a 14 MB profile took ~3,500 faults in 64 KiB chunks, 17 % of a child's
- * gather CPU. Mapped memory goes back to the kernel when the chunk is freed: nothing is
- * kept between captures. */
-static struct json_chunk *chunk_alloc(size_t bytes)
-{
-    struct json_chunk *c = NULL;
-    size_t mapped = 0;
-
-    if (bytes > JSON_WRITER_CHUNK_BYTES && (chunk_ways & BUF__JSON_CHUNK_MMAP)) {
-        c = (struct json_chunk *)map_chunk(bytes);
-        if (c) {
-            mapped = bytes;
-            if (chunk_ways & BUF__JSON_CHUNK_POPULATE)
-                (void)madvise(c, bytes, MADV_POPULATE_WRITE); /* EINVAL before 5.14: faults */
-        }
-    }
-    if (!c) {
-        /* Not mapped (or mmap failed): the smallest size, whatever was asked. */
-        bytes = JSON_WRITER_CHUNK_BYTES;
-        c = malloc(bytes);
-        if (!c)
-            return NULL;
-    }
-    c->next = NULL;
-    c->len = 0;
-    c->cap = bytes - offsetof(struct json_chunk, data);
-    c->mapped_bytes = mapped;
-    return c;
-}
-
-static void chunk_free(struct json_chunk *c)
-{
-    if (c->mapped_bytes)
-        (void)munmap(c, c->mapped_bytes);
-    else
-        free(c);
 }
 
 int json_writer_new_memory(struct json_writer **ret)
@@ -231,13 +139,15 @@ int json_writer_new_fd(int fd, struct json_writer **ret)
     w = writer_alloc(fd);
     if (!w)
         return -ENOMEM;
-    c = chunk_alloc(JSON_WRITER_CHUNK_BYTES);
+    c = malloc(JSON_WRITER_CHUNK_BYTES);
     if (!c)
         goto err_free;
+    c->next = NULL;
+    c->len = 0;
     w->head = c;
     w->tail = c;
     w->pos = c->data;
-    w->end = c->data + c->cap;
+    w->end = c->data + CHUNK_DATA_BYTES;
     *ret = w;
     return 0;
 
@@ -251,7 +161,7 @@ static void free_chunks(struct json_chunk *c)
     while (c) {
         struct json_chunk *next = c->next;
 
-        chunk_free(c);
+        free(c);
         c = next;
     }
 }
@@ -323,23 +233,21 @@ static bool flush_fd(struct json_writer *w)
     w->pos = w->tail->data;
     if (!write_all(w, w->tail->data, used))
         return false;
-    w->end = w->tail->data + w->tail->cap;
+    w->end = w->tail->data + CHUNK_DATA_BYTES;
     return true;
 }
 
-/* Appends a fresh chunk to a memory writer; the old tail keeps its bytes. Each chunk is
- * twice the one before (64 KiB, 128 KiB... up to JSON_WRITER_CHUNK_MAX_BYTES): a small
- * writer (a counter's rows) stays small, a large one (a thread's samples) takes few chunks. */
+/* Appends a fresh chunk to a memory writer; the old tail keeps its bytes. */
 static bool new_chunk(struct json_writer *w)
 {
-    struct json_chunk *c = chunk_alloc(w->next_chunk_bytes);
+    struct json_chunk *c = malloc(JSON_WRITER_CHUNK_BYTES);
 
     if (!c) {
         latch(w, -ENOMEM);
         return false;
     }
-    if (w->next_chunk_bytes < JSON_WRITER_CHUNK_MAX_BYTES)
-        w->next_chunk_bytes *= 2;
+    c->next = NULL;
+    c->len = 0;
     if (w->tail) {
         w->tail->len = tail_used(w);
         w->sealed_bytes += w->tail->len;
@@ -349,7 +257,7 @@ static bool new_chunk(struct json_writer *w)
     }
     w->tail = c;
     w->pos = c->data;
-    w->end = c->data + c->cap;
+    w->end = c->data + CHUNK_DATA_BYTES;
     return true;
 }
 
@@ -902,7 +810,7 @@ static void reset_taken(struct json_writer *w, bool keep_none)
         w->head->next = NULL;
         w->tail = w->head;
         w->pos = w->head->data;
-        w->end = w->head->data + w->head->cap;
+        w->end = w->head->data + CHUNK_DATA_BYTES;
     }
     w->sealed_bytes = 0;
     w->depth = 0;

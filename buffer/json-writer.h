@@ -21,18 +21,14 @@
 /* Containers (objects and arrays) may nest this deep; one more is -EINVAL. */
 #define JSON_WRITER_MAX_DEPTH 64
 
-/* Size of an fd writer's one chunk and of a memory writer's first, header included. A
- * memory writer's chunks then double up to JSON_WRITER_CHUNK_MAX_BYTES (one huge page). */
-#define JSON_WRITER_CHUNK_BYTES     (64 * 1024)
-#define JSON_WRITER_CHUNK_MAX_BYTES (2 * 1024 * 1024)
+/* Size of one output chunk, header included (one malloc each). */
+#define JSON_WRITER_CHUNK_BYTES (64 * 1024)
 
 struct json_writer; /* opaque */
 
-/* Creates a writer that keeps its output in memory, in a list of chunks that grow from
- * JSON_WRITER_CHUNK_BYTES to JSON_WRITER_CHUNK_MAX_BYTES (no chunk is allocated before the
- * first byte; chunks above the first size are mmap'd, and unmapped when freed). On success
- * returns 0 and stores the writer in *ret (caller owns it); otherwise -EINVAL (ret NULL) or
- * -ENOMEM, *ret untouched. */
+/* Creates a writer that keeps its output in memory, in a list of JSON_WRITER_CHUNK_BYTES
+ * chunks (no chunk is allocated before the first byte). On success returns 0 and stores the
+ * writer in *ret (caller owns it); otherwise -EINVAL (ret NULL) or -ENOMEM, *ret untouched. */
 int json_writer_new_memory(struct json_writer **ret);
 
 /* Creates a writer that buffers one chunk and writes each full chunk to fd (borrowed: it must

@@ -12,12 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "buffer/buf-internal.h"
 #include "buffer/json-writer.h"
 #include "testlib.h"
 
@@ -53,54 +51,6 @@ void *__wrap_calloc(size_t n, size_t size)
 void *__wrap_realloc(void *p, size_t size)
 {
     return alloc_should_fail() ? NULL : __real_realloc(p, size);
-}
-
-/* The kernel's side, wrapped too (-Wl,--wrap=mmap,--wrap=mmap64,--wrap=madvise): mmap_fail
- * fails every mapping (ENOMEM), madvise_fail every advice (EINVAL: a kernel without
- * transparent huge pages or MADV_POPULATE_WRITE), so that each path runs whatever this
- * machine's kernel does; the counts say which advice the writer gave. */
-void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
-void *__real_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off);
-int __real_madvise(void *addr, size_t len, int advice);
-void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
-void *__wrap_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off);
-int __wrap_madvise(void *addr, size_t len, int advice);
-
-static bool mmap_fail, madvise_fail;
-static int huge_advice, huge_misaligned, populate_advice;
-
-void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-    if (mmap_fail) {
-        errno = ENOMEM;
-        return MAP_FAILED;
-    }
-    return __real_mmap(addr, len, prot, flags, fd, off);
-}
-
-void *__wrap_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-    if (mmap_fail) {
-        errno = ENOMEM;
-        return MAP_FAILED;
-    }
-    return __real_mmap64(addr, len, prot, flags, fd, off);
-}
-
-int __wrap_madvise(void *addr, size_t len, int advice)
-{
-    if (advice == MADV_HUGEPAGE) {
-        huge_advice++;
-        if ((uintptr_t)addr % JSON_WRITER_CHUNK_MAX_BYTES || len != JSON_WRITER_CHUNK_MAX_BYTES)
-            huge_misaligned++;
-    } else if (advice == MADV_POPULATE_WRITE) {
-        populate_advice++;
-    }
-    if (madvise_fail) {
-        errno = EINVAL;
-        return -1;
-    }
-    return __real_madvise(addr, len, advice);
 }
 
 /* Helpers. */
@@ -1373,116 +1323,6 @@ static void test_fd_writer_matches_memory(void **state)
     free(dir);
 }
 
-static int count_chunk(const char *data, size_t len, void *userdata)
-{
-    size_t *counts = userdata; /* [chunks, largest] */
-
-    (void)data;
-    counts[0]++;
-    if (len > counts[1])
-        counts[1] = len;
-    return 0;
-}
-
-/* A document of about `rows` rows of write_mixed()'s kinds, as one string (caller frees). */
-static char *mixed_document(int rows, uint64_t seed, size_t *ret_chunks, size_t *ret_largest)
-{
-    struct json_writer *w = new_memory();
-    struct test_rng rng;
-    size_t counts[2] = {0, 0};
-    char *s = NULL;
-
-    test_rng_init(&rng, seed);
-    json_writer_array_begin(w, NULL);
-    for (int i = 0; i < rows; i++) {
-        json_writer_int(w, NULL, (int64_t)test_rng_next(&rng));
-        json_writer_time_ms(w, NULL, (int64_t)test_rng_range(&rng, 0, 1u << 30));
-        if (i % 5000 == 4999) {
-            struct json_writer *sub = new_memory();
-
-            write_ints(sub, NULL, (int)test_rng_range(&rng, 1, 60000));
-            json_writer_splice_writer(w, NULL, sub);
-            json_writer_free(sub);
-        }
-    }
-    json_writer_array_end(w);
-    assert_int_equal(json_writer_finish(w), 0);
-    assert_int_equal(json_writer_each_chunk(w, count_chunk, counts), 0);
-    assert_int_equal(json_writer_copy_to(w, &s), 0);
-    json_writer_free(w);
-    *ret_chunks = counts[0];
-    *ret_largest = counts[1];
-    return s;
-}
-
-/* Chunks grow from 64 KiB to 2 MiB, mapped (2 MiB ones aligned to a huge page and advised
- * so), populated in one call each; the output is byte-identical to one made of 64 KiB
- * malloc'd chunks only, at every size, whichever way of getting memory is allowed or fails
- * (mmap failing, advice refused as by a kernel without transparent huge pages). */
-static void test_growing_chunks_same_bytes(void **state)
-{
-    static const int rows[] = {0, 1, 3000, 4999, 5000, 20000, 70000, 320000};
-    static const struct {
-        unsigned ways;
-        bool mmap_fails, madvise_fails;
-    } modes[] = {
-            {BUF__JSON_CHUNK_MMAP | BUF__JSON_CHUNK_HUGE | BUF__JSON_CHUNK_POPULATE, false, false},
-            {BUF__JSON_CHUNK_MMAP | BUF__JSON_CHUNK_HUGE | BUF__JSON_CHUNK_POPULATE, false, true},
-            {BUF__JSON_CHUNK_MMAP | BUF__JSON_CHUNK_HUGE | BUF__JSON_CHUNK_POPULATE, true, false},
-            {BUF__JSON_CHUNK_MMAP, false, false},
-            {BUF__JSON_CHUNK_MMAP | BUF__JSON_CHUNK_POPULATE, false, false},
-            {BUF__JSON_CHUNK_MMAP | BUF__JSON_CHUNK_HUGE, false, false},
-    };
-    unsigned saved = buf__json_chunk_ways(0);
-    uint64_t seed = test_seed();
-
-    (void)state;
-    for (size_t r = 0; r < ARRAY_SIZE(rows); r++) {
-        size_t ref_chunks, ref_largest;
-        char *ref;
-
-        (void)buf__json_chunk_ways(0); /* the reference: 64 KiB malloc'd chunks only */
-        ref = mixed_document(rows[r], seed + r, &ref_chunks, &ref_largest);
-        assert_true(ref_largest <= JSON_WRITER_CHUNK_BYTES);
-        for (size_t m = 0; m < ARRAY_SIZE(modes); m++) {
-            size_t chunks, largest;
-            char *s;
-
-            (void)buf__json_chunk_ways(modes[m].ways);
-            mmap_fail = modes[m].mmap_fails;
-            madvise_fail = modes[m].madvise_fails;
-            huge_advice = huge_misaligned = populate_advice = 0;
-            s = mixed_document(rows[r], seed + r, &chunks, &largest);
-            mmap_fail = madvise_fail = false;
-            assert_int_equal(strlen(s), strlen(ref));
-            assert_memory_equal(s, ref, strlen(ref));
-            free(s);
-            assert_int_equal(huge_misaligned, 0);
-            if (modes[m].mmap_fails) {
-                assert_true(largest <= JSON_WRITER_CHUNK_BYTES);
-                assert_int_equal(huge_advice + populate_advice, 0);
-                continue;
-            }
-            assert_true(largest <= JSON_WRITER_CHUNK_MAX_BYTES);
-            if (strlen(ref) > 6 * JSON_WRITER_CHUNK_MAX_BYTES) {
-                /* ~20 MB, like a child's 8 MiB buffer: 300+ chunks of 64 KiB before; now
-                 * the spliced writers' small first chunks are most of them. */
-                assert_true(chunks <= ref_chunks / 4);
-                assert_true(largest > JSON_WRITER_CHUNK_MAX_BYTES / 2);
-                assert_true(populate_advice == 0 || (modes[m].ways & BUF__JSON_CHUNK_POPULATE));
-                if (modes[m].ways & BUF__JSON_CHUNK_POPULATE)
-                    assert_true(populate_advice > 0);
-                if (modes[m].ways & BUF__JSON_CHUNK_HUGE)
-                    assert_true(huge_advice > 0);
-                else
-                    assert_int_equal(huge_advice, 0);
-            }
-        }
-        free(ref);
-    }
-    (void)buf__json_chunk_ways(saved);
-}
-
 static void test_fd_writer_closed_pipe(void **state)
 {
     struct sigaction ign = {.sa_handler = SIG_IGN}, old;
@@ -1570,9 +1410,7 @@ static void test_enomem(void **state)
     (void)close(fds[0]);
     (void)close(fds[1]);
 
-    /* The first chunk, then a later one: the error is latched, the rest ignored. Later
-     * chunks are mapped; with mmap failing they come from malloc, which fails here. */
-    mmap_fail = true;
+    /* The first chunk, then a later one: the error is latched, the rest ignored. */
     for (int i = 0; i < 2; i++) {
         w = new_memory();
         json_writer_array_begin(w, NULL);
@@ -1593,7 +1431,6 @@ static void test_enomem(void **state)
         assert_null(s);
         json_writer_free(w);
     }
-    mmap_fail = false;
 
     /* copy_to itself. */
     w = new_memory();
@@ -2044,7 +1881,6 @@ int main(void)
             cmocka_unit_test(test_misuse_is_einval),
             cmocka_unit_test(test_depth_limit),
             cmocka_unit_test(test_fd_writer_matches_memory),
-            cmocka_unit_test(test_growing_chunks_same_bytes),
             cmocka_unit_test(test_fd_writer_closed_pipe),
             cmocka_unit_test(test_fd_writer_bad_fd),
             cmocka_unit_test(test_fd_writer_socket_no_sigpipe),
