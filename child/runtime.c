@@ -309,12 +309,14 @@ static void format_runtime_log(struct write_symbols *ws)
     uint64_t stopped_ns = 0;
     const char *stopped = rt_sampler_stopped_reason(&stopped_ns);
     struct rt_handler_stats handler = rt_sampler_handler_stats();
+    uint64_t checks_made, checks_skipped;
 
     /* The error text as a JSON string body: drop what would need escaping. */
     for (const char *p = sym->error; *p && o < sizeof(error) - 1; p++)
         if ((unsigned char)*p >= 0x20 && *p != '"' && *p != '\\')
             error[o++] = *p;
     error[o] = '\0';
+    rt_sampler_check_stats(&checks_made, &checks_skipped);
     (void)snprintf(ws->log, sizeof(ws->log),
                    "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
                    ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
@@ -325,14 +327,15 @@ static void format_runtime_log(struct write_symbols *ws)
                    ",\"symbolServiceUnresolved\":%" PRIu64 ",\"symbolModuleErrors\":%" PRIu64
                    ",\"symbolizeUs\":%" PRIu64 ",\"symbolError\":\"%s\",\"samplingStopped\":\"%s\""
                    ",\"samplingStoppedAtUs\":%" PRIu64 ",\"handlerCaptures\":%" PRIu64
-                   ",\"handlerP50Ns\":%" PRIu64 ",\"handlerP99Ns\":%" PRIu64 "}",
+                   ",\"handlerP50Ns\":%" PRIu64 ",\"handlerP99Ns\":%" PRIu64
+                   ",\"descriptorChecks\":%" PRIu64 ",\"descriptorChecksSkipped\":%" PRIu64 "}",
                    st->pushed_blocks, st->cleared_blocks, st->failed_puts, st->failed_bytes,
                    rt_stackwalk_unsafe_samples(), rt_fds_taken(), rt.cfg.interval_ns,
                    local.modules_loaded, local.modules_names_only, sym->remote_batches,
                    sym->remote_failures, sym->remote_addresses, sym->remote_unresolved,
                    sym->module_errors, ws->symbolize_ns / 1000, error, stopped ? stopped : "",
                    stopped ? (stopped_ns - rt.start_ns) / 1000 : 0, handler.captures,
-                   handler.p50_ns, handler.p99_ns);
+                   handler.p50_ns, handler.p99_ns, checks_made, checks_skipped);
 }
 
 static int resolve_and_log(void *userdata, const struct prof_frame_request *requests, size_t count,

@@ -7,13 +7,15 @@
  *      the handler never waits), unwinds copies in copy mode, writes SAMPLE entries;
  *   2. reads each live thread's CPU clock: a thread that did not run gets a cheap
  *      SAME_SAMPLE and no signal; the others get RT_SAMPLE_SIGNAL through tgkill;
- *   3. samples counters (the built-in memory counter at most every 10 ms);
+ *   3. samples counters (the built-in memory counter and the descriptor check at most every
+ *      10 ms, and only when another thread of the process ran since the last check);
  *   4. records its own cost as an OVERHEAD entry and prepares the next chunk.
  * A capture still in flight at the next tick is left alone, so each thread's samples stay
  * in time order. Ticks sit on a grid of whole intervals shared by every process. When
  * every thread was idle at two wakes in a row, the sampler sleeps through up to
- * RT_IDLE_SLEEP_NS of ticks (1, 1, 2, 4, 4... intervals) and writes the ticks it skipped as
- * same-samples when it wakes: an idle fleet of 64 processes at 1 kHz cost 60% of a CPU in
+ * RT_IDLE_SLEEP_NS of ticks (wakes 1, 2, 4, 8, 16, 16... intervals apart) and writes the
+ * ticks it skipped as same-samples when it wakes (those a thread that started running ran
+ * through get its new capture): an idle fleet of 64 processes at 1 kHz cost 60% of a CPU in
  * wake-ups alone.
  */
 #include <errno.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -51,6 +54,14 @@ static bool loss_handled; /* sampler-owned: after_handler_lost() ran */
 /* The sampler reads it; rt_sampler_release_statm() may take it from another thread. */
 static _Atomic int statm_fd = -1;
 static uint64_t last_memory_ns;
+/* What the process's other threads had used at the last descriptor and memory check
+ * (sampler-owned): CPU in us and context switches, from getrusage(). */
+static int64_t others_cpu_us;
+static int64_t others_switches;
+static bool others_known; /* the two above hold a measurement */
+/* Those checks made and skipped (sampler-written, read by profile writers). */
+static _Atomic uint64_t checks_made;
+static _Atomic uint64_t checks_skipped;
 /* Rate counters (all but memory): the time of each one's last row, and of the previous
  * step 3; sampler-owned, reset when the sampler starts (a forked child's starts anew). */
 static uint64_t counter_row_ns[RT_MAX_COUNTERS];
@@ -440,19 +451,43 @@ static bool thread_runnable(int32_t tid)
     return state && state[1] == ' ' && state[2] == 'R';
 }
 
+/* Whether a tick the sampler slept through may be written for thread t. A wake earlier than
+ * planned (the grid rounds down) would put it at or before the thread's last entry: a
+ * duplicate, out of order; and a thread registered meanwhile did not exist before. */
+static bool tick_is_new(const struct rt_thread *t, uint64_t time_ns)
+{
+    return time_ns > t->last_entry_ns && time_ns >= t->register_ns;
+}
+
 /* Same-samples (or, before the first sample, samples saying the thread is blocked) for the
  * grid ticks the sampler slept through (all its threads were idle at the tick before),
- * oldest first, so that the thread keeps one sample per interval. */
-static void put_skipped_ticks(struct rt_thread *t, uint64_t now, unsigned skipped)
+ * oldest first, so that the thread keeps one sample per interval; the newest `running` of
+ * them are left out (the capture asked for now stands for them, see ran_through()). */
+static void put_skipped_ticks(struct rt_thread *t, uint64_t now, unsigned skipped, unsigned running)
 {
-    for (unsigned k = skipped; k > 0; k--) {
+    for (unsigned k = skipped; k > running; k--) {
         uint64_t time = now - k * rt.cfg.interval_ns;
 
-        /* A wake earlier than planned (the grid rounds down) would put a skipped tick at or
-         * before the thread's last entry: a duplicate, out of order. */
-        if (time > t->last_entry_ns)
+        if (tick_is_new(t, time))
             put_idle_tick(t, time, PROF_SAMPLE_BLOCKED_SINCE_START);
     }
+}
+
+/* Of the `skipped` ticks the sampler slept through, how many the thread ran through: it
+ * used cpu_ns since its last sample, all of it (as far as we can tell) in the newest ticks,
+ * since it was idle at the wake before them. Those ticks get the stack of the capture asked
+ * for now, like ticks deferred while a capture is in flight: a thread that starts running
+ * while the sampler sleeps is not drawn at its old (idle) stack until the sampler wakes.
+ * Never at or before the thread's last entry (a wake earlier than planned). */
+static unsigned ran_through(const struct rt_thread *t, uint64_t now, unsigned skipped,
+                            uint64_t cpu_ns)
+{
+    uint64_t n = cpu_ns / rt.cfg.interval_ns;
+    unsigned running = n < skipped ? (unsigned)n : skipped;
+
+    while (running > 0 && !tick_is_new(t, now - running * rt.cfg.interval_ns))
+        running--;
+    return running;
 }
 
 /* Whether thread t, which used (almost) no CPU since its last sample, is to be signalled
@@ -518,6 +553,7 @@ static bool sample_threads(uint64_t now, unsigned skipped)
         struct rt_thread *t = rt.threads[i];
         int state;
         uint64_t cpu;
+        unsigned running;
 
         if (!t)
             continue;
@@ -535,8 +571,8 @@ static bool sample_threads(uint64_t now, unsigned skipped)
         if (!t->live || paused || stopped ||
             atomic_load_explicit(&rt.exec_pending, memory_order_relaxed))
             continue;
-        put_skipped_ticks(t, now, skipped);
         if (state == RT_CAPTURE_REQUESTED) {
+            put_skipped_ticks(t, now, skipped, 0);
             /* The signal is still pending a whole tick later: the thread was not scheduled
              * (a busy machine), so it did not run. This tick gets the capture's stack when
              * it lands. */
@@ -556,28 +592,35 @@ static bool sample_threads(uint64_t now, unsigned skipped)
              * syscall restart), and an exact comparison would make every signalled sleeper
              * look busy forever. Its CPU is not reset, so a thread doing a little work is
              * sampled now and then. */
+            put_skipped_ticks(t, now, skipped, 0);
             put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
             continue;
         }
         if (!may_signal(&checked)) {
+            put_skipped_ticks(t, now, skipped, 0);
             stopped = true;
             continue;
         }
+        running = ran_through(t, now, skipped, cpu - t->last_cpu_ns);
+        put_skipped_ticks(t, now, skipped, running);
         t->capture.cpu_delta_ns = cpu - t->last_cpu_ns;
         t->last_cpu_ns = cpu;
-        t->request_ns = now;
-        t->deferred_ticks = 0;
+        /* The capture is written at the oldest tick it stands for, the others after it. */
+        t->request_ns = now - running * rt.cfg.interval_ns;
+        t->deferred_ticks = running;
+        t->deferred_first_ns = t->request_ns + rt.cfg.interval_ns;
+        t->deferred_last_ns = now;
         atomic_store_explicit(&t->capture.state, RT_CAPTURE_REQUESTED, memory_order_release);
         switch (signal_thread(t)) {
         case 0:
             break;
-        case -EAGAIN: /* an exec began meanwhile: this tick keeps the last stack */
+        case -EAGAIN: /* an exec began meanwhile: these ticks keep the last stack */
+            put_idle_tick(t, t->request_ns, PROF_SAMPLE_BLOCKED_SINCE_START);
+            put_deferred_ticks(t, PROF_SAMPLE_BLOCKED_SINCE_START);
             atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
-            put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
             break;
         default:
-            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
-            put_idle_tick(t, now, PROF_SAMPLE_ENDED_UNSAMPLED); /* it is gone */
+            drop_capture(t); /* it is gone */
             break;
         }
         busy = true;
@@ -606,7 +649,7 @@ static void harvest_last_captures(void)
 }
 
 /* Ticks to sleep through after `idle_wakes` wakes in a row that found every thread idle:
- * 0 while anything runs, then 1, 3, 3... up to RT_IDLE_SLEEP_NS. */
+ * 0 while anything runs, then 1, 3, 7, 15... up to RT_IDLE_SLEEP_NS. */
 static unsigned ticks_to_skip(unsigned idle_wakes)
 {
     uint64_t max = RT_IDLE_SLEEP_NS / rt.cfg.interval_ns;
@@ -614,7 +657,7 @@ static unsigned ticks_to_skip(unsigned idle_wakes)
 
     if (idle_wakes < 2 || max < 2)
         return 0;
-    k = (1ull << (idle_wakes < 4 ? idle_wakes - 1 : 3)) - 1;
+    k = (1ull << (idle_wakes < 17 ? idle_wakes - 1 : 16)) - 1;
     return (unsigned)(k < max ? k : max - 1);
 }
 
@@ -665,20 +708,71 @@ static int64_t resident_bytes(void)
     return (int64_t)pages_resident * sysconf(_SC_PAGESIZE);
 }
 
+static int64_t rusage_cpu_us(const struct rusage *ru)
+{
+    return (int64_t)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec +
+           (int64_t)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec;
+}
+
+/* Whether any thread of the process but this one (the program's, registered or not: raw
+ * clone, threads that began before us; the IPC thread; a profile writer) ran since the
+ * last call that returned true. Nothing else can close or replace a descriptor of ours or
+ * change the resident size much, so the checks that look for that are skipped while it
+ * is false. Two getrusage() calls (~2 us here) against 3-8 fstat() and a pread of statm
+ * (5-11 us). The test, from the process's totals less this thread's:
+ *   - context switches: a thread that ran and then blocked, or was preempted, counts one,
+ *     exactly (a thread that ran 1 us to close a descriptor and went back to sleep);
+ *   - CPU: a thread still running, or one that ended without blocking. getrusage gives
+ *     whole microseconds, each of user and system time truncated: a change of up to 2 us
+ *     per side is rounding (CLOCK_PROCESS_CPUTIME_ID minus this thread's CPU clock was
+ *     tried first: the process clock leaves out the running thread's time since its last
+ *     accounting, which made the difference wander by +-68 us with nothing else running).
+ * This thread's figures are read first, so a switch of ours between the two calls (a
+ * preemption) shows as the others': a check too many, never one too few. */
+static bool others_ran(void)
+{
+    struct rusage self, all;
+    int64_t cpu, switches;
+
+    if (getrusage(RUSAGE_THREAD, &self) < 0 || getrusage(RUSAGE_SELF, &all) < 0)
+        return true; /* cannot tell: check */
+    cpu = rusage_cpu_us(&all) - rusage_cpu_us(&self);
+    switches = (all.ru_nvcsw + all.ru_nivcsw) - (self.ru_nvcsw + self.ru_nivcsw);
+    /* The baseline moves only when a check is made: activity below the rounding adds up
+     * until it shows. */
+    if (others_known && switches == others_switches && cpu - others_cpu_us <= 4)
+        return false;
+    others_cpu_us = cpu;
+    others_switches = switches;
+    others_known = true;
+    return true;
+}
+
+void rt_sampler_check_stats(uint64_t *ret_made, uint64_t *ret_skipped)
+{
+    *ret_made = atomic_load_explicit(&checks_made, memory_order_relaxed);
+    *ret_skipped = atomic_load_explicit(&checks_skipped, memory_order_relaxed);
+}
+
 /* Step 3: counters whose value changed get a COUNTER entry with the delta; with memory, the
- * memory counter is read first (at most every 10 ms). */
+ * memory counter is read first (at most every 10 ms, and only when another thread ran). */
 static void sample_counters(uint64_t now, bool memory)
 {
     uint32_t count = atomic_load(&rt.counter_count);
 
     if (memory && now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
-        int64_t rss;
-
-        hooks.check_fds(); /* as often, and first: a few fstat() calls */
-        rss = resident_bytes();
         last_memory_ns = now;
-        if (rss >= 0)
-            atomic_store(&rt.counters[0].value, rss);
+        if (others_ran()) {
+            int64_t rss;
+
+            atomic_fetch_add_explicit(&checks_made, 1, memory_order_relaxed);
+            hooks.check_fds(); /* as often, and first: a few fstat() calls */
+            rss = resident_bytes();
+            if (rss >= 0)
+                atomic_store(&rt.counters[0].value, rss);
+        } else {
+            atomic_fetch_add_explicit(&checks_skipped, 1, memory_order_relaxed);
+        }
     }
     for (uint32_t i = 0; i < count; i++) {
         struct rt_counter *c = &rt.counters[i];
@@ -742,6 +836,7 @@ static void *sampler_main(void *arg)
     (void)arg;
     (void)prctl(PR_SET_NAME, "fleetprof-sampl", 0, 0, 0);
     last_memory_ns = 0;
+    others_known = false;
     memset(counter_row_ns, 0, sizeof(counter_row_ns));
     counters_prev_ns = 0;
     while (!atomic_load(&rt.stop_sampler)) {

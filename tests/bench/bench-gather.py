@@ -7,7 +7,8 @@
    `fleetprof status --json` shows every child at >= 7.5 MiB (unreleased + released; the local
    limit keeps one chunk short of 8 MiB), CAPTURES captures (wire.py `capture()`) are timed from
    request to result. Also: bytes, processes, where the CPU went during a capture (daemon,
-   children), the daemon's peak RSS, and the CPU the idle 64 use just sampling.
+   children, and the children's minor page faults), the daemon's peak RSS, and the CPU the
+   idle 64 use just sampling.
 2. gather.exit_profile_ms: the child-side cost of an exit profile of a 1-second-old process.
    `bench-fleet spin 1` (the shape of `workload busy 1`: 10 frames of recursion, 1 s by the
    clock) prints a CLOCK_MONOTONIC stamp just before exit(); the benchmark stamps the reap.
@@ -214,6 +215,15 @@ def proc_cpu(pid):
         return 0.0
 
 
+def proc_minflt(pid):
+    """Minor page faults of a live process so far (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[7])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def peak_rss_mib(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -285,10 +295,12 @@ def bench_gather(tmp):
         for n in range(CAPTURES):
             out = os.path.join(tmp, f"gather-{n}.json")
             kc0, dc0, l0 = sum(proc_cpu(k.pid) for k in kids), proc_cpu(daemon.pid), load()
+            kf0 = sum(proc_minflt(k.pid) for k in kids)
             start = time.monotonic()
             result, error = capture(sock, out, timeout=TIMEOUT_S)
             elapsed = time.monotonic() - start
             kc1, dc1 = sum(proc_cpu(k.pid) for k in kids), proc_cpu(daemon.pid)
+            kf1 = sum(proc_minflt(k.pid) for k in kids)
             if error is not None:
                 caps.append({"error": f"capture {n}: {error}"})
                 continue
@@ -297,6 +309,7 @@ def bench_gather(tmp):
             cap = {"s": elapsed, "bytes": result.get(3, [0])[0],
                    "processes": result.get(4, [0])[0], "given_up": result.get(6, [0])[0],
                    "file_bytes": size, "children_cpu": kc1 - kc0, "daemon_cpu": dc1 - dc0,
+                   "children_faults": kf1 - kf0,
                    "load": l0}
             if err:
                 cap["error"] = f"capture {n}: {err}"
@@ -533,7 +546,7 @@ def report(bench, total_s):
         print(f"   idle fleet (sampling only): children {g['idle_cpu_pct']:.0f} % of a CPU, "
               f"daemon {g['idle_daemon_pct']:.1f} %")
         print(f"   {'capture':<8} {'s':>7} {'procs':>6} {'MB':>8} {'MB/s':>7} {'kids cpu s':>10} "
-              f"{'daemon cpu s':>12} {'kids MB/cpu-s':>13}")
+              f"{'daemon cpu s':>12} {'kids MB/cpu-s':>13} {'kids faults':>11}")
         for n, c in enumerate(g["captures"]):
             if "error" in c:
                 print(f"   FAILED {c['error']}")
@@ -541,7 +554,8 @@ def report(bench, total_s):
             mb = c["bytes"] / 1e6
             print(f"   {n:<8} {c['s']:7.2f} {c['processes']:>6} {mb:8.1f} "
                   f"{cell(div(mb, c['s']), '7.1f')} {c['children_cpu']:10.2f} "
-                  f"{c['daemon_cpu']:12.2f} {cell(div(mb, c['children_cpu']), '13.1f')}")
+                  f"{c['daemon_cpu']:12.2f} {cell(div(mb, c['children_cpu']), '13.1f')} "
+                  f"{c['children_faults']:11d}")
         print(f"   daemon peak RSS {cell(g['daemon_peak_rss_mib'], '.0f')} MiB; goal <= 2 s. (The "
               f"load average during a capture, {cell(med([c['load'] for c in caps]), '.0f')}, "
               f"counts our own {GATHER_CHILDREN} children.)")
@@ -550,6 +564,8 @@ def report(bench, total_s):
         math.nan if failed else med([c["bytes"] for c in caps]) / 1e6, "MB")
     figures["gather.64x8MiB_children_cpu_s"] = (
         math.nan if failed else med([c["children_cpu"] for c in caps]), "s")
+    figures["gather.64x8MiB_children_page_faults"] = (
+        math.nan if failed else med([c["children_faults"] for c in caps]), "faults")
     figures["gather.64x8MiB_daemon_cpu_s"] = (
         math.nan if failed else med([c["daemon_cpu"] for c in caps]), "s")
     per_cpu_s = [div(c["bytes"] / 1e6, c["children_cpu"]) for c in caps]

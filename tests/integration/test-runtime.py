@@ -24,6 +24,7 @@ WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
 WORKLOAD_FP = os.path.join(BUILD, "tests", "workloads", "workload-fp")
 PLUGIN = os.path.join(BUILD, "tests", "workloads", "libwl-plugin.so")
 WL_API = os.path.join(BUILD, "tests", "workloads", "wl-api")
+TRANSPARENT = os.path.join(BUILD, "tests", "workloads", "wl-transparent")
 
 
 class Result:
@@ -218,6 +219,36 @@ def test_idle_thread_gets_same_samples_without_cpu(tmp):
     off_grid = [g for g in gaps if abs(g - 1.0) > 0.1 and g > 0.05]
     assert len(off_grid) <= wakes, \
         f"{len(off_grid)} gaps other than 1 ms for {wakes} wakes; e.g. {off_grid[:10]}"
+
+
+def runtime_log(doc):
+    return doc["profilingLog"][str(doc["meta"]["fleetprof"]["pid"])]["runtime"]
+
+
+def test_an_idle_process_skips_its_descriptor_and_memory_checks(tmp):
+    # Every 10 ms the sampler fstat()s its descriptors and reads statm, unless no thread but
+    # itself ran since the last check it made: a sleeping process pays for a few at its start
+    # (without the skip: one per 10 ms, ~50 here, and none skipped).
+    r = run(tmp, [WORKLOAD, "idle", "0.5"])
+    assert r.returncode == 0, r.stderr
+    log = runtime_log(only_profile(tmp))
+    made, skipped = log["descriptorChecks"], log["descriptorChecksSkipped"]
+    assert made >= 1, log
+    assert made <= 8 and skipped >= 10, f"{made} checks made, {skipped} skipped: {log}"
+
+
+def test_a_descriptor_closed_by_an_unknown_thread_while_idle_is_noticed(tmp):
+    # The main thread sleeps; a thread the runtime does not know (a raw clone) closes every
+    # descriptor with the close_range system call, which no interposer sees, and ends. Its
+    # CPU and context switches count as the process running: the next check finds the loss,
+    # and statm, given up, is opened again (the program lists it when it wakes).
+    r = run(tmp, [TRANSPARENT, "idle-close-range", "500"])
+    assert r.returncode == 0, r.stderr
+    log = runtime_log(only_profile(tmp))
+    assert log["descriptorsTaken"] > 0, log
+    assert log["descriptorChecksSkipped"] > 0, f"the process was never idle: {log}"
+    statm = [line for line in r.stdout.splitlines() if line.endswith("/statm")]
+    assert statm, f"statm was not opened again while the process slept: {r.stdout!r}, {log}"
 
 
 def test_prefork_workers_profile_themselves(tmp):
@@ -564,6 +595,8 @@ taplib.run([
     test_corrupt_frame_pointer_never_kills_the_program,
     test_threads_have_names_and_functions,
     test_idle_thread_gets_same_samples_without_cpu,
+    test_an_idle_process_skips_its_descriptor_and_memory_checks,
+    test_a_descriptor_closed_by_an_unknown_thread_while_idle_is_noticed,
     test_prefork_workers_profile_themselves,
     test_a_forked_worker_keeps_no_copy_of_the_parents_statm,
     test_exec_keeps_profiling,

@@ -18,17 +18,25 @@
  *                                         profiler's), spins again, and checks each copy
  *                                         still carries its bytes and nothing else; exit 6
  *                                         if one does not
+ *   wl-transparent idle-close-range MS    while the main thread sleeps MS ms in one call, a
+ *                                         thread made with a raw clone (no pthread_create: the
+ *                                         profiler does not know it) closes every descriptor
+ *                                         from 3 up with the close_range system call and ends;
+ *                                         then prints the targets of the descriptors left open
+ *                                         (the profiler's, if it re-made any), one a line
  *   wl-transparent first-fd               prints the number its first open() gets
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wl-cpu.h"
@@ -126,6 +134,59 @@ static int raw_close_range(double cpu_ms)
     return 0;
 }
 
+/* The raw thread: system calls only (it has no TLS of its own), 50 ms after it starts, so
+ * that the process was idle for a while before. */
+static int raw_closer(void *arg)
+{
+    struct timespec ts = {0, 50 * 1000 * 1000};
+
+    (void)arg;
+    (void)syscall(SYS_nanosleep, &ts, NULL);
+    (void)syscall(SYS_close_range, 3u, ~0u, 0u);
+    syscall(SYS_exit, 0);
+    return 0;
+}
+
+static int idle_close_range(double ms)
+{
+    static char stack[64 * 1024] __attribute__((aligned(16)));
+    struct timespec ts = {(time_t)(ms / 1000),
+                          (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
+    DIR *dir;
+    struct dirent *e;
+
+    if (clone(raw_closer, stack + sizeof(stack),
+              CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM,
+              NULL) < 0) {
+        perror("wl-transparent: clone");
+        return 1;
+    }
+    /* One call: the process does nothing else meanwhile (a loop of short sleeps would). A
+     * sample taken while the thread still ran ends it early (EINTR): then the rest. */
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+    dir = opendir("/proc/self/fd");
+    if (!dir) {
+        perror("wl-transparent: /proc/self/fd");
+        return 1;
+    }
+    while ((e = readdir(dir)) != NULL) {
+        char path[300], target[256];
+        ssize_t n;
+
+        if (atoi(e->d_name) < 3 || atoi(e->d_name) == dirfd(dir))
+            continue;
+        (void)snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        n = readlink(path, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            printf("%s %s\n", e->d_name, target);
+        }
+    }
+    closedir(dir);
+    return 0;
+}
+
 static int dup2_ours(double cpu_ms)
 {
     int targets[64], count = 0, p[2];
@@ -197,6 +258,8 @@ int main(int argc, char **argv)
         return dup2_ours(atof(argv[2]));
     if (!strcmp(mode, "raw-close-range") && argc > 2)
         return raw_close_range(atof(argv[2]));
+    if (!strcmp(mode, "idle-close-range") && argc > 2)
+        return idle_close_range(atof(argv[2]));
     fprintf(stderr, "wl-transparent: unknown mode '%s' (see the file's header)\n", mode);
     return 2;
 }
