@@ -10,7 +10,9 @@
  *     never while the daemon has not read the previous one: the slot folds meanwhile and
  *     a timer, backing off, looks again;
  *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once; the change it makes
- *     goes with the next update, it does not make one of its own;
+ *     goes with the next update, it does not make one of its own. A daemon that took our
+ *     chunk region (Welcome's region_evictions) writes its evictions into the region's
+ *     header instead, and the sampler's tick applies them the same way (rt_ipc_tick);
  *   - Stop/Start/Pause/Resume: sampling paused or resumed, then acknowledged.
  * Performance groups: when their totals changed, at most once per GROUP_STATS_PERIOD_NS,
  * the sampler's tick wakes this thread, which sends the cumulative totals (GroupStats); a
@@ -56,17 +58,19 @@ static struct {
     struct ipc_conn *conn;   /* IPC thread only */
     pthread_t thread;
     bool thread_started;
-    bool loop_ready;             /* loop and wake initialised (for the fork child) */
-    struct buf_update_slot slot; /* the manager's callback folds here */
-    _Atomic int update_pending;  /* set by the callback, cleared by the sampler's wake */
-    _Atomic int connected;       /* welcomed: settings applied */
-    _Atomic int linked;          /* the socket is open (Hello sent): exit profiles can go */
-    _Atomic int exiting;         /* send Final and close */
-    _Atomic int start_pending;   /* rt_ipc_start() deferred the connection (ipc-start.h) */
-    bool defer_start;            /* the next rt_ipc_start() defers: set after a fork */
-    uint64_t poll_id;            /* IPC thread only: outstanding poll, 0 = none */
-    bool poll_standing;          /* IPC thread only: poll_id stays outstanding once answered */
-    uint64_t update_retry_ms;    /* IPC thread only: the next wait of update_retry */
+    bool loop_ready;              /* loop and wake initialised (for the fork child) */
+    struct buf_update_slot slot;  /* the manager's callback folds here */
+    _Atomic int update_pending;   /* set by the callback, cleared by the sampler's wake */
+    _Atomic int connected;        /* welcomed: settings applied */
+    _Atomic int linked;           /* the socket is open (Hello sent): exit profiles can go */
+    _Atomic int exiting;          /* send Final and close */
+    _Atomic int start_pending;    /* rt_ipc_start() deferred the connection (ipc-start.h) */
+    _Atomic int region_evictions; /* the daemon writes its evictions into our region */
+    uint64_t region_evicted_ns;   /* sampler only: the last eviction point applied */
+    bool defer_start;             /* the next rt_ipc_start() defers: set after a fork */
+    uint64_t poll_id;             /* IPC thread only: outstanding poll, 0 = none */
+    bool poll_standing;           /* IPC thread only: poll_id stays outstanding once answered */
+    uint64_t update_retry_ms;     /* IPC thread only: the next wait of update_retry */
     uint64_t next_id;
     char socket_path[4096];
     rt_profile_writer *write_profile; /* runtime.c's, above: the daemon's profile requests */
@@ -119,7 +123,8 @@ static void wake_ipc(void)
     (void)pthread_mutex_unlock(&wake_lock);
 }
 
-/* Set by the IPC thread while it applies a destroy request under a standing poll. */
+/* Set by the thread that applies a destroy request under a standing poll (the IPC thread for
+ * a message, the sampler for an eviction read from the region). */
 static __thread bool applying_destroy __attribute__((tls_model("initial-exec")));
 
 static void on_chunk_update(const struct buf_update *u, void *userdata)
@@ -130,6 +135,23 @@ static void on_chunk_update(const struct buf_update *u, void *userdata)
     buf_update_slot_fold(userdata, u);
     if (!applying_destroy)
         atomic_store_explicit(&ipc.update_pending, 1, memory_order_release);
+}
+
+/* The daemon's eviction point in our region's header: one load per tick; only a point that
+ * moved costs the buffer's lock. It is data from another process: a point that goes
+ * backwards is old news, one in the future cannot name a released chunk (done times are
+ * this clock's past), and both are ignored. The change it makes waits for the next update,
+ * as a destroy message's does (a daemon that writes evictions keeps a standing poll). */
+static void apply_region_eviction(void)
+{
+    uint64_t at = rt_region_eviction_ns();
+
+    if (at <= ipc.region_evicted_ns || at > rt_now_ns())
+        return;
+    ipc.region_evicted_ns = at;
+    applying_destroy = true;
+    buf_chunked_buffer_destroy_at_or_before(rt.buffer, at);
+    applying_destroy = false;
 }
 
 void rt_ipc_tick(void)
@@ -150,6 +172,8 @@ void rt_ipc_tick(void)
             wake_ipc();
         }
     }
+    if (atomic_load_explicit(&ipc.region_evictions, memory_order_relaxed))
+        apply_region_eviction();
     if (atomic_load_explicit(&ipc.update_pending, memory_order_acquire) &&
         atomic_load(&ipc.connected)) {
         atomic_store(&ipc.update_pending, 0);
@@ -321,6 +345,8 @@ static void apply_welcome(const Fleetprof__Welcome *w)
     }
     if (!w->start)
         fleetprof_pause();
+    /* Asked for in Hello, so only when our region went with it. */
+    atomic_store(&ipc.region_evictions, w->region_evictions);
     atomic_store(&ipc.connected, 1);
     rt_debug("connected to the daemon at %s", ipc.socket_path);
 }
@@ -758,6 +784,7 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
         rt_debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
     ipc.conn = NULL;
     atomic_store(&ipc.connected, 0);
+    atomic_store(&ipc.region_evictions, 0); /* no daemon writes them any more */
     atomic_store(&ipc.linked, 0);
     (void)pthread_mutex_lock(&ipc.sym_lock); /* a waiting writer resolves locally now */
     if (ipc.sym)
@@ -827,6 +854,7 @@ static void send_hello(void)
     h.start_epoch_ms = (uint64_t)rt.start_epoch_ms;
     region_fd = rt_region_fd();
     h.chunk_region = region_fd >= 0;
+    h.region_evictions = region_fd >= 0; /* rt_ipc_tick() reads them from that region */
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     /* The region's descriptor goes with the first frame; on a full socket it stays home

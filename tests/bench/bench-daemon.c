@@ -9,9 +9,15 @@
  * under it, without a new poll, but not while the daemon has not read the previous update
  * (then it waits, folded, and a timer backing off from 1 to 64 ms looks again), as the
  * runtime does, where a destroy request's change waits for the next update instead of
- * making one. --old-child makes the simulators children that do not know standing polls:
- * each poll answered once, and the daemon polls again after each update (the protocol
- * before standing polls). The manager releases one 256 KiB chunk every period (100 ms,
+ * making one. Like the runtime, each simulator makes a chunk region (a sealed memfd with a
+ * region header, buffer/region.h), sends it with Hello saying it reads evictions there, and
+ * when the Welcome agrees applies the eviction point the daemon stores in the region's
+ * header; the runtime reads it on every sampler tick, a simulator when it releases a chunk
+ * and on the tick that reports a change (1000 simulators ticking at 1 kHz would starve the
+ * daemon), so its evicted chunks may linger up to one period. --old-child makes the
+ * simulators children that do not know standing polls nor regions: each poll answered once,
+ * the daemon polls again after each update and sends destroy requests (the protocol before
+ * both). The manager releases one 256 KiB chunk every period (100 ms,
  * phases spread over the fleet) with strictly increasing CLOCK_MONOTONIC done times, keeps
  * one chunk unreleased, obeys DestroyReleasedChunksAtOrBefore and its local limit, and,
  * like the real runtime, reports a change on the next 1 ms sampler tick.
@@ -59,6 +65,7 @@
 
 #include <uv.h>
 
+#include "buffer/region.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -108,6 +115,8 @@ struct sim_slot {
     _Atomic uint64_t destroys;         /* DestroyReleasedChunksAtOrBefore received */
     _Atomic uint64_t destroyed_chunks; /* chunks those requests destroyed */
     _Atomic uint64_t stale_destroys;   /* requests that destroyed nothing */
+    _Atomic uint64_t region_evictions; /* eviction points read from the region and applied */
+    _Atomic uint64_t region_destroyed; /* chunks those points destroyed */
     _Atomic uint64_t local_destroyed;  /* chunks destroyed by the local limit */
     _Atomic uint64_t released_chunks;
     _Atomic uint64_t held_bytes;            /* unreleased + released, as simulated */
@@ -149,6 +158,9 @@ static struct {
     uv_timer_t tick_timer;   /* one-shot: the sampler tick that reports a change */
     uv_timer_t retry_timer;  /* a held-back update looks again (standing poll) */
     struct ipc_conn *conn;
+    struct buf_region *region;  /* our chunk region: only its header is used */
+    bool region_evictions;      /* the Welcome said the daemon writes evictions there */
+    uint64_t region_evicted_ns; /* the last eviction point applied */
     struct sim_shared *shared;
     struct sim_slot *slot;
     uint64_t poll_id;        /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
@@ -183,6 +195,39 @@ static void sim_destroy_oldest(void)
         sim.unreported = sim.count;
     if (done > sim.destroyed_through_ns)
         sim.destroyed_through_ns = done;
+}
+
+/* Destroys the released chunks done at or before at; returns how many. */
+static uint64_t sim_destroy_at_or_before(uint64_t at)
+{
+    uint64_t n = 0;
+
+    while (sim.count && sim.ring[sim.head] <= at) {
+        sim_destroy_oldest();
+        n++;
+    }
+    if (n)
+        sim_publish();
+    return n;
+}
+
+/* As child/ipc.c apply_region_eviction(): a point that moved, not backwards nor in the
+ * future, destroys; its change waits for the next update (a standing poll). */
+static void sim_apply_region_eviction(void)
+{
+    uint64_t at, n;
+
+    if (!sim.region_evictions)
+        return;
+    at = buf_region_eviction_ns(sim.region);
+    if (at <= sim.region_evicted_ns || at > now_ns())
+        return;
+    sim.region_evicted_ns = at;
+    atomic_fetch_add(&sim.slot->region_evictions, 1);
+    n = sim_destroy_at_or_before(at);
+    atomic_fetch_add(&sim.slot->region_destroyed, n);
+    if (n)
+        sim.dirty = true;
 }
 
 static int sim_send(const Fleetprof__Envelope *env)
@@ -268,6 +313,7 @@ static void sim_on_tick(uv_timer_t *t)
 {
     (void)t;
     sim.tick_armed = false;
+    sim_apply_region_eviction();
     sim_send_update();
 }
 
@@ -312,6 +358,7 @@ static void sim_on_period(uv_timer_t *t)
         sim_close_timers();
         return;
     }
+    sim_apply_region_eviction();
     done = now_ns();
     if (done <= sim.last_done_ns)
         done = sim.last_done_ns + 1;
@@ -356,6 +403,7 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
             sim.process_limit_bytes = env->welcome->process_limit_bytes;
         if (env->welcome->chunk_bytes != CHUNK_BYTES)
             atomic_fetch_add(&sim.slot->unexpected, 1);
+        sim.region_evictions = env->welcome->region_evictions && sim.region;
         atomic_store(&sim.slot->state, SIM_WELCOMED);
         break;
     case FLEETPROF__ENVELOPE__MSG_REFUSE:
@@ -388,16 +436,11 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
         sim_send_update(); /* the real child flushes a pending update at once */
         break;
     case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE: {
-        uint64_t at = env->destroy_released_chunks_at_or_before->done_ns, n = 0;
+        uint64_t n = sim_destroy_at_or_before(env->destroy_released_chunks_at_or_before->done_ns);
 
-        while (sim.count && sim.ring[sim.head] <= at) {
-            sim_destroy_oldest();
-            n++;
-        }
         atomic_fetch_add(&sim.slot->destroys, 1);
         atomic_fetch_add(&sim.slot->destroyed_chunks, n);
         if (n) {
-            sim_publish();
             /* As child/ipc.c: under a standing poll the change waits for the next update. */
             if (sim.poll_standing)
                 sim.dirty = true;
@@ -460,9 +503,15 @@ static void sim_send_hello(void)
     h.argv = &argv0;
     h.start_ns = now_ns();
     h.start_epoch_ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
+    /* As child/ipc.c send_hello(): the region goes with the first frame. */
+    h.chunk_region = sim.region != NULL;
+    h.region_evictions = sim.region != NULL;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
-    (void)sim_send(&env);
+    if (sim.region && ipc_conn_send_with_fd(sim.conn, &env, buf_region_fd(sim.region)) >= 0)
+        atomic_fetch_add(&sim.slot->frames_out, 1);
+    else if (!sim.region)
+        (void)sim_send(&env);
 }
 
 static int sim_main(struct sim_shared *shared, int index, int children, unsigned period_ms)
@@ -483,6 +532,9 @@ static int sim_main(struct sim_shared *shared, int index, int children, unsigned
     (void)uv_timer_init(&sim.loop, &sim.tick_timer);
     (void)uv_timer_init(&sim.loop, &sim.retry_timer);
     sim.retry_ms = RETRY_MIN_MS;
+    /* An old child predates regions; a failure leaves this one without, as the runtime. */
+    if (!shared->old_child && buf_region_new((uint32_t)CHUNK_BYTES, NULL, &sim.region) < 0)
+        sim.region = NULL;
     for (int i = 0; i < CONNECT_RETRIES; i++) {
         r = ipc_conn_connect(&sim.loop, path, NULL, &cbs, NULL, &sim.conn);
         if (r != -EAGAIN && r != -ECONNREFUSED)
@@ -829,6 +881,7 @@ static int query_status(struct status_query *q)
 
 struct fleet_sum {
     uint64_t sent, answered, destroys, destroyed_chunks, stale_destroys, local_destroyed;
+    uint64_t region_evictions, region_destroyed;
     uint64_t polls, held, frames_in, frames_out;
     uint64_t released_chunks, held_bytes, connect_retries, unexpected;
     uint64_t rtt_hist[RTT_BUCKETS], rtt_max_ns;
@@ -851,6 +904,8 @@ static void fleet_sum(const struct sim_shared *sh, int n, struct fleet_sum *s)
         s->destroys += atomic_load(&k->destroys);
         s->destroyed_chunks += atomic_load(&k->destroyed_chunks);
         s->stale_destroys += atomic_load(&k->stale_destroys);
+        s->region_evictions += atomic_load(&k->region_evictions);
+        s->region_destroyed += atomic_load(&k->region_destroyed);
         s->local_destroyed += atomic_load(&k->local_destroyed);
         s->released_chunks += atomic_load(&k->released_chunks);
         s->held_bytes += atomic_load(&k->held_bytes);
@@ -1249,7 +1304,9 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
         bound = GLOBAL_LIMIT_BYTES + 2 * CHUNK_BYTES * (uint64_t)children;
         printf("\n%d simulated children (%s), one 256 KiB chunk each per %u ms, --global-limit "
                "256M; %d windows of %.1f s after %.1f s of warm-up\n",
-               children, shared->old_child ? "old children: a poll per update" : "standing poll",
+               children,
+               shared->old_child ? "old children: a poll per update, destroy messages"
+                                 : "standing poll, evictions through the region",
                period_ms, WINDOWS, WINDOW_MS / 1000.0, WARMUP_MS / 1000.0);
         printf("%-44s %12s %12s %12s %10s\n", "daemon benchmark", "median", "min", "max", "unit");
         printf("%-44s %12.2f %12.2f %12.2f %10s\n", "daemon CPU per update (/proc stat)", us_med,
@@ -1283,6 +1340,8 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
                    (double)(b->f.polls - a->f.polls) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "  of which destroy requests",
                    (double)(b->f.destroys - a->f.destroys) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "eviction points read from regions",
+                   (double)(b->f.region_evictions - a->f.region_evictions) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "daemon read syscalls per update (syscr)",
                    (double)(b->syscr - a->syscr) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "daemon write syscalls per update (syscw)",
@@ -1307,6 +1366,11 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
                (unsigned long long)f.released_chunks, (unsigned long long)f.destroys,
                (double)(b->f.destroys - a->f.destroys) / dt, (unsigned long long)f.stale_destroys,
                (unsigned long long)f.destroyed_chunks, (unsigned long long)f.local_destroyed);
+        printf("evictions through the regions: %llu points applied (%.0f/s in the window), "
+               "%llu chunks destroyed by them\n",
+               (unsigned long long)f.region_evictions,
+               (double)(b->f.region_evictions - a->f.region_evictions) / dt,
+               (unsigned long long)f.region_destroyed);
         printf("daemon RSS: %llu kB with 0 children, %.0f kB with %d at the end of the window, "
                "%llu kB after they left => %.1f kB per child\n",
                (unsigned long long)rss0_kb, rss_end, connected, (unsigned long long)rss_after_kb,
