@@ -50,11 +50,15 @@
  * stopped costs a child a few wake-ups a second, not one per tick. */
 #define UPDATE_RETRY_MIN_MS   1
 #define UPDATE_RETRY_MAX_MS   64
+/* A held update goes once it lists this many newly released chunks (Welcome's
+ * update_hold_ns): the daemon then lags by at most one released chunk of ours. */
+#define UPDATE_HOLD_CHUNKS    2
 
 static struct {
     uv_loop_t loop;
     uv_async_t wake;
     uv_timer_t update_retry; /* a held-back update (standing poll) looks again */
+    uv_timer_t update_hold;  /* a held update's time is up */
     struct ipc_conn *conn;   /* IPC thread only */
     pthread_t thread;
     bool thread_started;
@@ -71,6 +75,8 @@ static struct {
     uint64_t poll_id;             /* IPC thread only: outstanding poll, 0 = none */
     bool poll_standing;           /* IPC thread only: poll_id stays outstanding once answered */
     uint64_t update_retry_ms;     /* IPC thread only: the next wait of update_retry */
+    uint64_t update_hold_ns;      /* IPC thread only: Welcome's, 0 = no holding */
+    uint64_t hold_since_ns;       /* IPC thread only: the held update's first change, 0 = none */
     uint64_t next_id;
     char socket_path[4096];
     rt_profile_writer *write_profile; /* runtime.c's, above: the daemon's profile requests */
@@ -210,6 +216,31 @@ static bool daemon_caught_up(void)
     return false;
 }
 
+/* Under a standing poll with a hold (Welcome's update_hold_ns): whether the slot's update
+ * waits for more. It goes once it lists UPDATE_HOLD_CHUNKS newly released chunks, or when
+ * the hold has run since the first change it holds (update_hold looks then); a Final or an
+ * exit never waits. Fewer, bigger updates cost the daemon fewer reads and wake-ups. */
+static bool hold_update(void)
+{
+    size_t released;
+    uint64_t now, held;
+
+    if (!ipc.poll_standing || !ipc.update_hold_ns || atomic_load(&ipc.exiting) ||
+        buf_update_slot_peek(&ipc.slot, &released) != BUF_UPDATE_CHANGE ||
+        released >= UPDATE_HOLD_CHUNKS)
+        return false;
+    now = rt_now_ns();
+    if (!ipc.hold_since_ns)
+        ipc.hold_since_ns = now;
+    held = now - ipc.hold_since_ns;
+    if (held >= ipc.update_hold_ns)
+        return false;
+    if (!uv_is_active((uv_handle_t *)&ipc.update_hold))
+        (void)uv_timer_start(&ipc.update_hold, on_update_retry,
+                             (ipc.update_hold_ns - held + 999999) / 1000000, 0);
+    return true;
+}
+
 /* Answers the outstanding poll with whatever the slot holds. */
 static void flush_update(void)
 {
@@ -218,7 +249,7 @@ static void flush_update(void)
     Fleetprof__ChunkMetadata *items = NULL, **ptrs = NULL;
     struct buf_update u;
 
-    if (!ipc.poll_id || !ipc.conn || (ipc.poll_standing && !daemon_caught_up()))
+    if (!ipc.poll_id || !ipc.conn || (ipc.poll_standing && !daemon_caught_up()) || hold_update())
         return;
     if (!buf_update_slot_take(&ipc.slot, &u))
         return;
@@ -254,6 +285,7 @@ static void flush_update(void)
         if (!ipc.poll_standing)
             ipc.poll_id = 0;
         ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
+        ipc.hold_since_ns = 0;
     }
     free(items);
     free(ptrs);
@@ -347,6 +379,8 @@ static void apply_welcome(const Fleetprof__Welcome *w)
         fleetprof_pause();
     /* Asked for in Hello, so only when our region went with it. */
     atomic_store(&ipc.region_evictions, w->region_evictions);
+    /* Bounded: a hostile or confused daemon cannot make us sit on our updates for long. */
+    ipc.update_hold_ns = w->update_hold_ns < 10000000000ull ? w->update_hold_ns : 10000000000ull;
     atomic_store(&ipc.connected, 1);
     rt_debug("connected to the daemon at %s", ipc.socket_path);
 }
@@ -774,6 +808,8 @@ static void close_loop_handles(void)
         uv_close((uv_handle_t *)&ipc.wake, NULL);
     if (!uv_is_closing((uv_handle_t *)&ipc.update_retry))
         uv_close((uv_handle_t *)&ipc.update_retry, NULL);
+    if (!uv_is_closing((uv_handle_t *)&ipc.update_hold))
+        uv_close((uv_handle_t *)&ipc.update_hold, NULL);
 }
 
 static void on_close(struct ipc_conn *conn, int error, const char *reason, void *userdata)
@@ -791,6 +827,7 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
         sym_finish(ipc.sym, -ENOTCONN);
     (void)pthread_mutex_unlock(&ipc.sym_lock);
     (void)uv_timer_stop(&ipc.update_retry);
+    (void)uv_timer_stop(&ipc.update_hold);
     /* The wake handle stays open until rt_ipc_stop() (the thread idles in its loop
      * meanwhile): closing it here would race with a uv_async_send from the exit path. */
     if (atomic_load(&ipc.exiting))
@@ -918,6 +955,8 @@ static int start_now(void)
     ipc.poll_id = 0;
     ipc.poll_standing = false;
     ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
+    ipc.update_hold_ns = 0;
+    ipc.hold_since_ns = 0;
     atomic_store(&ipc.exiting, 0);
     /* libuv's signal pipes are recorded (pipe2 in preload.c), and none of the loop's
      * descriptors takes 0, 1 or 2. */
@@ -934,6 +973,7 @@ static int start_now(void)
         return r;
     }
     (void)uv_timer_init(&ipc.loop, &ipc.update_retry); /* cannot fail: no descriptor */
+    (void)uv_timer_init(&ipc.loop, &ipc.update_hold);
     ipc.loop_ready = true;
     /* Connect here, before the thread runs the loop: a Unix-socket connect completes at
      * once, and a process that ends a moment after starting still has its connection. */

@@ -174,6 +174,7 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     w.clock = &clock;
     w.start = true;
     w.region_evictions = c->evict_page != NULL;
+    w.update_hold_ns = d->opt.update_hold_ns == DAEMON_UPDATE_HOLD_OFF ? 0 : d->opt.update_hold_ns;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_WELCOME;
     env.welcome = &w;
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s, parent %d) connected", (int)c->pid, c->name,
@@ -599,6 +600,8 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
         d->opt.interval_ns = 1000000;
     if (!d->opt.child_timeout_ns)
         d->opt.child_timeout_ns = 1000000000;
+    if (!d->opt.update_hold_ns)
+        d->opt.update_hold_ns = DAEMON_UPDATE_HOLD_NS;
     if (d->opt.chunk_bytes < (64u << 10) || d->opt.chunk_bytes > d->opt.process_limit_bytes) {
         free(d);
         return -EINVAL;

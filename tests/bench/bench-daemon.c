@@ -29,8 +29,10 @@
  * controller's log is full). For context: the children's update -> poll latency, the time
  * the daemon was runnable but waiting for a CPU (a busy machine inflates every figure), and
  * the daemon's own view (StatusRequest). The fleet's memory as the simulators hold it is
- * checked against design invariant 1 (printed, not asserted). Never asserts on time; exits
- * non-zero only when the setup fails or the daemon dies.
+ * checked against design invariant 1 (printed, not asserted), and again as the runtime would
+ * hold it, each region's eviction point applied at once (the parent maps each simulator's
+ * region header through /proc/PID/fd and counts its released chunks past the point). Never asserts
+ * on time; exits non-zero only when the setup fails or the daemon dies.
  *
  * Then the same with a fleet of 1000 children (--large N; 0 skips it) at the same per-child
  * rate: the daemon's CPU share with a fleet that size (daemon.cpu_pct_1000_children). The
@@ -43,8 +45,12 @@
  * Messages per update, both ways, and the daemon's read and write system calls per update
  * (/proc/PID/io syscr, syscw) show what the protocol costs the daemon's kernel side.
  *
+ * Under a standing poll the daemon's Welcome lets a child hold an update until it lists 2
+ * newly released chunks or its hold (fleetprofd --update-hold, passed on; default 200 ms)
+ * ran out, and the simulators hold theirs as the runtime does.
+ *
  * Usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] [--period-ms MS]
- *                     [--old-child]
+ *                     [--old-child] [--update-hold MS]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -91,6 +97,7 @@
 #define RTT_BUCKETS         24 /* update -> next poll, log2 microseconds: up to 8 s */
 #define RETRY_MIN_MS        1  /* child/ipc.c UPDATE_RETRY_MIN_MS, UPDATE_RETRY_MAX_MS */
 #define RETRY_MAX_MS        64
+#define HOLD_CHUNKS         2 /* child/ipc.c UPDATE_HOLD_CHUNKS */
 
 /* ---- shared between the parent and the simulators (MAP_SHARED, lock-free atomics) ------- */
 
@@ -119,7 +126,13 @@ struct sim_slot {
     _Atomic uint64_t region_destroyed; /* chunks those points destroyed */
     _Atomic uint64_t local_destroyed;  /* chunks destroyed by the local limit */
     _Atomic uint64_t released_chunks;
-    _Atomic uint64_t held_bytes;            /* unreleased + released, as simulated */
+    _Atomic uint64_t held_bytes; /* unreleased + released, as simulated */
+    /* The released chunks' done times (a copy of the simulator's ring, oldest at ring_head)
+     * and its region's descriptor number: the parent reads the region's eviction point
+     * and counts what a runtime, which applies it within a tick, would still hold. */
+    _Atomic uint64_t ring[RING_CAP];
+    _Atomic uint64_t ring_head, ring_count;
+    _Atomic int region_fd;                  /* -1: none */
     _Atomic uint64_t connect_retries;       /* -EAGAIN/-ECONNREFUSED from connect */
     _Atomic uint64_t unexpected;            /* messages a child does not expect */
     _Atomic uint64_t rtt_hist[RTT_BUCKETS]; /* update sent -> next poll, bucket log2(us) */
@@ -157,6 +170,7 @@ static struct {
     uv_timer_t period_timer; /* releases a chunk each period */
     uv_timer_t tick_timer;   /* one-shot: the sampler tick that reports a change */
     uv_timer_t retry_timer;  /* a held-back update looks again (standing poll) */
+    uv_timer_t hold_timer;   /* a held update's time is up (Welcome's update_hold_ns) */
     struct ipc_conn *conn;
     struct buf_region *region;  /* our chunk region: only its header is used */
     bool region_evictions;      /* the Welcome said the daemon writes evictions there */
@@ -166,6 +180,8 @@ static struct {
     uint64_t poll_id;        /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
     bool poll_standing;      /* poll_id stays outstanding once answered */
     uint64_t retry_ms;       /* the next wait of retry_timer */
+    uint64_t hold_ns;        /* Welcome's update_hold_ns, 0 = none */
+    uint64_t hold_since_ns;  /* the held update's first change, 0 = none */
     bool dirty;              /* the manager changed since the last update sent */
     bool in_flight;          /* an update was sent and no poll followed yet */
     uint64_t sent_ns;        /* when it was sent */
@@ -182,6 +198,8 @@ static struct {
 
 static void sim_publish(void)
 {
+    atomic_store(&sim.slot->ring_head, sim.head);
+    atomic_store(&sim.slot->ring_count, sim.count);
     atomic_store(&sim.slot->held_bytes, sim.unreleased_bytes + sim.count * CHUNK_BYTES);
 }
 
@@ -261,6 +279,26 @@ static bool sim_daemon_caught_up(void)
     return false;
 }
 
+/* As child/ipc.c hold_update(): under a standing poll, an update listing fewer than
+ * HOLD_CHUNKS new chunks waits, at most hold_ns after the first change it holds. */
+static bool sim_hold_update(void)
+{
+    uint64_t now, held;
+
+    if (!sim.poll_standing || !sim.hold_ns || sim.unreported >= HOLD_CHUNKS)
+        return false;
+    now = now_ns();
+    if (!sim.hold_since_ns)
+        sim.hold_since_ns = now;
+    held = now - sim.hold_since_ns;
+    if (held >= sim.hold_ns)
+        return false;
+    if (!uv_is_active((uv_handle_t *)&sim.hold_timer))
+        (void)uv_timer_start(&sim.hold_timer, sim_on_retry, (sim.hold_ns - held + 999999) / 1000000,
+                             0);
+    return true;
+}
+
 /* Answers the outstanding poll with the manager's state, like child/ipc.c flush_update(). */
 static void sim_send_update(void)
 {
@@ -271,7 +309,7 @@ static void sim_send_update(void)
 
     if (!sim.poll_id || !sim.conn || sim.stopping || !sim.dirty)
         return;
-    if (sim.poll_standing && !sim_daemon_caught_up())
+    if ((sim.poll_standing && !sim_daemon_caught_up()) || sim_hold_update())
         return;
     for (size_t i = 0; i < sim.unreported; i++) {
         size_t at = (sim.head + sim.count - sim.unreported + i) % RING_CAP;
@@ -298,6 +336,7 @@ static void sim_send_update(void)
         sim.dirty = false;
         sim.unreported = 0;
         sim.retry_ms = RETRY_MIN_MS;
+        sim.hold_since_ns = 0;
         atomic_fetch_add(&sim.slot->sent, 1);
         if (sim.poll_standing) { /* no next poll to wait for: handled once read */
             atomic_fetch_add(&sim.slot->answered, 1);
@@ -335,6 +374,8 @@ static void sim_close_timers(void)
         uv_close((uv_handle_t *)&sim.tick_timer, NULL);
     if (!uv_is_closing((uv_handle_t *)&sim.retry_timer))
         uv_close((uv_handle_t *)&sim.retry_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&sim.hold_timer))
+        uv_close((uv_handle_t *)&sim.hold_timer, NULL);
 }
 
 static void sim_on_period(uv_timer_t *t)
@@ -374,6 +415,7 @@ static void sim_on_period(uv_timer_t *t)
         atomic_fetch_add(&sim.slot->local_destroyed, 1);
     }
     sim.ring[(sim.head + sim.count) % RING_CAP] = done;
+    atomic_store(&sim.slot->ring[(sim.head + sim.count) % RING_CAP], done);
     sim.count++;
     sim.unreported++;
     atomic_fetch_add(&sim.slot->released_chunks, 1);
@@ -404,6 +446,7 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
         if (env->welcome->chunk_bytes != CHUNK_BYTES)
             atomic_fetch_add(&sim.slot->unexpected, 1);
         sim.region_evictions = env->welcome->region_evictions && sim.region;
+        sim.hold_ns = sim.shared->old_child ? 0 : env->welcome->update_hold_ns;
         atomic_store(&sim.slot->state, SIM_WELCOMED);
         break;
     case FLEETPROF__ENVELOPE__MSG_REFUSE:
@@ -531,10 +574,12 @@ static int sim_main(struct sim_shared *shared, int index, int children, unsigned
     (void)uv_timer_init(&sim.loop, &sim.period_timer);
     (void)uv_timer_init(&sim.loop, &sim.tick_timer);
     (void)uv_timer_init(&sim.loop, &sim.retry_timer);
+    (void)uv_timer_init(&sim.loop, &sim.hold_timer);
     sim.retry_ms = RETRY_MIN_MS;
     /* An old child predates regions; a failure leaves this one without, as the runtime. */
     if (!shared->old_child && buf_region_new((uint32_t)CHUNK_BYTES, NULL, &sim.region) < 0)
         sim.region = NULL;
+    atomic_store(&sim.slot->region_fd, sim.region ? buf_region_fd(sim.region) : -1);
     for (int i = 0; i < CONNECT_RETRIES; i++) {
         r = ipc_conn_connect(&sim.loop, path, NULL, &cbs, NULL, &sim.conn);
         if (r != -EAGAIN && r != -ECONNREFUSED)
@@ -564,6 +609,7 @@ static volatile pid_t daemon_pid; /* 0 once reaped */
 static pid_t *child_pids;         /* 0 once reaped */
 static int child_count;
 static char tmp_dir[64], sock_path[128], log_path[128];
+static const char *update_hold_ms; /* --update-hold, passed on to fleetprofd; NULL = its default */
 
 /* Kills and reaps whatever is left; async-signal-safe, so it also serves the signal handler. */
 static void cleanup(void)
@@ -769,8 +815,12 @@ static int start_daemon(const char *exe)
             (void)dup2(fd, STDOUT_FILENO);
             (void)dup2(fd, STDERR_FILENO);
         }
-        execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
-              "--log-level", "info", (char *)NULL);
+        if (update_hold_ms)
+            execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
+                  "--log-level", "info", "--update-hold", update_hold_ms, (char *)NULL);
+        else
+            execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
+                  "--log-level", "info", (char *)NULL);
         (void)fprintf(stderr, "bench-daemon: cannot run %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
@@ -977,7 +1027,52 @@ static void take_snap(const struct sim_shared *sh, struct snap *s)
 struct held_max {
     uint64_t bytes;
     double at_s;
+    uint64_t applied_bytes; /* the same, had every eviction point been applied at once */
 };
+
+/* Each simulator's region header page, mapped read-only through /proc/PID/fd (NULL until
+ * mapped, MAP_FAILED when it cannot be): its eviction point. */
+static const uint8_t **evict_pages;
+
+/* What simulator i would hold had it applied its region's eviction point at once, as the
+ * runtime does within a tick: its held bytes less its released chunks at or before the
+ * point. Racy reads of a live simulator's ring: a sample, not an account. */
+static uint64_t held_if_applied(const struct sim_shared *sh, int i)
+{
+    const struct sim_slot *k = &sh->slot[i];
+    uint64_t held = atomic_load(&k->held_bytes), head, count, at, gone = 0;
+    int fd = atomic_load(&k->region_fd);
+
+    if (!evict_pages[i] && fd >= 0 && child_pids[i] > 0) {
+        char path[64];
+        int own;
+
+        (void)snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)child_pids[i], fd);
+        own = open(path, O_RDONLY | O_CLOEXEC);
+        evict_pages[i] = own < 0 ? MAP_FAILED
+                                 : mmap(NULL, BUF_REGION_PAGE_BYTES, PROT_READ, MAP_SHARED, own, 0);
+        if (own >= 0)
+            (void)close(own);
+    }
+    if (!evict_pages[i] || evict_pages[i] == MAP_FAILED)
+        return held;
+    at = __atomic_load_n((const uint64_t *)(evict_pages[i] + BUF_REGION_EVICT_OFFSET),
+                         __ATOMIC_ACQUIRE);
+    head = atomic_load(&k->ring_head);
+    count = atomic_load(&k->ring_count);
+    /* Oldest first: count the prefix done at or before the point (binary search). */
+    for (uint64_t lo = 0, hi = count < RING_CAP ? count : RING_CAP; lo < hi;) {
+        uint64_t mid = (lo + hi) / 2;
+
+        if (atomic_load(&k->ring[(head + mid) % RING_CAP]) <= at) {
+            gone = mid + 1;
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return gone * CHUNK_BYTES < held ? held - gone * CHUNK_BYTES : 0;
+}
 
 /* Samples the fleet's simulated memory for ms milliseconds into *m. */
 static void watch_fleet(const struct sim_shared *sh, unsigned ms, double t_fleet,
@@ -987,11 +1082,17 @@ static void watch_fleet(const struct sim_shared *sh, unsigned ms, double t_fleet
     struct fleet_sum f;
 
     while (mono_s() < end) {
+        uint64_t applied = 0;
+
         fleet_sum(sh, child_count, &f);
         if (f.held_bytes > m->bytes) {
             m->bytes = f.held_bytes;
             m->at_s = mono_s() - t_fleet;
         }
+        for (int i = 0; i < child_count; i++)
+            applied += held_if_applied(sh, i);
+        if (applied > m->applied_bytes)
+            m->applied_bytes = applied;
         sleep_ms(SAMPLE_MS);
     }
 }
@@ -1078,7 +1179,7 @@ static void summarize_daemon_log(void)
 static void usage(void)
 {
     (void)fprintf(stderr, "usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] "
-                          "[--period-ms MS] [--old-child]\n");
+                          "[--period-ms MS] [--old-child] [--update-hold MS]\n");
 }
 
 /* Descriptors: the daemon holds one per child, and inherits our limit. Raises the soft
@@ -1118,7 +1219,7 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
     double updates_per_s[WINDOWS], rss_kb[WINDOWS], fleet_pct[WINDOWS], wait_pct[WINDOWS];
     uint64_t rss0_kb, rss_after_kb, bound;
     struct rss_split split0, split1;
-    struct held_max warm_max = {0, 0}, steady_max = {0, 0};
+    struct held_max warm_max = {0, 0, 0}, steady_max = {0, 0, 0};
     struct fleet_sum f;
     struct status_query q;
     double t_connect, t0, t_fleet;
@@ -1140,9 +1241,10 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
     (void)setenv("BENCH_DAEMON_SOCKET", sock_path, 1);
 
     child_pids = calloc((size_t)children, sizeof(*child_pids));
+    evict_pages = calloc((size_t)children, sizeof(*evict_pages));
     shared_bytes = sizeof(*shared) + (size_t)children * sizeof(shared->slot[0]);
     shared = mmap(NULL, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (!child_pids || shared == MAP_FAILED) {
+    if (!child_pids || !evict_pages || shared == MAP_FAILED) {
         (void)fprintf(stderr, "bench-daemon: out of memory\n");
         (void)rmdir(tmp_dir);
         return 1;
@@ -1348,6 +1450,11 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
                    (double)(b->syscw - a->syscw) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "chunks released per update",
                    (double)(b->f.released_chunks - a->f.released_chunks) / u, "", "", "1");
+            if (b->f.released_chunks > a->f.released_chunks && b->sched_ns)
+                printf("%-44s %12.2f %12s %12s %10s\n", "daemon CPU per released chunk (schedstat)",
+                       (double)(b->sched_ns - a->sched_ns) / 1e3 /
+                               (double)(b->f.released_chunks - a->f.released_chunks),
+                       "", "", "us");
             printf("%-44s %12.3f %12s %12s %10s\n", "updates held back (daemon behind) per update",
                    (double)(b->f.held - a->f.held) / u, "", "", "1");
         }
@@ -1388,6 +1495,17 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
                steady_max.bytes <= bound && warm_max.bytes <= bound
                        ? "ok"
                        : "EXCEEDED (design invariant 1)");
+        /* The simulators apply a region's eviction point when they next wake (a release or
+         * an update, up to a period later); the runtime applies it within a tick. */
+        if (!shared->old_child)
+            printf("fleet memory with each region's eviction point applied at once (as the "
+                   "runtime, within a tick): max %.1f MiB in the window, %.1f MiB in the "
+                   "warm-up: %s\n",
+                   (double)steady_max.applied_bytes / (1 << 20),
+                   (double)warm_max.applied_bytes / (1 << 20),
+                   steady_max.applied_bytes <= bound && warm_max.applied_bytes <= bound
+                           ? "ok"
+                           : "EXCEEDED (design invariant 1)");
         if (q.got)
             printf("daemon status: %u children, unreleased %.1f MiB + released %.1f MiB = %.1f "
                    "MiB of %.0f MiB limit; oldest last update %llu ms ago, %u children "
@@ -1439,6 +1557,12 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
     /* Ready for another fleet: nothing of this one is left. */
     cleanup();
     tmp_dir[0] = '\0';
+    for (int i = 0; i < children; i++) {
+        if (evict_pages[i] && evict_pages[i] != MAP_FAILED)
+            (void)munmap((void *)evict_pages[i], BUF_REGION_PAGE_BYTES);
+    }
+    free(evict_pages);
+    evict_pages = NULL;
     free(child_pids);
     child_pids = NULL;
     child_count = 0;
@@ -1462,6 +1586,8 @@ int main(int argc, char **argv)
             period_ms = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--old-child")) {
             old_child = true;
+        } else if (!strcmp(argv[i], "--update-hold") && i + 1 < argc) {
+            update_hold_ms = argv[++i];
         } else if (argv[i][0] != '-') {
             exe = argv[i];
         } else {

@@ -467,7 +467,7 @@ class FakeDaemon:
         self.srv.listen(4)
         self.buf, self.frames, self.conn = b"", [], None
 
-    def start_child(self, tmp, seconds, rate):
+    def start_child(self, tmp, seconds, rate, welcome_extra=()):
         env = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=self.path,
                    FLEETPROF_OUTPUT=os.path.join(tmp, "p-%p.json"), FLEETPROF_CHUNK_KB="64",
                    FLEETPROF_BUFFER_MB="64")
@@ -479,7 +479,7 @@ class FakeDaemon:
         clock = field(1, time.monotonic_ns()) + field(2, int(time.time() * 1000))
         self.conn.sendall(frame(WELCOME, field(1, 1), field(2, 1), field(3, 1000000),
                                 field(4, 64 * MiB), field(5, CHUNK), field(9, clock),
-                                field(10, 1)))
+                                field(10, 1), *welcome_extra))
         return p
 
     def _take(self, data):
@@ -553,6 +553,26 @@ def test_standing_poll_folds_while_daemon_lags(tmp):
         assert done == sorted(done) and len(set(done)) == len(done), done
         released = sum(parse_fields(c)[2][0] for c in chunks)
         assert u[1].get(3, [0]) == [released], (u[1].get(3), released)
+    finally:
+        fd.close()
+        rc = p.wait(timeout=60)
+    assert rc == 0, rc
+
+
+def test_held_updates_list_two_chunks(tmp):
+    """A Welcome with update_hold_ns (field 12): under the standing poll the child holds an
+    update until it lists 2 newly released chunks (the hold, 10 s here, never runs out)."""
+    fd = FakeDaemon(tmp, "hold")
+    p = fd.start_child(tmp, 6, 60000, welcome_extra=[field(12, 10 * 1000 * 1000 * 1000)])
+    try:
+        fd.conn.sendall(frame(AWAIT, field(1, 7), field(2, 1)))
+        listed = []
+        for i in range(4):
+            u = fd.next_update()
+            assert u is not None, f"only {i} updates came under the standing poll"
+            assert u[1][1] == [7] and u[1].get(7) == [1], u
+            listed.append(len(u[1].get(5, [])))
+        assert all(n >= 2 for n in listed), f"updates listed {listed} new chunks"
     finally:
         fd.close()
         rc = p.wait(timeout=60)
@@ -840,6 +860,7 @@ taplib.run([
     test_long_poll_answered_while_main_thread_is_paused,
     test_standing_poll_folds_while_daemon_lags,
     test_one_shot_poll_is_answered_once,
+    test_held_updates_list_two_chunks,
     test_standing_poll_destroy_waits_for_next_update,
     test_daemon_polls_once_or_per_update,
     test_evictions_through_the_region_of_a_child_that_reads_them,
