@@ -41,6 +41,7 @@ static Fleetprof__Welcome welcome = {
         .clock = &clock_ref,
         .start = 1,
         .region_evictions = true,
+        .update_hold_ns = 200000000,
 };
 
 static Fleetprof__Refuse refuse = {
