@@ -457,6 +457,23 @@ def frames_in(buf):
         buf = buf[i + n:]
 
 
+def frames_now(sock, buf):
+    """The frames the socket holds now (read without waiting), after the partial frame buf;
+    returns them and the bytes of a frame still incomplete."""
+    out = []
+    sock.setblocking(False)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                break
+            got, buf = frames_in(buf + data)
+            out += got
+    except BlockingIOError:
+        pass
+    return out, buf
+
+
 class FakeDaemon:
     """A listening socket that plays the daemon for one real profiled process, frame by frame."""
 
@@ -507,15 +524,8 @@ class FakeDaemon:
 
     def take_unread_updates(self):
         """The updates written and not read yet (all the socket holds), taken."""
-        self.conn.setblocking(False)
-        try:
-            while True:
-                data = self.conn.recv(65536)
-                if not data:
-                    break
-                self._take(data)
-        except BlockingIOError:
-            pass
+        got, self.buf = frames_now(self.conn, self.buf)
+        self.frames += got
         updates = [f for f in self.frames if f[0] == UPDATE]
         self.frames = []
         return updates
@@ -710,16 +720,8 @@ class FakeChild:
 
     def received(self):
         """Every frame the daemon sent so far (what the socket holds now), taken."""
-        self.s.setblocking(False)
-        try:
-            while True:
-                data = self.s.recv(65536)
-                if not data:
-                    break
-                got, self.buf = frames_in(self.buf + data)
-                self.frames += got
-        except BlockingIOError:
-            pass
+        got, self.buf = frames_now(self.s, self.buf)
+        self.frames += got
         out, self.frames = self.frames, []
         return out
 
