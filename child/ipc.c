@@ -62,21 +62,22 @@ static struct {
     struct ipc_conn *conn;   /* IPC thread only */
     pthread_t thread;
     bool thread_started;
-    bool loop_ready;              /* loop and wake initialised (for the fork child) */
-    struct buf_update_slot slot;  /* the manager's callback folds here */
-    _Atomic int update_pending;   /* set by the callback, cleared by the sampler's wake */
-    _Atomic int connected;        /* welcomed: settings applied */
-    _Atomic int linked;           /* the socket is open (Hello sent): exit profiles can go */
-    _Atomic int exiting;          /* send Final and close */
-    _Atomic int start_pending;    /* rt_ipc_start() deferred the connection (ipc-start.h) */
-    _Atomic int region_evictions; /* the daemon writes its evictions into our region */
-    uint64_t region_evicted_ns;   /* sampler only: the last eviction point applied */
-    bool defer_start;             /* the next rt_ipc_start() defers: set after a fork */
-    uint64_t poll_id;             /* IPC thread only: outstanding poll, 0 = none */
-    bool poll_standing;           /* IPC thread only: poll_id stays outstanding once answered */
-    uint64_t update_retry_ms;     /* IPC thread only: the next wait of update_retry */
-    uint64_t update_hold_ns;      /* IPC thread only: Welcome's, 0 = no holding */
-    uint64_t hold_since_ns;       /* IPC thread only: the held update's first change, 0 = none */
+    bool loop_ready;                /* loop and wake initialised (for the fork child) */
+    struct buf_update_slot slot;    /* the manager's callback folds here */
+    _Atomic int update_pending;     /* set by the callback, cleared by the sampler's wake */
+    _Atomic int connected;          /* welcomed: settings applied */
+    _Atomic int linked;             /* the socket is open (Hello sent): exit profiles can go */
+    _Atomic int exiting;            /* send Final and close */
+    _Atomic int start_pending;      /* rt_ipc_start() deferred the connection (ipc-start.h) */
+    _Atomic int region_evictions;   /* the daemon writes its evictions into our region */
+    uint64_t region_evicted_ns;     /* sampler only: the last eviction point applied */
+    bool defer_start;               /* the next rt_ipc_start() defers: set after a fork */
+    uint64_t poll_id;               /* IPC thread only: outstanding poll, 0 = none */
+    bool poll_standing;             /* IPC thread only: poll_id stays outstanding once answered */
+    uint64_t update_retry_ms;       /* IPC thread only: the next wait of update_retry */
+    uint64_t update_hold_ns;        /* IPC thread only: Welcome's, 0 = no holding */
+    uint64_t hold_since_ns;         /* IPC thread only: the held update's first change, 0 = none */
+    uint64_t sent_unreleased_bytes; /* IPC thread only: in the last update sent */
     uint64_t next_id;
     char socket_path[4096];
     rt_profile_writer *write_profile; /* runtime.c's, above: the daemon's profile requests */
@@ -219,15 +220,18 @@ static bool daemon_caught_up(void)
 /* Under a standing poll with a hold (Welcome's update_hold_ns): whether the slot's update
  * waits for more. It goes once it lists UPDATE_HOLD_CHUNKS newly released chunks, or when
  * the hold has run since the first change it holds (update_hold looks then); a Final or an
- * exit never waits. Fewer, bigger updates cost the daemon fewer reads and wake-ups. */
+ * exit never waits. Fewer, bigger updates cost the daemon fewer reads and wake-ups.
+ * Unreleased memory the daemon has not heard of never waits either (a new buffer's first
+ * chunks, a larger limit): only a released chunk may be held, so that the daemon never
+ * lacks more than 2 chunks of ours (design invariant 1's slack per process). */
 static bool hold_update(void)
 {
+    uint64_t now, held, unreleased;
     size_t released;
-    uint64_t now, held;
 
     if (!ipc.poll_standing || !ipc.update_hold_ns || atomic_load(&ipc.exiting) ||
-        buf_update_slot_peek(&ipc.slot, &released) != BUF_UPDATE_CHANGE ||
-        released >= UPDATE_HOLD_CHUNKS)
+        buf_update_slot_peek(&ipc.slot, &released, &unreleased) != BUF_UPDATE_CHANGE ||
+        released >= UPDATE_HOLD_CHUNKS || unreleased > ipc.sent_unreleased_bytes)
         return false;
     now = rt_now_ns();
     if (!ipc.hold_since_ns)
@@ -286,6 +290,7 @@ static void flush_update(void)
             ipc.poll_id = 0;
         ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
         ipc.hold_since_ns = 0;
+        ipc.sent_unreleased_bytes = u.unreleased_bytes;
     }
     free(items);
     free(ptrs);
@@ -957,6 +962,7 @@ static int start_now(void)
     ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
     ipc.update_hold_ns = 0;
     ipc.hold_since_ns = 0;
+    ipc.sent_unreleased_bytes = 0; /* a new daemon knows nothing of ours yet */
     atomic_store(&ipc.exiting, 0);
     /* libuv's signal pipes are recorded (pipe2 in preload.c), and none of the loop's
      * descriptors takes 0, 1 or 2. */

@@ -177,17 +177,18 @@ static struct {
     uint64_t region_evicted_ns; /* the last eviction point applied */
     struct sim_shared *shared;
     struct sim_slot *slot;
-    uint64_t poll_id;        /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
-    bool poll_standing;      /* poll_id stays outstanding once answered */
-    uint64_t retry_ms;       /* the next wait of retry_timer */
-    uint64_t hold_ns;        /* Welcome's update_hold_ns, 0 = none */
-    uint64_t hold_since_ns;  /* the held update's first change, 0 = none */
-    bool dirty;              /* the manager changed since the last update sent */
-    bool in_flight;          /* an update was sent and no poll followed yet */
-    uint64_t sent_ns;        /* when it was sent */
-    bool tick_armed;         /* tick_timer runs */
-    bool stopping;           /* Final sent */
-    uint64_t ring[RING_CAP]; /* released chunks' done times, oldest first */
+    uint64_t poll_id;               /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
+    bool poll_standing;             /* poll_id stays outstanding once answered */
+    uint64_t retry_ms;              /* the next wait of retry_timer */
+    uint64_t hold_ns;               /* Welcome's update_hold_ns, 0 = none */
+    uint64_t hold_since_ns;         /* the held update's first change, 0 = none */
+    uint64_t sent_unreleased_bytes; /* in the last update sent */
+    bool dirty;                     /* the manager changed since the last update sent */
+    bool in_flight;                 /* an update was sent and no poll followed yet */
+    uint64_t sent_ns;               /* when it was sent */
+    bool tick_armed;                /* tick_timer runs */
+    bool stopping;                  /* Final sent */
+    uint64_t ring[RING_CAP];        /* released chunks' done times, oldest first */
     size_t head, count;
     size_t unreported; /* the newest `unreported` chunks were not sent yet */
     uint64_t last_done_ns;
@@ -280,12 +281,14 @@ static bool sim_daemon_caught_up(void)
 }
 
 /* As child/ipc.c hold_update(): under a standing poll, an update listing fewer than
- * HOLD_CHUNKS new chunks waits, at most hold_ns after the first change it holds. */
+ * HOLD_CHUNKS new chunks waits, at most hold_ns after the first change it holds, unless it
+ * tells of unreleased memory the daemon has not heard of. */
 static bool sim_hold_update(void)
 {
     uint64_t now, held;
 
-    if (!sim.poll_standing || !sim.hold_ns || sim.unreported >= HOLD_CHUNKS)
+    if (!sim.poll_standing || !sim.hold_ns || sim.unreported >= HOLD_CHUNKS ||
+        sim.unreleased_bytes > sim.sent_unreleased_bytes)
         return false;
     now = now_ns();
     if (!sim.hold_since_ns)
@@ -337,6 +340,7 @@ static void sim_send_update(void)
         sim.unreported = 0;
         sim.retry_ms = RETRY_MIN_MS;
         sim.hold_since_ns = 0;
+        sim.sent_unreleased_bytes = sim.unreleased_bytes;
         atomic_fetch_add(&sim.slot->sent, 1);
         if (sim.poll_standing) { /* no next poll to wait for: handled once read */
             atomic_fetch_add(&sim.slot->answered, 1);

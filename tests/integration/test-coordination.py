@@ -571,18 +571,23 @@ def test_standing_poll_folds_while_daemon_lags(tmp):
 
 def test_held_updates_list_two_chunks(tmp):
     """A Welcome with update_hold_ns (field 12): under the standing poll the child holds an
-    update until it lists 2 newly released chunks (the hold, 10 s here, never runs out)."""
+    update until it lists 2 newly released chunks (the hold, 10 s here, never runs out),
+    except the first, which tells of its buffer's unreleased chunks: memory the daemon has
+    not heard of never waits."""
     fd = FakeDaemon(tmp, "hold")
     p = fd.start_child(tmp, 6, 60000, welcome_extra=[field(12, 10 * 1000 * 1000 * 1000)])
     try:
         fd.conn.sendall(frame(AWAIT, field(1, 7), field(2, 1)))
         listed = []
-        for i in range(4):
+        for i in range(5):
             u = fd.next_update()
             assert u is not None, f"only {i} updates came under the standing poll"
             assert u[1][1] == [7] and u[1].get(7) == [1], u
-            listed.append(len(u[1].get(5, [])))
-        assert all(n >= 2 for n in listed), f"updates listed {listed} new chunks"
+            listed.append((len(u[1].get(5, [])), u[1].get(2, [0])[0]))
+        assert listed[0][1] > 0, f"the first update tells of no unreleased memory: {listed}"
+        later = [n for n, _ in listed if n]
+        assert len(later) >= 3 and all(n >= 2 for n in later), \
+            f"updates listed {listed} (new chunks, unreleased bytes)"
     finally:
         fd.close()
         rc = p.wait(timeout=60)
