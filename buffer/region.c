@@ -189,6 +189,17 @@ void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns)
     __atomic_store_n(&((struct buf_region_header *)r->head)->exec_ns, now_ns, __ATOMIC_RELEASE);
 }
 
+uint64_t buf_region_eviction_ns(const struct buf_region *r)
+{
+    return __atomic_load_n(&((const struct buf_region_header *)r->head)->evict_ns,
+                           __ATOMIC_ACQUIRE);
+}
+
+void buf_region_header_store_eviction(struct buf_region_header *header, uint64_t done_ns)
+{
+    __atomic_store_n(&header->evict_ns, done_ns, __ATOMIC_RELEASE);
+}
+
 int buf_region_set_meta(struct buf_region *r, const void *bytes, size_t len)
 {
     struct buf_region_header *h = (struct buf_region_header *)r->head;
@@ -385,7 +396,7 @@ static int count_block(struct buf_entry_reader *reader, uint64_t block_index, vo
     return ctx->cb(reader, block_index, ctx->userdata);
 }
 
-static bool header_usable(const struct buf_region_header *h, size_t len)
+static bool header_usable(const struct buf_region_header *h, uint64_t len)
 {
     return h->magic == BUF_REGION_MAGIC && h->version == BUF_REGION_VERSION &&
            h->meta_bytes <= BUF_REGION_META_BYTES &&
@@ -430,6 +441,11 @@ int buf_region_read_header(const uint8_t *mem, size_t len, struct buf_region_hea
         return -EBADMSG;
     memcpy(ret, mem, sizeof(*ret));
     return header_usable(ret, len) ? 0 : -EBADMSG;
+}
+
+int buf_region_header_check(const struct buf_region_header *h, uint64_t file_bytes)
+{
+    return header_usable(h, file_bytes) ? 0 : -EBADMSG;
 }
 
 int buf_region_read_crash(const uint8_t *mem, size_t len, struct buf_region_crash *ret)

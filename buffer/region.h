@@ -17,6 +17,8 @@
  *    +---------------------------------------+---------------------------------------+
  *    | meta_hash[1] (u64)                    | exec_ns (u64, 0 = not in exec)        |
  *    +---------------------------------------+---------------------------------------+
+ *    | evict_ns (u64, written by the daemon) |
+ *    +---------------------------------------+
  *    ... zeros up to 1024
  *    +---------------------------------------+
  *    1024: the crash record (struct buf_region_crash), magic "FPCR" stored last, by the
@@ -54,6 +56,7 @@
 #define BUF_REGION_SLOT_PREFIX  32u /* the slot header, before the chunk's own struct */
 #define BUF_REGION_CHUNK_OFFSET 48u /* chunk header's offset in a slot */
 #define BUF_REGION_MAX_SLOTS    4096u
+#define BUF_REGION_EVICT_OFFSET 80u /* evict_ns, in the header page the daemon maps */
 
 struct buf_region_header {
     uint32_t magic; /* BUF_REGION_MAGIC */
@@ -69,6 +72,11 @@ struct buf_region_header {
     uint64_t meta_seq;
     uint64_t meta_hash[2];
     uint64_t exec_ns; /* nonzero: the owner is in exec (its image ends without a profile) */
+    /* The daemon's eviction point (CLOCK_MONOTONIC ns): destroy released chunks done at or
+     * before it. Written only by the daemon (release store), read by the owner (acquire
+     * load) on its sampler tick; 0 = nothing evicted. Data from another process: the owner
+     * ignores a value that goes backwards or lies in the future. */
+    uint64_t evict_ns;
 };
 
 struct buf_region_slot {
@@ -80,7 +88,9 @@ struct buf_region_slot {
     uint64_t reserved2;
 };
 
-_Static_assert(sizeof(struct buf_region_header) == 80, "region header is a file format");
+_Static_assert(sizeof(struct buf_region_header) == 88, "region header is a file format");
+_Static_assert(offsetof(struct buf_region_header, evict_ns) == BUF_REGION_EVICT_OFFSET,
+               "the eviction point's place is a file format");
 _Static_assert(sizeof(struct buf_region_slot) == BUF_REGION_SLOT_PREFIX,
                "slot header is a file format");
 
@@ -143,6 +153,11 @@ void buf_region_record_crash_frames(struct buf_region *region, const uint64_t *f
 /* The owner is about to exec (now_ns), or its exec failed (0). Async-signal-safe. */
 void buf_region_mark_exec(struct buf_region *region, uint64_t now_ns);
 
+/* The eviction point the daemon last stored in the region's header (acquire load: one load,
+ * cheap enough for every sampler tick), 0 if none. The value comes from another process:
+ * the caller checks it (not backwards, not in the future) before acting on it. */
+uint64_t buf_region_eviction_ns(const struct buf_region *region);
+
 /* Makes a local-limit manager allocate its chunks from region from now on (chunks it already
  * has stay on the heap until destroyed). The region must outlive the manager. -EINVAL if the
  * sizes differ or m is not a local-limit manager. */
@@ -177,6 +192,15 @@ int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_byt
 /* The region header of the image mem[0..len), checked as the readers check it: 0 or
  * -EBADMSG. */
 int buf_region_read_header(const uint8_t *mem, size_t len, struct buf_region_header *ret);
+
+/* Whether h (a copy of the header of a region file of file_bytes bytes) is one the readers
+ * above accept: 0 or -EBADMSG. */
+int buf_region_header_check(const struct buf_region_header *h, uint64_t file_bytes);
+
+/* The daemon's side of evictions: stores done_ns as the eviction point of the region whose
+ * header page (MAP_SHARED, writable) starts at header (release store: the owner's acquire
+ * load sees it whole). Only the daemon writes it, so it keeps it increasing itself. */
+void buf_region_header_store_eviction(struct buf_region_header *header, uint64_t done_ns);
 
 /* The crash record of the region image mem[0..len), checked (frame_count bounded): 0, or
  * -ENOENT (the owner did not crash, or died while writing it), -EBADMSG (not a region). */

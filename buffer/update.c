@@ -121,6 +121,19 @@ void buf_update_slot_cb(const struct buf_update *update, void *slot)
     buf_update_slot_fold(slot, update);
 }
 
+enum buf_update_kind buf_update_slot_peek(struct buf_update_slot *s, size_t *ret_newly_released,
+                                          uint64_t *ret_unreleased_bytes)
+{
+    enum buf_update_kind kind;
+
+    (void)pthread_mutex_lock(&s->lock);
+    kind = s->pending.kind;
+    *ret_newly_released = s->pending.newly_released_count;
+    *ret_unreleased_bytes = s->pending.unreleased_bytes;
+    (void)pthread_mutex_unlock(&s->lock);
+    return kind;
+}
+
 int buf_update_slot_take(struct buf_update_slot *s, struct buf_update *ret_update)
 {
     int had;

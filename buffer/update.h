@@ -71,6 +71,10 @@ void buf_update_slot_done(struct buf_update_slot *s);
  * userdata: see buf_update_slot_cb. */
 void buf_update_slot_fold(struct buf_update_slot *s, const struct buf_update *update);
 void buf_update_slot_cb(const struct buf_update *update, void *slot);
+/* The pending update's kind, how many chunks it lists as newly released and its unreleased
+ * bytes, without taking it (thread-safe): to decide whether it is worth sending yet. */
+enum buf_update_kind buf_update_slot_peek(struct buf_update_slot *s, size_t *ret_newly_released,
+                                          uint64_t *ret_unreleased_bytes);
 /* Moves the pending update into *ret_update (the caller owns it, and must call
  * buf_update_done) and leaves None behind. Returns 1 if there was something, 0 if None. */
 int buf_update_slot_take(struct buf_update_slot *s, struct buf_update *ret_update);

@@ -10,7 +10,9 @@
  *     never while the daemon has not read the previous one: the slot folds meanwhile and
  *     a timer, backing off, looks again;
  *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once; the change it makes
- *     goes with the next update, it does not make one of its own;
+ *     goes with the next update, it does not make one of its own. A daemon that took our
+ *     chunk region (Welcome's region_evictions) writes its evictions into the region's
+ *     header instead, and the sampler's tick applies them the same way (rt_ipc_tick);
  *   - Stop/Start/Pause/Resume: sampling paused or resumed, then acknowledged.
  * Performance groups: when their totals changed, at most once per GROUP_STATS_PERIOD_NS,
  * the sampler's tick wakes this thread, which sends the cumulative totals (GroupStats); a
@@ -48,25 +50,34 @@
  * stopped costs a child a few wake-ups a second, not one per tick. */
 #define UPDATE_RETRY_MIN_MS   1
 #define UPDATE_RETRY_MAX_MS   64
+/* A held update goes once it lists this many newly released chunks (Welcome's
+ * update_hold_ns): the daemon then lags by at most one released chunk of ours. */
+#define UPDATE_HOLD_CHUNKS    2
 
 static struct {
     uv_loop_t loop;
     uv_async_t wake;
     uv_timer_t update_retry; /* a held-back update (standing poll) looks again */
+    uv_timer_t update_hold;  /* a held update's time is up */
     struct ipc_conn *conn;   /* IPC thread only */
     pthread_t thread;
     bool thread_started;
-    bool loop_ready;             /* loop and wake initialised (for the fork child) */
-    struct buf_update_slot slot; /* the manager's callback folds here */
-    _Atomic int update_pending;  /* set by the callback, cleared by the sampler's wake */
-    _Atomic int connected;       /* welcomed: settings applied */
-    _Atomic int linked;          /* the socket is open (Hello sent): exit profiles can go */
-    _Atomic int exiting;         /* send Final and close */
-    _Atomic int start_pending;   /* rt_ipc_start() deferred the connection (ipc-start.h) */
-    bool defer_start;            /* the next rt_ipc_start() defers: set after a fork */
-    uint64_t poll_id;            /* IPC thread only: outstanding poll, 0 = none */
-    bool poll_standing;          /* IPC thread only: poll_id stays outstanding once answered */
-    uint64_t update_retry_ms;    /* IPC thread only: the next wait of update_retry */
+    bool loop_ready;                /* loop and wake initialised (for the fork child) */
+    struct buf_update_slot slot;    /* the manager's callback folds here */
+    _Atomic int update_pending;     /* set by the callback, cleared by the sampler's wake */
+    _Atomic int connected;          /* welcomed: settings applied */
+    _Atomic int linked;             /* the socket is open (Hello sent): exit profiles can go */
+    _Atomic int exiting;            /* send Final and close */
+    _Atomic int start_pending;      /* rt_ipc_start() deferred the connection (ipc-start.h) */
+    _Atomic int region_evictions;   /* the daemon writes its evictions into our region */
+    uint64_t region_evicted_ns;     /* sampler only: the last eviction point applied */
+    bool defer_start;               /* the next rt_ipc_start() defers: set after a fork */
+    uint64_t poll_id;               /* IPC thread only: outstanding poll, 0 = none */
+    bool poll_standing;             /* IPC thread only: poll_id stays outstanding once answered */
+    uint64_t update_retry_ms;       /* IPC thread only: the next wait of update_retry */
+    uint64_t update_hold_ns;        /* IPC thread only: Welcome's, 0 = no holding */
+    uint64_t hold_since_ns;         /* IPC thread only: the held update's first change, 0 = none */
+    uint64_t sent_unreleased_bytes; /* IPC thread only: in the last update sent */
     uint64_t next_id;
     char socket_path[4096];
     rt_profile_writer *write_profile; /* runtime.c's, above: the daemon's profile requests */
@@ -119,7 +130,8 @@ static void wake_ipc(void)
     (void)pthread_mutex_unlock(&wake_lock);
 }
 
-/* Set by the IPC thread while it applies a destroy request under a standing poll. */
+/* Set by the thread that applies a destroy request under a standing poll (the IPC thread for
+ * a message, the sampler for an eviction read from the region). */
 static __thread bool applying_destroy __attribute__((tls_model("initial-exec")));
 
 static void on_chunk_update(const struct buf_update *u, void *userdata)
@@ -130,6 +142,23 @@ static void on_chunk_update(const struct buf_update *u, void *userdata)
     buf_update_slot_fold(userdata, u);
     if (!applying_destroy)
         atomic_store_explicit(&ipc.update_pending, 1, memory_order_release);
+}
+
+/* The daemon's eviction point in our region's header: one load per tick; only a point that
+ * moved costs the buffer's lock. It is data from another process: a point that goes
+ * backwards is old news, one in the future cannot name a released chunk (done times are
+ * this clock's past), and both are ignored. The change it makes waits for the next update,
+ * as a destroy message's does (a daemon that writes evictions keeps a standing poll). */
+static void apply_region_eviction(void)
+{
+    uint64_t at = rt_region_eviction_ns();
+
+    if (at <= ipc.region_evicted_ns || at > rt_now_ns())
+        return;
+    ipc.region_evicted_ns = at;
+    applying_destroy = true;
+    buf_chunked_buffer_destroy_at_or_before(rt.buffer, at);
+    applying_destroy = false;
 }
 
 void rt_ipc_tick(void)
@@ -150,6 +179,8 @@ void rt_ipc_tick(void)
             wake_ipc();
         }
     }
+    if (atomic_load_explicit(&ipc.region_evictions, memory_order_relaxed))
+        apply_region_eviction();
     if (atomic_load_explicit(&ipc.update_pending, memory_order_acquire) &&
         atomic_load(&ipc.connected)) {
         atomic_store(&ipc.update_pending, 0);
@@ -186,6 +217,34 @@ static bool daemon_caught_up(void)
     return false;
 }
 
+/* Under a standing poll with a hold (Welcome's update_hold_ns): whether the slot's update
+ * waits for more. It goes once it lists UPDATE_HOLD_CHUNKS newly released chunks, or when
+ * the hold has run since the first change it holds (update_hold looks then); a Final or an
+ * exit never waits. Fewer, bigger updates cost the daemon fewer reads and wake-ups.
+ * Unreleased memory the daemon has not heard of never waits either (a new buffer's first
+ * chunks, a larger limit): only a released chunk may be held, so that the daemon never
+ * lacks more than 2 chunks of ours (design invariant 1's slack per process). */
+static bool hold_update(void)
+{
+    uint64_t now, held, unreleased;
+    size_t released;
+
+    if (!ipc.poll_standing || !ipc.update_hold_ns || atomic_load(&ipc.exiting) ||
+        buf_update_slot_peek(&ipc.slot, &released, &unreleased) != BUF_UPDATE_CHANGE ||
+        released >= UPDATE_HOLD_CHUNKS || unreleased > ipc.sent_unreleased_bytes)
+        return false;
+    now = rt_now_ns();
+    if (!ipc.hold_since_ns)
+        ipc.hold_since_ns = now;
+    held = now - ipc.hold_since_ns;
+    if (held >= ipc.update_hold_ns)
+        return false;
+    if (!uv_is_active((uv_handle_t *)&ipc.update_hold))
+        (void)uv_timer_start(&ipc.update_hold, on_update_retry,
+                             (ipc.update_hold_ns - held + 999999) / 1000000, 0);
+    return true;
+}
+
 /* Answers the outstanding poll with whatever the slot holds. */
 static void flush_update(void)
 {
@@ -194,7 +253,7 @@ static void flush_update(void)
     Fleetprof__ChunkMetadata *items = NULL, **ptrs = NULL;
     struct buf_update u;
 
-    if (!ipc.poll_id || !ipc.conn || (ipc.poll_standing && !daemon_caught_up()))
+    if (!ipc.poll_id || !ipc.conn || (ipc.poll_standing && !daemon_caught_up()) || hold_update())
         return;
     if (!buf_update_slot_take(&ipc.slot, &u))
         return;
@@ -230,6 +289,8 @@ static void flush_update(void)
         if (!ipc.poll_standing)
             ipc.poll_id = 0;
         ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
+        ipc.hold_since_ns = 0;
+        ipc.sent_unreleased_bytes = u.unreleased_bytes;
     }
     free(items);
     free(ptrs);
@@ -321,6 +382,10 @@ static void apply_welcome(const Fleetprof__Welcome *w)
     }
     if (!w->start)
         fleetprof_pause();
+    /* Asked for in Hello, so only when our region went with it. */
+    atomic_store(&ipc.region_evictions, w->region_evictions);
+    /* Bounded: a hostile or confused daemon cannot make us sit on our updates for long. */
+    ipc.update_hold_ns = w->update_hold_ns < 10000000000ull ? w->update_hold_ns : 10000000000ull;
     atomic_store(&ipc.connected, 1);
     rt_debug("connected to the daemon at %s", ipc.socket_path);
 }
@@ -748,6 +813,8 @@ static void close_loop_handles(void)
         uv_close((uv_handle_t *)&ipc.wake, NULL);
     if (!uv_is_closing((uv_handle_t *)&ipc.update_retry))
         uv_close((uv_handle_t *)&ipc.update_retry, NULL);
+    if (!uv_is_closing((uv_handle_t *)&ipc.update_hold))
+        uv_close((uv_handle_t *)&ipc.update_hold, NULL);
 }
 
 static void on_close(struct ipc_conn *conn, int error, const char *reason, void *userdata)
@@ -758,12 +825,14 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
         rt_debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
     ipc.conn = NULL;
     atomic_store(&ipc.connected, 0);
+    atomic_store(&ipc.region_evictions, 0); /* no daemon writes them any more */
     atomic_store(&ipc.linked, 0);
     (void)pthread_mutex_lock(&ipc.sym_lock); /* a waiting writer resolves locally now */
     if (ipc.sym)
         sym_finish(ipc.sym, -ENOTCONN);
     (void)pthread_mutex_unlock(&ipc.sym_lock);
     (void)uv_timer_stop(&ipc.update_retry);
+    (void)uv_timer_stop(&ipc.update_hold);
     /* The wake handle stays open until rt_ipc_stop() (the thread idles in its loop
      * meanwhile): closing it here would race with a uv_async_send from the exit path. */
     if (atomic_load(&ipc.exiting))
@@ -827,6 +896,7 @@ static void send_hello(void)
     h.start_epoch_ms = (uint64_t)rt.start_epoch_ms;
     region_fd = rt_region_fd();
     h.chunk_region = region_fd >= 0;
+    h.region_evictions = region_fd >= 0; /* rt_ipc_tick() reads them from that region */
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     /* The region's descriptor goes with the first frame; on a full socket it stays home
@@ -890,6 +960,9 @@ static int start_now(void)
     ipc.poll_id = 0;
     ipc.poll_standing = false;
     ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
+    ipc.update_hold_ns = 0;
+    ipc.hold_since_ns = 0;
+    ipc.sent_unreleased_bytes = 0; /* a new daemon knows nothing of ours yet */
     atomic_store(&ipc.exiting, 0);
     /* libuv's signal pipes are recorded (pipe2 in preload.c), and none of the loop's
      * descriptors takes 0, 1 or 2. */
@@ -906,6 +979,7 @@ static int start_now(void)
         return r;
     }
     (void)uv_timer_init(&ipc.loop, &ipc.update_retry); /* cannot fail: no descriptor */
+    (void)uv_timer_init(&ipc.loop, &ipc.update_hold);
     ipc.loop_ready = true;
     /* Connect here, before the thread runs the loop: a Unix-socket connect completes at
      * once, and a process that ends a moment after starting still has its connection. */

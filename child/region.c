@@ -331,6 +331,14 @@ int rt_region_fd(void)
     return fd;
 }
 
+uint64_t rt_region_eviction_ns(void)
+{
+    /* No lock: the region is freed only in a forked child, before its sampler runs. */
+    struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+
+    return region ? buf_region_eviction_ns(region) : 0;
+}
+
 bool rt_region_active(void)
 {
     return __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE) != NULL;

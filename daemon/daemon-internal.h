@@ -21,6 +21,7 @@
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
 
+struct buf_region_header;
 struct gather;
 struct prof_symbols;
 
@@ -55,10 +56,17 @@ struct conn {
     bool piece_last;
     struct fleet_groups_proc *groups; /* borrowed from d->groups until the connection ends */
     int region_fd;                    /* the child's chunk region (memfd, sealed), -1 if none */
-    bool final_update;                /* its manager said goodbye: its chunks are gone */
-    uint32_t groups_refused;          /* GroupStats refused (logged up to a few) */
-    bool in_pid_map;                  /* linked in d->by_pid (from its Hello to its close) */
-    struct conn *pid_next;            /* chain in d->by_pid */
+    /* The header page of that region, mapped shared and writable when the child reads its
+     * evictions there (Hello's region_evictions), else NULL: destroy requests are messages.
+     * Owned: unmapped when the connection ends. */
+    struct buf_region_header *evict_page;
+    uint64_t evict_ns;         /* the eviction point last stored in evict_page */
+    uint64_t destroy_requests; /* DestroyReleasedChunksAtOrBefore sent to it */
+    uint64_t region_evictions; /* eviction points stored in its region instead */
+    bool final_update;         /* its manager said goodbye: its chunks are gone */
+    uint32_t groups_refused;   /* GroupStats refused (logged up to a few) */
+    bool in_pid_map;           /* linked in d->by_pid (from its Hello to its close) */
+    struct conn *pid_next;     /* chain in d->by_pid */
     struct conn *next;
 };
 
@@ -141,8 +149,14 @@ void daemon__exit_profiles_free(struct daemon *d);
 /* recover.c */
 /* Hello came with a descriptor: keeps it as c's chunk region if it is one the daemon can
  * read safely (a memfd sealed against shrinking, of a sane size), else logs why not and
- * closes it. */
-void daemon__region_accept(struct conn *c, int fd);
+ * closes it. With evictions (the child reads them from its region), also maps the region's
+ * header page for them (c->evict_page) when its header is a region's. */
+void daemon__region_accept(struct conn *c, int fd, bool evictions);
+/* Asks c to destroy its released chunks done at or before done_ns through its region, when
+ * it reads evictions there: true if done (no message to send), false otherwise. */
+bool daemon__region_evict(struct conn *c, uint64_t done_ns);
+/* Unmaps c's eviction page and closes its region (idempotent). */
+void daemon__region_release(struct conn *c);
 /* c ended with neither a final update nor an exit profile: its profile from its region, in
  * *ret_json (malloc'd, the caller's) and *ret_len. Writes what happened into how (for the
  * gathering log); 0 when recovered. */

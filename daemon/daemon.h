@@ -27,6 +27,9 @@ enum daemon_log_level {
 /* Receives every event worth a line: the embedder decides where lines go. */
 typedef void (*daemon_log_fn)(void *userdata, enum daemon_log_level level, const char *message);
 
+#define DAEMON_UPDATE_HOLD_OFF UINT64_MAX
+#define DAEMON_UPDATE_HOLD_NS  (200ull * 1000 * 1000) /* the default; bench-daemon sized it */
+
 struct daemon_options {
     const char *socket_path;      /* required */
     uint64_t global_limit_bytes;  /* default 256 MiB */
@@ -35,8 +38,12 @@ struct daemon_options {
     uint64_t interval_ns;         /* default 1 ms */
     uint64_t child_timeout_ns;    /* gathering: default 1 s */
     int stackwalk;                /* Fleetprof__StackwalkMode; 0 = the child's default */
-    bool allow_any_uid;           /* tests only: skip the peer uid check */
-    daemon_log_fn log;            /* may be NULL */
+    /* How long a child under a standing poll may hold an update that lists fewer than 2
+     * newly released chunks (Welcome's update_hold_ns): default 200 ms;
+     * DAEMON_UPDATE_HOLD_OFF = every change at once. */
+    uint64_t update_hold_ns;
+    bool allow_any_uid; /* tests only: skip the peer uid check */
+    daemon_log_fn log;  /* may be NULL */
     void *log_userdata;
 };
 
@@ -94,6 +101,7 @@ struct daemon_stats {
     uint64_t dropped_children; /* disconnected for misbehaving */
     uint64_t updates;          /* chunk-manager updates handled */
     uint64_t destroy_requests; /* DestroyReleasedChunksAtOrBefore sent */
+    uint64_t region_evictions; /* eviction points written into children's chunk regions */
     uint64_t unreleased_bytes;
     uint64_t released_bytes;
     uint64_t global_limit_bytes;

@@ -153,12 +153,16 @@ static void send_destroys(struct daemon *d, const struct ctl_actions *a)
         owner = daemon__child_by_pid(d, a->destroy[i].owner);
         if (!owner)
             continue; /* gone: its chunks already left the controller */
+        if (daemon__region_evict(owner, a->destroy[i].done_ns))
+            continue;
         msg.id = ++d->next_id;
         msg.done_ns = a->destroy[i].done_ns;
         env.msg_case = FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE;
         env.destroy_released_chunks_at_or_before = &msg;
-        if (daemon__send(owner, &env) == 0)
+        if (daemon__send(owner, &env) == 0) {
+            owner->destroy_requests++;
             d->stats.destroy_requests++;
+        }
     }
 }
 

@@ -37,6 +37,8 @@ static void usage(FILE *out)
             "  --process-limit SIZE   buffer limit of each process (default 64M)\n"
             "  --interval MS          sampling interval in milliseconds (default 1)\n"
             "  --child-timeout S      gathering: give up on a child silent this long (default 1)\n"
+            "  --update-hold MS       a child may hold an update listing under 2 new chunks\n"
+            "                         this long, for fewer, bigger ones (default 200; 0 = off)\n"
             "  --stackwalk MODE       fp, dwarf or copy (default: each child's own)\n"
             "  --foreground           stay attached to the terminal (default: detach)\n"
             "  --log-level LEVEL      error, warning, info or debug (default info)\n"
@@ -91,6 +93,7 @@ int main(int argc, char **argv)
             {"process-limit", required_argument, NULL, 'p'},
             {"interval", required_argument, NULL, 'i'},
             {"child-timeout", required_argument, NULL, 't'},
+            {"update-hold", required_argument, NULL, 'u'},
             {"stackwalk", required_argument, NULL, 'w'},
             {"foreground", no_argument, NULL, 'f'},
             {"log-level", required_argument, NULL, 'l'},
@@ -124,6 +127,12 @@ int main(int argc, char **argv)
         case 't':
             if (parse_duration(optarg, 1e9, 10000000, 600000000000ull, &opt.child_timeout_ns) < 0)
                 return bad_value("--child-timeout", optarg, "seconds from 0.01 to 600");
+            break;
+        case 'u':
+            if (parse_duration(optarg, 1e6, 0, 10000000000ull, &opt.update_hold_ns) < 0)
+                return bad_value("--update-hold", optarg, "milliseconds from 0 to 10000");
+            if (!opt.update_hold_ns)
+                opt.update_hold_ns = DAEMON_UPDATE_HOLD_OFF;
             break;
         case 'w':
             if (!strcmp(optarg, "fp"))

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -513,7 +514,41 @@ out:
 
 /* ---- a connected child's region ------------------------------------------------------ */
 
-void daemon__region_accept(struct conn *c, int fd)
+/* Maps the header page of c's region for evictions. The file cannot shrink (sealed, checked
+ * by the caller) and fstat said it holds the page, so the mapping never faults; the child
+ * can still scribble on the page, which only changes what it reads back itself. */
+static void map_eviction_page(struct conn *c, const struct stat *st)
+{
+    struct buf_region_header h;
+    const char *why = NULL;
+    void *page = MAP_FAILED;
+
+    if ((uint64_t)st->st_size < BUF_REGION_PAGE_BYTES)
+        why = "shorter than its header page";
+    else
+        page = mmap(NULL, BUF_REGION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, c->region_fd,
+                    0);
+    if (!why && page == MAP_FAILED)
+        why = strerror(errno); /* e.g. sealed against writes */
+    if (!why) {
+        memcpy(&h, page, sizeof(h));
+        if (buf_region_header_check(&h, (uint64_t)st->st_size) < 0)
+            why = "its header is not a chunk region's";
+    }
+    if (why) {
+        daemon__log(c->d, DAEMON_LOG_INFO,
+                    "child %d (%s): evictions go by message, not through its region: %s",
+                    (int)c->pid, c->name, why);
+        if (page != MAP_FAILED)
+            (void)munmap(page, BUF_REGION_PAGE_BYTES);
+        return;
+    }
+    c->evict_page = page;
+    /* Whatever the page says now is the child's business: ours starts from nothing. */
+    c->evict_ns = 0;
+}
+
+void daemon__region_accept(struct conn *c, int fd, bool evictions)
 {
     struct daemon *d = c->d;
     const char *why = NULL;
@@ -538,6 +573,36 @@ void daemon__region_accept(struct conn *c, int fd)
         return;
     }
     c->region_fd = fd;
+    if (evictions)
+        map_eviction_page(c, &st);
+}
+
+bool daemon__region_evict(struct conn *c, uint64_t done_ns)
+{
+    if (!c->evict_page)
+        return false;
+    /* No message and no wake-up: the child's sampler reads the point on its next tick. Per
+     * owner the controller's points only grow; kept so whatever it says, as the child
+     * ignores a point that goes backwards. */
+    if (done_ns > c->evict_ns) {
+        c->evict_ns = done_ns;
+        buf_region_header_store_eviction(c->evict_page, done_ns);
+    }
+    c->region_evictions++;
+    c->d->stats.region_evictions++;
+    return true;
+}
+
+void daemon__region_release(struct conn *c)
+{
+    if (c->evict_page) {
+        (void)munmap(c->evict_page, BUF_REGION_PAGE_BYTES);
+        c->evict_page = NULL;
+    }
+    if (c->region_fd >= 0) {
+        (void)close(c->region_fd);
+        c->region_fd = -1;
+    }
 }
 
 /* Whether pid is dead or dying. A connection also ends in a process that lives on: one that

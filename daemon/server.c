@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,10 +60,7 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
         daemon__departure_add(d, c, how);
         daemon__exit_profile_add(d, c, recovered, recovered_len);
     }
-    if (c->region_fd >= 0) {
-        (void)close(c->region_fd);
-        c->region_fd = -1;
-    }
+    daemon__region_release(c);
     if (c->exit_len)
         daemon__log(d, DAEMON_LOG_WARNING,
                     "exit profile of child %d (%s) dropped: the process ended after sending "
@@ -72,13 +70,21 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
     fleet_groups_leave(d->groups, c->groups); /* its totals stay in the fleet's */
     c->groups = NULL;
     if (c->kind == CONN_CHILD) {
+        char evictions[96];
+
         ctl_remove(d->ctl, c->pid, daemon__now_ns());
         d->stats.children--;
+        /* How the global limit reached it: a user (and a test) can tell a child served
+         * through its region from one served by messages. */
+        (void)snprintf(evictions, sizeof(evictions),
+                       "evictions: %" PRIu64 " through its region, %" PRIu64 " by message",
+                       c->region_evictions, c->destroy_requests);
         if (error < 0 && !d->closing)
-            daemon__log(d, DAEMON_LOG_WARNING, "child %d (%s) disconnected: %s", (int)c->pid,
-                        c->name, reason ? reason : strerror(-error));
+            daemon__log(d, DAEMON_LOG_WARNING, "child %d (%s) disconnected: %s; %s", (int)c->pid,
+                        c->name, reason ? reason : strerror(-error), evictions);
         else
-            daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) left", (int)c->pid, c->name);
+            daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) left; %s", (int)c->pid, c->name,
+                        evictions);
     } else if (error < 0 && c->kind != CONN_DEAD && !d->closing) {
         daemon__log(d, DAEMON_LOG_WARNING, "connection from pid %d dropped: %s", (int)c->peer.pid,
                     reason ? reason : strerror(-error));
@@ -143,7 +149,7 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
         int fd = ipc_conn_take_received_fd(c->ipc);
 
         if (fd >= 0)
-            daemon__region_accept(c, fd);
+            daemon__region_accept(c, fd, h->region_evictions);
         else if (h->chunk_region)
             daemon__log(d, DAEMON_LOG_INFO,
                         "child %d (%s) meant to share its chunk region, none arrived: it will "
@@ -167,6 +173,8 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     w.stackwalk = (Fleetprof__StackwalkMode)d->opt.stackwalk;
     w.clock = &clock;
     w.start = true;
+    w.region_evictions = c->evict_page != NULL;
+    w.update_hold_ns = d->opt.update_hold_ns == DAEMON_UPDATE_HOLD_OFF ? 0 : d->opt.update_hold_ns;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_WELCOME;
     env.welcome = &w;
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s, parent %d) connected", (int)c->pid, c->name,
@@ -342,6 +350,8 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
         it->last_update_age_ms =
                 (now - (s.last_update_ns ? s.last_update_ns : k->connect_ns)) / 1000000u;
         it->state = k->state;
+        it->destroy_requests = k->destroy_requests;
+        it->region_evictions = k->region_evictions;
         ptrs[n++] = it;
     }
     ctl_get_totals(d->ctl, &t);
@@ -350,6 +360,7 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     totals.children = (uint32_t)n;
     totals.evicted_chunks = t.evicted_chunks;
     totals.destroy_requests = d->stats.destroy_requests;
+    totals.region_evictions = d->stats.region_evictions;
     totals.dropped_children = d->stats.dropped_children;
     totals.rejected_updates = t.rejected_updates;
     totals.exit_profiles = (uint32_t)d->stats.exit_profiles;
@@ -589,6 +600,8 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
         d->opt.interval_ns = 1000000;
     if (!d->opt.child_timeout_ns)
         d->opt.child_timeout_ns = 1000000000;
+    if (!d->opt.update_hold_ns)
+        d->opt.update_hold_ns = DAEMON_UPDATE_HOLD_NS;
     if (d->opt.chunk_bytes < (64u << 10) || d->opt.chunk_bytes > d->opt.process_limit_bytes) {
         free(d);
         return -EINVAL;

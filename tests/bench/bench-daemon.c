@@ -9,9 +9,15 @@
  * under it, without a new poll, but not while the daemon has not read the previous update
  * (then it waits, folded, and a timer backing off from 1 to 64 ms looks again), as the
  * runtime does, where a destroy request's change waits for the next update instead of
- * making one. --old-child makes the simulators children that do not know standing polls:
- * each poll answered once, and the daemon polls again after each update (the protocol
- * before standing polls). The manager releases one 256 KiB chunk every period (100 ms,
+ * making one. Like the runtime, each simulator makes a chunk region (a sealed memfd with a
+ * region header, buffer/region.h), sends it with Hello saying it reads evictions there, and
+ * when the Welcome agrees applies the eviction point the daemon stores in the region's
+ * header; the runtime reads it on every sampler tick, a simulator when it releases a chunk
+ * and on the tick that reports a change (1000 simulators ticking at 1 kHz would starve the
+ * daemon), so its evicted chunks may linger up to one period. --old-child makes the
+ * simulators children that do not know standing polls nor regions: each poll answered once,
+ * the daemon polls again after each update and sends destroy requests (the protocol before
+ * both). The manager releases one 256 KiB chunk every period (100 ms,
  * phases spread over the fleet) with strictly increasing CLOCK_MONOTONIC done times, keeps
  * one chunk unreleased, obeys DestroyReleasedChunksAtOrBefore and its local limit, and,
  * like the real runtime, reports a change on the next 1 ms sampler tick.
@@ -23,8 +29,10 @@
  * controller's log is full). For context: the children's update -> poll latency, the time
  * the daemon was runnable but waiting for a CPU (a busy machine inflates every figure), and
  * the daemon's own view (StatusRequest). The fleet's memory as the simulators hold it is
- * checked against design invariant 1 (printed, not asserted). Never asserts on time; exits
- * non-zero only when the setup fails or the daemon dies.
+ * checked against design invariant 1 (printed, not asserted), and again as the runtime would
+ * hold it, each region's eviction point applied at once (the parent maps each simulator's
+ * region header through /proc/PID/fd and counts its released chunks past the point). Never asserts
+ * on time; exits non-zero only when the setup fails or the daemon dies.
  *
  * Then the same with a fleet of 1000 children (--large N; 0 skips it) at the same per-child
  * rate: the daemon's CPU share with a fleet that size (daemon.cpu_pct_1000_children). The
@@ -37,8 +45,12 @@
  * Messages per update, both ways, and the daemon's read and write system calls per update
  * (/proc/PID/io syscr, syscw) show what the protocol costs the daemon's kernel side.
  *
+ * Under a standing poll the daemon's Welcome lets a child hold an update until it lists 2
+ * newly released chunks or its hold (fleetprofd --update-hold, passed on; default 200 ms)
+ * ran out, and the simulators hold theirs as the runtime does.
+ *
  * Usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] [--period-ms MS]
- *                     [--old-child]
+ *                     [--old-child] [--update-hold MS]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +71,7 @@
 
 #include <uv.h>
 
+#include "buffer/region.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -84,6 +97,7 @@
 #define RTT_BUCKETS         24 /* update -> next poll, log2 microseconds: up to 8 s */
 #define RETRY_MIN_MS        1  /* child/ipc.c UPDATE_RETRY_MIN_MS, UPDATE_RETRY_MAX_MS */
 #define RETRY_MAX_MS        64
+#define HOLD_CHUNKS         2 /* child/ipc.c UPDATE_HOLD_CHUNKS */
 
 /* ---- shared between the parent and the simulators (MAP_SHARED, lock-free atomics) ------- */
 
@@ -108,9 +122,17 @@ struct sim_slot {
     _Atomic uint64_t destroys;         /* DestroyReleasedChunksAtOrBefore received */
     _Atomic uint64_t destroyed_chunks; /* chunks those requests destroyed */
     _Atomic uint64_t stale_destroys;   /* requests that destroyed nothing */
+    _Atomic uint64_t region_evictions; /* eviction points read from the region and applied */
+    _Atomic uint64_t region_destroyed; /* chunks those points destroyed */
     _Atomic uint64_t local_destroyed;  /* chunks destroyed by the local limit */
     _Atomic uint64_t released_chunks;
-    _Atomic uint64_t held_bytes;            /* unreleased + released, as simulated */
+    _Atomic uint64_t held_bytes; /* unreleased + released, as simulated */
+    /* The released chunks' done times (a copy of the simulator's ring, oldest at ring_head)
+     * and its region's descriptor number: the parent reads the region's eviction point
+     * and counts what a runtime, which applies it within a tick, would still hold. */
+    _Atomic uint64_t ring[RING_CAP];
+    _Atomic uint64_t ring_head, ring_count;
+    _Atomic int region_fd;                  /* -1: none */
     _Atomic uint64_t connect_retries;       /* -EAGAIN/-ECONNREFUSED from connect */
     _Atomic uint64_t unexpected;            /* messages a child does not expect */
     _Atomic uint64_t rtt_hist[RTT_BUCKETS]; /* update sent -> next poll, bucket log2(us) */
@@ -148,18 +170,25 @@ static struct {
     uv_timer_t period_timer; /* releases a chunk each period */
     uv_timer_t tick_timer;   /* one-shot: the sampler tick that reports a change */
     uv_timer_t retry_timer;  /* a held-back update looks again (standing poll) */
+    uv_timer_t hold_timer;   /* a held update's time is up (Welcome's update_hold_ns) */
     struct ipc_conn *conn;
+    struct buf_region *region;  /* our chunk region: only its header is used */
+    bool region_evictions;      /* the Welcome said the daemon writes evictions there */
+    uint64_t region_evicted_ns; /* the last eviction point applied */
     struct sim_shared *shared;
     struct sim_slot *slot;
-    uint64_t poll_id;        /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
-    bool poll_standing;      /* poll_id stays outstanding once answered */
-    uint64_t retry_ms;       /* the next wait of retry_timer */
-    bool dirty;              /* the manager changed since the last update sent */
-    bool in_flight;          /* an update was sent and no poll followed yet */
-    uint64_t sent_ns;        /* when it was sent */
-    bool tick_armed;         /* tick_timer runs */
-    bool stopping;           /* Final sent */
-    uint64_t ring[RING_CAP]; /* released chunks' done times, oldest first */
+    uint64_t poll_id;               /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
+    bool poll_standing;             /* poll_id stays outstanding once answered */
+    uint64_t retry_ms;              /* the next wait of retry_timer */
+    uint64_t hold_ns;               /* Welcome's update_hold_ns, 0 = none */
+    uint64_t hold_since_ns;         /* the held update's first change, 0 = none */
+    uint64_t sent_unreleased_bytes; /* in the last update sent */
+    bool dirty;                     /* the manager changed since the last update sent */
+    bool in_flight;                 /* an update was sent and no poll followed yet */
+    uint64_t sent_ns;               /* when it was sent */
+    bool tick_armed;                /* tick_timer runs */
+    bool stopping;                  /* Final sent */
+    uint64_t ring[RING_CAP];        /* released chunks' done times, oldest first */
     size_t head, count;
     size_t unreported; /* the newest `unreported` chunks were not sent yet */
     uint64_t last_done_ns;
@@ -170,6 +199,8 @@ static struct {
 
 static void sim_publish(void)
 {
+    atomic_store(&sim.slot->ring_head, sim.head);
+    atomic_store(&sim.slot->ring_count, sim.count);
     atomic_store(&sim.slot->held_bytes, sim.unreleased_bytes + sim.count * CHUNK_BYTES);
 }
 
@@ -183,6 +214,39 @@ static void sim_destroy_oldest(void)
         sim.unreported = sim.count;
     if (done > sim.destroyed_through_ns)
         sim.destroyed_through_ns = done;
+}
+
+/* Destroys the released chunks done at or before at; returns how many. */
+static uint64_t sim_destroy_at_or_before(uint64_t at)
+{
+    uint64_t n = 0;
+
+    while (sim.count && sim.ring[sim.head] <= at) {
+        sim_destroy_oldest();
+        n++;
+    }
+    if (n)
+        sim_publish();
+    return n;
+}
+
+/* As child/ipc.c apply_region_eviction(): a point that moved, not backwards nor in the
+ * future, destroys; its change waits for the next update (a standing poll). */
+static void sim_apply_region_eviction(void)
+{
+    uint64_t at, n;
+
+    if (!sim.region_evictions)
+        return;
+    at = buf_region_eviction_ns(sim.region);
+    if (at <= sim.region_evicted_ns || at > now_ns())
+        return;
+    sim.region_evicted_ns = at;
+    atomic_fetch_add(&sim.slot->region_evictions, 1);
+    n = sim_destroy_at_or_before(at);
+    atomic_fetch_add(&sim.slot->region_destroyed, n);
+    if (n)
+        sim.dirty = true;
 }
 
 static int sim_send(const Fleetprof__Envelope *env)
@@ -216,6 +280,28 @@ static bool sim_daemon_caught_up(void)
     return false;
 }
 
+/* As child/ipc.c hold_update(): under a standing poll, an update listing fewer than
+ * HOLD_CHUNKS new chunks waits, at most hold_ns after the first change it holds, unless it
+ * tells of unreleased memory the daemon has not heard of. */
+static bool sim_hold_update(void)
+{
+    uint64_t now, held;
+
+    if (!sim.poll_standing || !sim.hold_ns || sim.unreported >= HOLD_CHUNKS ||
+        sim.unreleased_bytes > sim.sent_unreleased_bytes)
+        return false;
+    now = now_ns();
+    if (!sim.hold_since_ns)
+        sim.hold_since_ns = now;
+    held = now - sim.hold_since_ns;
+    if (held >= sim.hold_ns)
+        return false;
+    if (!uv_is_active((uv_handle_t *)&sim.hold_timer))
+        (void)uv_timer_start(&sim.hold_timer, sim_on_retry, (sim.hold_ns - held + 999999) / 1000000,
+                             0);
+    return true;
+}
+
 /* Answers the outstanding poll with the manager's state, like child/ipc.c flush_update(). */
 static void sim_send_update(void)
 {
@@ -226,7 +312,7 @@ static void sim_send_update(void)
 
     if (!sim.poll_id || !sim.conn || sim.stopping || !sim.dirty)
         return;
-    if (sim.poll_standing && !sim_daemon_caught_up())
+    if ((sim.poll_standing && !sim_daemon_caught_up()) || sim_hold_update())
         return;
     for (size_t i = 0; i < sim.unreported; i++) {
         size_t at = (sim.head + sim.count - sim.unreported + i) % RING_CAP;
@@ -253,6 +339,8 @@ static void sim_send_update(void)
         sim.dirty = false;
         sim.unreported = 0;
         sim.retry_ms = RETRY_MIN_MS;
+        sim.hold_since_ns = 0;
+        sim.sent_unreleased_bytes = sim.unreleased_bytes;
         atomic_fetch_add(&sim.slot->sent, 1);
         if (sim.poll_standing) { /* no next poll to wait for: handled once read */
             atomic_fetch_add(&sim.slot->answered, 1);
@@ -268,6 +356,7 @@ static void sim_on_tick(uv_timer_t *t)
 {
     (void)t;
     sim.tick_armed = false;
+    sim_apply_region_eviction();
     sim_send_update();
 }
 
@@ -289,6 +378,8 @@ static void sim_close_timers(void)
         uv_close((uv_handle_t *)&sim.tick_timer, NULL);
     if (!uv_is_closing((uv_handle_t *)&sim.retry_timer))
         uv_close((uv_handle_t *)&sim.retry_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&sim.hold_timer))
+        uv_close((uv_handle_t *)&sim.hold_timer, NULL);
 }
 
 static void sim_on_period(uv_timer_t *t)
@@ -312,6 +403,7 @@ static void sim_on_period(uv_timer_t *t)
         sim_close_timers();
         return;
     }
+    sim_apply_region_eviction();
     done = now_ns();
     if (done <= sim.last_done_ns)
         done = sim.last_done_ns + 1;
@@ -327,6 +419,7 @@ static void sim_on_period(uv_timer_t *t)
         atomic_fetch_add(&sim.slot->local_destroyed, 1);
     }
     sim.ring[(sim.head + sim.count) % RING_CAP] = done;
+    atomic_store(&sim.slot->ring[(sim.head + sim.count) % RING_CAP], done);
     sim.count++;
     sim.unreported++;
     atomic_fetch_add(&sim.slot->released_chunks, 1);
@@ -356,6 +449,8 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
             sim.process_limit_bytes = env->welcome->process_limit_bytes;
         if (env->welcome->chunk_bytes != CHUNK_BYTES)
             atomic_fetch_add(&sim.slot->unexpected, 1);
+        sim.region_evictions = env->welcome->region_evictions && sim.region;
+        sim.hold_ns = sim.shared->old_child ? 0 : env->welcome->update_hold_ns;
         atomic_store(&sim.slot->state, SIM_WELCOMED);
         break;
     case FLEETPROF__ENVELOPE__MSG_REFUSE:
@@ -388,16 +483,11 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
         sim_send_update(); /* the real child flushes a pending update at once */
         break;
     case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE: {
-        uint64_t at = env->destroy_released_chunks_at_or_before->done_ns, n = 0;
+        uint64_t n = sim_destroy_at_or_before(env->destroy_released_chunks_at_or_before->done_ns);
 
-        while (sim.count && sim.ring[sim.head] <= at) {
-            sim_destroy_oldest();
-            n++;
-        }
         atomic_fetch_add(&sim.slot->destroys, 1);
         atomic_fetch_add(&sim.slot->destroyed_chunks, n);
         if (n) {
-            sim_publish();
             /* As child/ipc.c: under a standing poll the change waits for the next update. */
             if (sim.poll_standing)
                 sim.dirty = true;
@@ -460,9 +550,15 @@ static void sim_send_hello(void)
     h.argv = &argv0;
     h.start_ns = now_ns();
     h.start_epoch_ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
+    /* As child/ipc.c send_hello(): the region goes with the first frame. */
+    h.chunk_region = sim.region != NULL;
+    h.region_evictions = sim.region != NULL;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
-    (void)sim_send(&env);
+    if (sim.region && ipc_conn_send_with_fd(sim.conn, &env, buf_region_fd(sim.region)) >= 0)
+        atomic_fetch_add(&sim.slot->frames_out, 1);
+    else if (!sim.region)
+        (void)sim_send(&env);
 }
 
 static int sim_main(struct sim_shared *shared, int index, int children, unsigned period_ms)
@@ -482,7 +578,12 @@ static int sim_main(struct sim_shared *shared, int index, int children, unsigned
     (void)uv_timer_init(&sim.loop, &sim.period_timer);
     (void)uv_timer_init(&sim.loop, &sim.tick_timer);
     (void)uv_timer_init(&sim.loop, &sim.retry_timer);
+    (void)uv_timer_init(&sim.loop, &sim.hold_timer);
     sim.retry_ms = RETRY_MIN_MS;
+    /* An old child predates regions; a failure leaves this one without, as the runtime. */
+    if (!shared->old_child && buf_region_new((uint32_t)CHUNK_BYTES, NULL, &sim.region) < 0)
+        sim.region = NULL;
+    atomic_store(&sim.slot->region_fd, sim.region ? buf_region_fd(sim.region) : -1);
     for (int i = 0; i < CONNECT_RETRIES; i++) {
         r = ipc_conn_connect(&sim.loop, path, NULL, &cbs, NULL, &sim.conn);
         if (r != -EAGAIN && r != -ECONNREFUSED)
@@ -512,6 +613,7 @@ static volatile pid_t daemon_pid; /* 0 once reaped */
 static pid_t *child_pids;         /* 0 once reaped */
 static int child_count;
 static char tmp_dir[64], sock_path[128], log_path[128];
+static const char *update_hold_ms; /* --update-hold, passed on to fleetprofd; NULL = its default */
 
 /* Kills and reaps whatever is left; async-signal-safe, so it also serves the signal handler. */
 static void cleanup(void)
@@ -717,8 +819,12 @@ static int start_daemon(const char *exe)
             (void)dup2(fd, STDOUT_FILENO);
             (void)dup2(fd, STDERR_FILENO);
         }
-        execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
-              "--log-level", "info", (char *)NULL);
+        if (update_hold_ms)
+            execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
+                  "--log-level", "info", "--update-hold", update_hold_ms, (char *)NULL);
+        else
+            execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
+                  "--log-level", "info", (char *)NULL);
         (void)fprintf(stderr, "bench-daemon: cannot run %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
@@ -829,6 +935,7 @@ static int query_status(struct status_query *q)
 
 struct fleet_sum {
     uint64_t sent, answered, destroys, destroyed_chunks, stale_destroys, local_destroyed;
+    uint64_t region_evictions, region_destroyed;
     uint64_t polls, held, frames_in, frames_out;
     uint64_t released_chunks, held_bytes, connect_retries, unexpected;
     uint64_t rtt_hist[RTT_BUCKETS], rtt_max_ns;
@@ -851,6 +958,8 @@ static void fleet_sum(const struct sim_shared *sh, int n, struct fleet_sum *s)
         s->destroys += atomic_load(&k->destroys);
         s->destroyed_chunks += atomic_load(&k->destroyed_chunks);
         s->stale_destroys += atomic_load(&k->stale_destroys);
+        s->region_evictions += atomic_load(&k->region_evictions);
+        s->region_destroyed += atomic_load(&k->region_destroyed);
         s->local_destroyed += atomic_load(&k->local_destroyed);
         s->released_chunks += atomic_load(&k->released_chunks);
         s->held_bytes += atomic_load(&k->held_bytes);
@@ -922,7 +1031,52 @@ static void take_snap(const struct sim_shared *sh, struct snap *s)
 struct held_max {
     uint64_t bytes;
     double at_s;
+    uint64_t applied_bytes; /* the same, had every eviction point been applied at once */
 };
+
+/* Each simulator's region header page, mapped read-only through /proc/PID/fd (NULL until
+ * mapped, MAP_FAILED when it cannot be): its eviction point. */
+static const uint8_t **evict_pages;
+
+/* What simulator i would hold had it applied its region's eviction point at once, as the
+ * runtime does within a tick: its held bytes less its released chunks at or before the
+ * point. Racy reads of a live simulator's ring: a sample, not an account. */
+static uint64_t held_if_applied(const struct sim_shared *sh, int i)
+{
+    const struct sim_slot *k = &sh->slot[i];
+    uint64_t held = atomic_load(&k->held_bytes), head, count, at, gone = 0;
+    int fd = atomic_load(&k->region_fd);
+
+    if (!evict_pages[i] && fd >= 0 && child_pids[i] > 0) {
+        char path[64];
+        int own;
+
+        (void)snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)child_pids[i], fd);
+        own = open(path, O_RDONLY | O_CLOEXEC);
+        evict_pages[i] = own < 0 ? MAP_FAILED
+                                 : mmap(NULL, BUF_REGION_PAGE_BYTES, PROT_READ, MAP_SHARED, own, 0);
+        if (own >= 0)
+            (void)close(own);
+    }
+    if (!evict_pages[i] || evict_pages[i] == MAP_FAILED)
+        return held;
+    at = __atomic_load_n((const uint64_t *)(evict_pages[i] + BUF_REGION_EVICT_OFFSET),
+                         __ATOMIC_ACQUIRE);
+    head = atomic_load(&k->ring_head);
+    count = atomic_load(&k->ring_count);
+    /* Oldest first: count the prefix done at or before the point (binary search). */
+    for (uint64_t lo = 0, hi = count < RING_CAP ? count : RING_CAP; lo < hi;) {
+        uint64_t mid = (lo + hi) / 2;
+
+        if (atomic_load(&k->ring[(head + mid) % RING_CAP]) <= at) {
+            gone = mid + 1;
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return gone * CHUNK_BYTES < held ? held - gone * CHUNK_BYTES : 0;
+}
 
 /* Samples the fleet's simulated memory for ms milliseconds into *m. */
 static void watch_fleet(const struct sim_shared *sh, unsigned ms, double t_fleet,
@@ -932,11 +1086,17 @@ static void watch_fleet(const struct sim_shared *sh, unsigned ms, double t_fleet
     struct fleet_sum f;
 
     while (mono_s() < end) {
+        uint64_t applied = 0;
+
         fleet_sum(sh, child_count, &f);
         if (f.held_bytes > m->bytes) {
             m->bytes = f.held_bytes;
             m->at_s = mono_s() - t_fleet;
         }
+        for (int i = 0; i < child_count; i++)
+            applied += held_if_applied(sh, i);
+        if (applied > m->applied_bytes)
+            m->applied_bytes = applied;
         sleep_ms(SAMPLE_MS);
     }
 }
@@ -1023,7 +1183,7 @@ static void summarize_daemon_log(void)
 static void usage(void)
 {
     (void)fprintf(stderr, "usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] "
-                          "[--period-ms MS] [--old-child]\n");
+                          "[--period-ms MS] [--old-child] [--update-hold MS]\n");
 }
 
 /* Descriptors: the daemon holds one per child, and inherits our limit. Raises the soft
@@ -1063,7 +1223,7 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
     double updates_per_s[WINDOWS], rss_kb[WINDOWS], fleet_pct[WINDOWS], wait_pct[WINDOWS];
     uint64_t rss0_kb, rss_after_kb, bound;
     struct rss_split split0, split1;
-    struct held_max warm_max = {0, 0}, steady_max = {0, 0};
+    struct held_max warm_max = {0, 0, 0}, steady_max = {0, 0, 0};
     struct fleet_sum f;
     struct status_query q;
     double t_connect, t0, t_fleet;
@@ -1085,9 +1245,10 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
     (void)setenv("BENCH_DAEMON_SOCKET", sock_path, 1);
 
     child_pids = calloc((size_t)children, sizeof(*child_pids));
+    evict_pages = calloc((size_t)children, sizeof(*evict_pages));
     shared_bytes = sizeof(*shared) + (size_t)children * sizeof(shared->slot[0]);
     shared = mmap(NULL, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (!child_pids || shared == MAP_FAILED) {
+    if (!child_pids || !evict_pages || shared == MAP_FAILED) {
         (void)fprintf(stderr, "bench-daemon: out of memory\n");
         (void)rmdir(tmp_dir);
         return 1;
@@ -1249,7 +1410,9 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
         bound = GLOBAL_LIMIT_BYTES + 2 * CHUNK_BYTES * (uint64_t)children;
         printf("\n%d simulated children (%s), one 256 KiB chunk each per %u ms, --global-limit "
                "256M; %d windows of %.1f s after %.1f s of warm-up\n",
-               children, shared->old_child ? "old children: a poll per update" : "standing poll",
+               children,
+               shared->old_child ? "old children: a poll per update, destroy messages"
+                                 : "standing poll, evictions through the region",
                period_ms, WINDOWS, WINDOW_MS / 1000.0, WARMUP_MS / 1000.0);
         printf("%-44s %12s %12s %12s %10s\n", "daemon benchmark", "median", "min", "max", "unit");
         printf("%-44s %12.2f %12.2f %12.2f %10s\n", "daemon CPU per update (/proc stat)", us_med,
@@ -1283,12 +1446,19 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
                    (double)(b->f.polls - a->f.polls) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "  of which destroy requests",
                    (double)(b->f.destroys - a->f.destroys) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "eviction points read from regions",
+                   (double)(b->f.region_evictions - a->f.region_evictions) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "daemon read syscalls per update (syscr)",
                    (double)(b->syscr - a->syscr) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "daemon write syscalls per update (syscw)",
                    (double)(b->syscw - a->syscw) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "chunks released per update",
                    (double)(b->f.released_chunks - a->f.released_chunks) / u, "", "", "1");
+            if (b->f.released_chunks > a->f.released_chunks && b->sched_ns)
+                printf("%-44s %12.2f %12s %12s %10s\n", "daemon CPU per released chunk (schedstat)",
+                       (double)(b->sched_ns - a->sched_ns) / 1e3 /
+                               (double)(b->f.released_chunks - a->f.released_chunks),
+                       "", "", "us");
             printf("%-44s %12.3f %12s %12s %10s\n", "updates held back (daemon behind) per update",
                    (double)(b->f.held - a->f.held) / u, "", "", "1");
         }
@@ -1307,6 +1477,11 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
                (unsigned long long)f.released_chunks, (unsigned long long)f.destroys,
                (double)(b->f.destroys - a->f.destroys) / dt, (unsigned long long)f.stale_destroys,
                (unsigned long long)f.destroyed_chunks, (unsigned long long)f.local_destroyed);
+        printf("evictions through the regions: %llu points applied (%.0f/s in the window), "
+               "%llu chunks destroyed by them\n",
+               (unsigned long long)f.region_evictions,
+               (double)(b->f.region_evictions - a->f.region_evictions) / dt,
+               (unsigned long long)f.region_destroyed);
         printf("daemon RSS: %llu kB with 0 children, %.0f kB with %d at the end of the window, "
                "%llu kB after they left => %.1f kB per child\n",
                (unsigned long long)rss0_kb, rss_end, connected, (unsigned long long)rss_after_kb,
@@ -1324,6 +1499,17 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
                steady_max.bytes <= bound && warm_max.bytes <= bound
                        ? "ok"
                        : "EXCEEDED (design invariant 1)");
+        /* The simulators apply a region's eviction point when they next wake (a release or
+         * an update, up to a period later); the runtime applies it within a tick. */
+        if (!shared->old_child)
+            printf("fleet memory with each region's eviction point applied at once (as the "
+                   "runtime, within a tick): max %.1f MiB in the window, %.1f MiB in the "
+                   "warm-up: %s\n",
+                   (double)steady_max.applied_bytes / (1 << 20),
+                   (double)warm_max.applied_bytes / (1 << 20),
+                   steady_max.applied_bytes <= bound && warm_max.applied_bytes <= bound
+                           ? "ok"
+                           : "EXCEEDED (design invariant 1)");
         if (q.got)
             printf("daemon status: %u children, unreleased %.1f MiB + released %.1f MiB = %.1f "
                    "MiB of %.0f MiB limit; oldest last update %llu ms ago, %u children "
@@ -1375,6 +1561,12 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
     /* Ready for another fleet: nothing of this one is left. */
     cleanup();
     tmp_dir[0] = '\0';
+    for (int i = 0; i < children; i++) {
+        if (evict_pages[i] && evict_pages[i] != MAP_FAILED)
+            (void)munmap((void *)evict_pages[i], BUF_REGION_PAGE_BYTES);
+    }
+    free(evict_pages);
+    evict_pages = NULL;
     free(child_pids);
     child_pids = NULL;
     child_count = 0;
@@ -1398,6 +1590,8 @@ int main(int argc, char **argv)
             period_ms = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--old-child")) {
             old_child = true;
+        } else if (!strcmp(argv[i], "--update-hold") && i + 1 < argc) {
+            update_hold_ms = argv[++i];
         } else if (argv[i][0] != '-') {
             exe = argv[i];
         } else {

@@ -1,9 +1,12 @@
 /* Fuzz target: a shared chunk region (its description, crash record and chunks) as the daemon or
  * `fleetprof recover` reads what a dead (or hostile) child left (buf_region_read_each). Every block
  * handed to the callback must lie inside the input, which the callback checks by reading it whole.
+ * Also the check the daemon makes of a live child's header page before it writes evictions
+ * there (buf_region_header_check): it must agree with the readers' own header check.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "block-walk.h"
 #include "buffer/region.h"
@@ -18,6 +21,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *meta;
     size_t meta_len;
 
+    if (size >= sizeof(struct buf_region_header)) {
+        struct buf_region_header h, h2;
+
+        memcpy(&h, data, sizeof(h));
+        if ((buf_region_header_check(&h, size) == 0) !=
+            (buf_region_read_header(data, size, &h2) == 0))
+            abort();
+    }
     if (buf_region_read_meta(data, size, &meta, &meta_len) == 0 &&
         (meta < data || meta_len > size || meta + meta_len > data + size))
         abort();

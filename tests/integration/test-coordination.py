@@ -7,11 +7,14 @@ data) from the outside, and that misbehaving peers never take the daemon down.
 Usage: test-coordination.py BUILD_DIR   (TAP output)
 """
 import errno
+import fcntl
 import json
+import mmap
 import os
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -90,7 +93,9 @@ def test_sixteen_children_stay_under_the_global_limit(tmp):
             near += total > limit / 2
             time.sleep(0.05)
         final = d.status()
-        assert final["evicted_chunks"] > 0 and final["destroy_requests"] > 0, final
+        # Real children read their evictions from their chunk regions: no destroy messages.
+        assert final["evicted_chunks"] > 0 and final["region_evictions"] > 0, final
+        assert final["destroy_requests"] == 0, final
         # The bound was checked where it matters, often: not a number of polls expected
         # from the run's 20 s (each poll starts `fleetprof status`, slow on a busy machine).
         assert near >= 10, \
@@ -452,6 +457,23 @@ def frames_in(buf):
         buf = buf[i + n:]
 
 
+def frames_now(sock, buf):
+    """The frames the socket holds now (read without waiting), after the partial frame buf;
+    returns them and the bytes of a frame still incomplete."""
+    out = []
+    sock.setblocking(False)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                break
+            got, buf = frames_in(buf + data)
+            out += got
+    except BlockingIOError:
+        pass
+    return out, buf
+
+
 class FakeDaemon:
     """A listening socket that plays the daemon for one real profiled process, frame by frame."""
 
@@ -462,7 +484,7 @@ class FakeDaemon:
         self.srv.listen(4)
         self.buf, self.frames, self.conn = b"", [], None
 
-    def start_child(self, tmp, seconds, rate):
+    def start_child(self, tmp, seconds, rate, welcome_extra=()):
         env = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=self.path,
                    FLEETPROF_OUTPUT=os.path.join(tmp, "p-%p.json"), FLEETPROF_CHUNK_KB="64",
                    FLEETPROF_BUFFER_MB="64")
@@ -474,7 +496,7 @@ class FakeDaemon:
         clock = field(1, time.monotonic_ns()) + field(2, int(time.time() * 1000))
         self.conn.sendall(frame(WELCOME, field(1, 1), field(2, 1), field(3, 1000000),
                                 field(4, 64 * MiB), field(5, CHUNK), field(9, clock),
-                                field(10, 1)))
+                                field(10, 1), *welcome_extra))
         return p
 
     def _take(self, data):
@@ -502,15 +524,8 @@ class FakeDaemon:
 
     def take_unread_updates(self):
         """The updates written and not read yet (all the socket holds), taken."""
-        self.conn.setblocking(False)
-        try:
-            while True:
-                data = self.conn.recv(65536)
-                if not data:
-                    break
-                self._take(data)
-        except BlockingIOError:
-            pass
+        got, self.buf = frames_now(self.conn, self.buf)
+        self.frames += got
         updates = [f for f in self.frames if f[0] == UPDATE]
         self.frames = []
         return updates
@@ -548,6 +563,31 @@ def test_standing_poll_folds_while_daemon_lags(tmp):
         assert done == sorted(done) and len(set(done)) == len(done), done
         released = sum(parse_fields(c)[2][0] for c in chunks)
         assert u[1].get(3, [0]) == [released], (u[1].get(3), released)
+    finally:
+        fd.close()
+        rc = p.wait(timeout=60)
+    assert rc == 0, rc
+
+
+def test_held_updates_list_two_chunks(tmp):
+    """A Welcome with update_hold_ns (field 12): under the standing poll the child holds an
+    update until it lists 2 newly released chunks (the hold, 10 s here, never runs out),
+    except the first, which tells of its buffer's unreleased chunks: memory the daemon has
+    not heard of never waits."""
+    fd = FakeDaemon(tmp, "hold")
+    p = fd.start_child(tmp, 6, 60000, welcome_extra=[field(12, 10 * 1000 * 1000 * 1000)])
+    try:
+        fd.conn.sendall(frame(AWAIT, field(1, 7), field(2, 1)))
+        listed = []
+        for i in range(5):
+            u = fd.next_update()
+            assert u is not None, f"only {i} updates came under the standing poll"
+            assert u[1][1] == [7] and u[1].get(7) == [1], u
+            listed.append((len(u[1].get(5, [])), u[1].get(2, [0])[0]))
+        assert listed[0][1] > 0, f"the first update tells of no unreleased memory: {listed}"
+        later = [n for n, _ in listed if n]
+        assert len(later) >= 3 and all(n >= 2 for n in later), \
+            f"updates listed {listed} (new chunks, unreleased bytes)"
     finally:
         fd.close()
         rc = p.wait(timeout=60)
@@ -633,6 +673,193 @@ def test_standing_poll_destroy_waits_for_next_update(tmp):
     assert rc == 0, rc
 
 
+REGION_MAGIC, EVICT_OFFSET, PAGE = 0x47525046, 80, 4096
+
+
+def region_memfd(valid=True):
+    """A chunk region as the runtime makes one (buffer/region.h): a memfd sealed against
+    shrinking whose first page holds a region header (all zeros when not valid)."""
+    fd = os.memfd_create("fake-region", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    os.ftruncate(fd, PAGE)
+    if valid:
+        # magic, version, header_bytes, slot_bytes, chunk_bytes, pid, created_ns, meta_bytes,
+        # meta_len[2], reserved, meta_seq, meta_hash[2], exec_ns, evict_ns: 88 bytes.
+        os.pwrite(fd, struct.pack("<IIIIIiQIIIIQQQQQ", REGION_MAGIC, 1, PAGE, 17 * PAGE, CHUNK,
+                                  os.getpid(), time.monotonic_ns(), 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                  0)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    return fd
+
+
+class FakeChild:
+    """This process, playing a child frame by frame: Hello (with a region and the
+    region_evictions field when asked), then chunk-manager updates under the daemon's poll."""
+
+    def __init__(self, d, region_fd=None, evictions=False):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.connect(d.sock)
+        self.buf, self.frames = b"", []
+        fields = [field(1, 1), field(2, 1), field(3, os.getpid()), field(5, "fake")]
+        if region_fd is not None:
+            fields.append(field(9, 1))
+        if evictions:
+            fields.append(field(10, 1))
+        msg = frame(HELLO, *fields)
+        if region_fd is not None:
+            socket.send_fds(self.s, [msg], [region_fd])
+        else:
+            self.s.sendall(msg)
+        self.welcome = self.next_of(WELCOME)
+        self.poll = self.next_of(AWAIT)[1][0]
+
+    def next_of(self, kind, timeout=10):
+        self.s.settimeout(timeout)
+        while True:
+            for i, f in enumerate(self.frames):
+                if f[0] == kind:
+                    return self.frames.pop(i)[1]
+            data = self.s.recv(65536)
+            assert data, f"the daemon closed the connection waiting for frame {kind}"
+            got, self.buf = frames_in(self.buf + data)
+            self.frames += got
+
+    def received(self):
+        """Every frame the daemon sent so far (what the socket holds now), taken."""
+        got, self.buf = frames_now(self.s, self.buf)
+        self.frames += got
+        out, self.frames = self.frames, []
+        return out
+
+    def release(self, done_times):
+        """One update under the standing poll: one unreleased chunk, done_times released."""
+        chunks = [field(5, field(1, t) + field(2, CHUNK)) for t in done_times]
+        self.s.sendall(frame(UPDATE, field(1, self.poll), field(2, CHUNK),
+                             field(3, CHUNK * len(done_times)), field(4, done_times[0]),
+                             *chunks, field(7, 1)))
+
+
+def fake_child_over_the_limit(tmp, region_fd, evictions):
+    """A daemon with a 1 MiB budget, and a fake child with one 64 KiB chunk unreleased that
+    releases 24: the 9 oldest are evicted (25 chunks down to the 16 that fit in 1 MiB).
+    Returns (status of the child once the daemon applied it, Welcome, frames sent, the
+    newest evicted done time, daemon log)."""
+    d = Daemon(tmp, "--global-limit", "1M", "--process-limit", "8M")
+    try:
+        c = FakeChild(d, region_fd, evictions)
+        base = time.monotonic_ns() - 10 * 1000 * 1000 * 1000
+        done = [base + i * 1000 for i in range(24)]
+        c.release(done)
+        deadline = time.monotonic() + 10
+        while True:
+            kids = [k for k in d.status()["children"] if k["pid"] == os.getpid()]
+            assert kids, f"dropped: {d.log()[-2000:]}"
+            if kids[0]["released_bytes"] < 24 * CHUNK:
+                break
+            assert time.monotonic() < deadline, kids
+            time.sleep(0.05)
+        # The update was applied and its evictions carried out before the status was made:
+        # any destroy message is in the socket by now.
+        sent = c.received()
+        c.s.close()
+        return kids[0], c.welcome, sent, done[25 - MiB // CHUNK - 1], d
+    except BaseException:
+        d.stop()
+        raise
+
+
+def test_evictions_through_the_region_of_a_child_that_reads_them(tmp):
+    fd = region_memfd()
+    page = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ)
+    kid, welcome, sent, newest_evicted, d = fake_child_over_the_limit(tmp, fd, True)
+    try:
+        assert welcome.get(11) == [1], f"the Welcome does not say region_evictions: {welcome}"
+        assert not [f for f in sent if f[0] == DESTROY], f"destroy messages sent: {sent}"
+        assert kid["destroy_requests"] == 0 and kid["region_evictions"] > 0, kid
+        (point,) = struct.unpack_from("<Q", page, EVICT_OFFSET)
+        assert point == newest_evicted, (point, newest_evicted)
+        # Everything else of the header page is as the child wrote it.
+        assert struct.unpack_from("<I", page, 0)[0] == REGION_MAGIC
+        assert page[88:PAGE] == bytes(PAGE - 88)
+    finally:
+        d.stop()
+        page.close()
+        os.close(fd)
+    assert "0 by message" in d.log(), d.log()[-2000:]
+
+
+def test_old_children_and_unusable_regions_get_destroy_messages(tmp):
+    for i, (name, fd, evictions) in enumerate((
+            ("an old child with a region", region_memfd(), False),
+            ("an old child without one", None, False),
+            ("a region that is not one", region_memfd(valid=False), True),
+            ("no region at all", None, True))):
+        sub = os.path.join(tmp, str(i))  # the socket's path has a length limit
+        os.mkdir(sub)
+        kid, welcome, sent, newest_evicted, d = fake_child_over_the_limit(sub, fd, evictions)
+        d.stop()
+        destroys = [f[1] for f in sent if f[0] == DESTROY]
+        assert welcome.get(11) is None, f"{name}: region_evictions in the Welcome: {welcome}"
+        assert destroys, f"{name}: no destroy message: {sent}"
+        assert max(m[2][0] for m in destroys) == newest_evicted, (name, destroys)
+        assert kid["region_evictions"] == 0 and kid["destroy_requests"] == len(destroys), kid
+        if fd is not None:
+            assert os.pread(fd, 8, EVICT_OFFSET) == bytes(8), f"{name}: the region was written"
+            os.close(fd)
+        if evictions and fd is not None:
+            assert "evictions go by message" in d.log(), d.log()[-2000:]
+
+
+def test_real_children_read_their_evictions_from_their_regions(tmp):
+    """Real children over a small budget: the limit holds (invariant 1) with no destroy
+    message at all, each child's evictions went through its region (the daemon's log says
+    so as it leaves), and each kept only its newest data."""
+    limit, n = 4 * MiB, 4
+    # Each child's own limit (64 MiB) is far above what it writes in 6 s: only the daemon's
+    # evictions can make it lose its oldest markers.
+    d = Daemon(tmp, "--global-limit", "4M", "--process-limit", "64M")
+    procs = []
+    try:
+        procs = [flood(d, tmp, 6, 30000, FLEETPROF_BUFFER_MB=64) for _ in range(n)]
+        wait_children(d, n)
+        while any(p.poll() is None for p in procs):
+            st = d.status()
+            total = st["unreleased_bytes"] + st["released_bytes"]
+            bound = limit + 2 * CHUNK * len(st["children"])
+            assert total <= bound, f"fleet holds {total} bytes > {bound} (invariant 1)"
+            for k in st["children"]:
+                assert k["destroy_requests"] == 0, k
+            time.sleep(0.1)
+        st = d.status()
+        assert st["region_evictions"] > 0 and st["destroy_requests"] == 0, st
+        for p in procs:
+            out, _ = p.communicate(timeout=30)
+            assert p.returncode == 0
+            written = int(out.split(":")[1])
+            _, kept = surviving_markers(os.path.join(tmp, f"p-{p.pid}.json"))
+            seqs = [q for q, _ in kept]
+            assert seqs and seqs == list(range(seqs[0], written)), (p.pid, seqs[:3], written)
+            assert seqs[0] > 0, f"child {p.pid} lost nothing: no eviction reached it"
+        # Each child's departure says how the limit reached it ("left" or, for one that
+        # closed while the daemon wrote to it, "disconnected").
+        deadline = time.monotonic() + 10
+        while True:
+            lines = {p.pid: [ln for ln in d.log().splitlines()
+                             if f"child {p.pid} (" in ln and "; evictions: " in ln]
+                     for p in procs}
+            if all(lines.values()):
+                break
+            assert time.monotonic() < deadline, d.log()[-3000:]
+            time.sleep(0.05)
+        for pid, (ln,) in lines.items():
+            assert ln.endswith(" through its region, 0 by message"), ln
+            assert "; evictions: 0 through" not in ln, ln
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        d.stop()
+
+
 taplib.run([
     test_sixteen_children_stay_under_the_global_limit,
     test_eviction_takes_the_globally_oldest,
@@ -640,8 +867,12 @@ taplib.run([
     test_long_poll_answered_while_main_thread_is_paused,
     test_standing_poll_folds_while_daemon_lags,
     test_one_shot_poll_is_answered_once,
+    test_held_updates_list_two_chunks,
     test_standing_poll_destroy_waits_for_next_update,
     test_daemon_polls_once_or_per_update,
+    test_evictions_through_the_region_of_a_child_that_reads_them,
+    test_old_children_and_unusable_regions_get_destroy_messages,
+    test_real_children_read_their_evictions_from_their_regions,
     test_socket_permissions_and_other_uid_refused,
     test_shutdown_stops_children_and_removes_socket,
     test_forked_workers_connect_on_their_own,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -154,6 +155,39 @@ static void test_memfd_is_sealed_against_shrinking(void **state)
     assert_int_equal(ftruncate(fd, 0), -1);
     assert_int_equal(errno, EPERM);
     assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    region = buf_region_free(region);
+}
+
+/* The daemon's side maps the header page of the owner's descriptor on its own and stores the
+ * eviction point there; the owner's load sees it through its own mapping. */
+static void test_eviction_point_crosses_mappings(void **state)
+{
+    struct buf_region_header copy;
+    struct buf_region *region;
+    struct stat st;
+    void *page;
+
+    (void)state;
+    assert_int_equal(buf_region_new(CHUNK, NULL, &region), 0);
+    assert_int_equal(buf_region_eviction_ns(region), 0);
+    assert_int_equal(fstat(buf_region_fd(region), &st), 0);
+    page = mmap(NULL, BUF_REGION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
+                buf_region_fd(region), 0);
+    assert_true(page != MAP_FAILED);
+    memcpy(&copy, page, sizeof(copy));
+    assert_int_equal(buf_region_header_check(&copy, (uint64_t)st.st_size), 0);
+    assert_int_equal(copy.evict_ns, 0);
+    buf_region_header_store_eviction(page, 12345);
+    assert_int_equal(buf_region_eviction_ns(region), 12345);
+    buf_region_header_store_eviction(page, 99999);
+    assert_int_equal(buf_region_eviction_ns(region), 99999);
+    /* The field is where the format says, in the zero area of the header page. */
+    assert_int_equal(*(uint64_t *)((uint8_t *)page + BUF_REGION_EVICT_OFFSET), 99999);
+    /* A file too short for its header, or a header that is not a region's, is refused. */
+    assert_int_equal(buf_region_header_check(&copy, BUF_REGION_PAGE_BYTES), -EBADMSG);
+    copy.magic ^= 1;
+    assert_int_equal(buf_region_header_check(&copy, (uint64_t)st.st_size), -EBADMSG);
+    assert_int_equal(munmap(page, BUF_REGION_PAGE_BYTES), 0);
     region = buf_region_free(region);
 }
 
@@ -317,6 +351,7 @@ int main(void)
             cmocka_unit_test(test_destroyed_chunks_give_pages_back),
             cmocka_unit_test(test_limit_pressure_reuses_slots),
             cmocka_unit_test(test_memfd_is_sealed_against_shrinking),
+            cmocka_unit_test(test_eviction_point_crosses_mappings),
             cmocka_unit_test(test_file_region),
             cmocka_unit_test(test_sizes_must_match),
             cmocka_unit_test(test_description_is_read_whole),

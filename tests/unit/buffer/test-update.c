@@ -177,6 +177,38 @@ static void test_property_associative(void **state)
     }
 }
 
+/* Peeking tells what the slot holds (to decide whether it is worth sending) and leaves it. */
+static void test_slot_peek_leaves_the_update(void **state)
+{
+    struct buf_released_chunk l1[] = {{10, 100}};
+    struct buf_released_chunk l2[] = {{30, 200}};
+    struct buf_update u1 = change(1, 100, 10, l1, 1), u2 = change(2, 300, 10, l2, 1);
+    struct buf_update final_update = {.kind = BUF_UPDATE_FINAL}, taken;
+    struct buf_update_slot slot;
+    uint64_t unreleased = 99;
+    size_t n = 99;
+
+    (void)state;
+    assert_int_equal(buf_update_slot_init(&slot), 0);
+    assert_int_equal(buf_update_slot_peek(&slot, &n, &unreleased), BUF_UPDATE_NONE);
+    assert_int_equal(n, 0);
+    buf_update_slot_fold(&slot, &u1);
+    assert_int_equal(buf_update_slot_peek(&slot, &n, &unreleased), BUF_UPDATE_CHANGE);
+    assert_int_equal(n, 1);
+    buf_update_slot_fold(&slot, &u2);
+    assert_int_equal(buf_update_slot_peek(&slot, &n, &unreleased), BUF_UPDATE_CHANGE);
+    assert_int_equal(n, 2);
+    assert_int_equal(unreleased, 2);
+    assert_int_equal(buf_update_slot_take(&slot, &taken), 1);
+    assert_int_equal(taken.newly_released_count, 2);
+    buf_update_done(&taken);
+    assert_int_equal(buf_update_slot_peek(&slot, &n, &unreleased), BUF_UPDATE_NONE);
+    buf_update_slot_fold(&slot, &final_update);
+    assert_int_equal(buf_update_slot_peek(&slot, &n, &unreleased), BUF_UPDATE_FINAL);
+    assert_int_equal(n, 0);
+    buf_update_slot_done(&slot);
+}
+
 /* A writer thread folds updates into a slot while a reader takes them; the reader's own
  * fold of what it took equals the fold of everything written. */
 struct slot_arg {
@@ -232,6 +264,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_fold_rules),
             cmocka_unit_test(test_property_associative),
+            cmocka_unit_test(test_slot_peek_leaves_the_update),
             cmocka_unit_test(test_slot_two_threads),
     };
     return cmocka_run_group_tests_name("buffer-update", tests, NULL, NULL);

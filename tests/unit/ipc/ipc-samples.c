@@ -17,6 +17,8 @@ static Fleetprof__Hello hello = {
         .argv = argv_,
         .start_ns = 123456789012345ull,
         .start_epoch_ms = 1700000000123ull,
+        .chunk_region = true,
+        .region_evictions = true,
 };
 
 static Fleetprof__ClockReference clock_ref = {
@@ -38,6 +40,8 @@ static Fleetprof__Welcome welcome = {
         .stackwalk = FLEETPROF__STACKWALK_MODE__STACKWALK_MODE_DWARF,
         .clock = &clock_ref,
         .start = 1,
+        .region_evictions = true,
+        .update_hold_ns = 200000000,
 };
 
 static Fleetprof__Refuse refuse = {
@@ -179,6 +183,8 @@ static Fleetprof__ChildStatus child_b = {
         .chunks = 1,
         .last_update_age_ms = 3,
         .state = FLEETPROF__CHILD_STATE__CHILD_STATE_GATHERING,
+        .destroy_requests = 5,
+        .region_evictions = 6,
 };
 static Fleetprof__ChildStatus *children[] = {&child_a, &child_b};
 static Fleetprof__StatusTotals totals = {
@@ -194,7 +200,8 @@ static Fleetprof__StatusTotals totals = {
         14,
         15,
         16,
-        17};
+        17,
+        18};
 static uint64_t durations_a[22] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
                                    12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
 static Fleetprof__GroupTotals group_a = {
