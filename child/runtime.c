@@ -32,6 +32,7 @@
 #include "child/ipc-start.h"
 #include "child/lifecycle.h"
 #include "child/profile/libs.h"
+#include "child/profile/runtime-log.h"
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool hooks_installed;
@@ -299,40 +300,44 @@ struct write_symbols {
     char log[1536];
 };
 
+/* The runtime's own numbers for profilingLog[pid].runtime (symbolization's are the writer's). */
+static void runtime_log_fill(struct prof_runtime_log *l, const struct buf_chunked_buffer_state *st)
+{
+    struct rt_handler_stats handler = rt_sampler_handler_stats();
+    uint64_t stopped_ns = 0;
+
+    *l = (struct prof_runtime_log){0};
+    l->pushed_blocks = st->pushed_blocks;
+    l->cleared_blocks = st->cleared_blocks;
+    l->failed_puts = st->failed_puts;
+    l->failed_bytes = st->failed_bytes;
+    l->unsafe_samples_in_loader = rt_stackwalk_unsafe_samples();
+    l->descriptors_taken = rt_fds_taken();
+    l->interval_ns = rt.cfg.interval_ns;
+    l->sampling_stopped = rt_sampler_stopped_reason(&stopped_ns);
+    l->sampling_stopped_at_us = l->sampling_stopped ? (stopped_ns - rt.start_ns) / 1000 : 0;
+    l->handler_captures = handler.captures;
+    l->handler_p50_ns = handler.p50_ns;
+    l->handler_p99_ns = handler.p99_ns;
+}
+
 static void format_runtime_log(struct write_symbols *ws)
 {
-    const struct buf_chunked_buffer_state *st = &ws->state;
     const struct rt_symbolizer *sym = &ws->sym;
     struct prof_symbols_stats local = rt_symbolizer_local_stats(sym);
-    char error[300];
-    size_t o = 0;
-    uint64_t stopped_ns = 0;
-    const char *stopped = rt_sampler_stopped_reason(&stopped_ns);
-    struct rt_handler_stats handler = rt_sampler_handler_stats();
+    struct prof_runtime_log l;
 
-    /* The error text as a JSON string body: drop what would need escaping. */
-    for (const char *p = sym->error; *p && o < sizeof(error) - 1; p++)
-        if ((unsigned char)*p >= 0x20 && *p != '"' && *p != '\\')
-            error[o++] = *p;
-    error[o] = '\0';
-    (void)snprintf(ws->log, sizeof(ws->log),
-                   "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
-                   ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
-                   ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"descriptorsTaken\":%" PRIu64
-                   ",\"intervalNs\":%" PRIu64 ",\"symbolModulesLoaded\":%" PRIu64
-                   ",\"symbolModulesNamesOnly\":%" PRIu64 ",\"symbolServiceBatches\":%" PRIu64
-                   ",\"symbolServiceFailures\":%" PRIu64 ",\"symbolServiceAddresses\":%" PRIu64
-                   ",\"symbolServiceUnresolved\":%" PRIu64 ",\"symbolModuleErrors\":%" PRIu64
-                   ",\"symbolizeUs\":%" PRIu64 ",\"symbolError\":\"%s\",\"samplingStopped\":\"%s\""
-                   ",\"samplingStoppedAtUs\":%" PRIu64 ",\"handlerCaptures\":%" PRIu64
-                   ",\"handlerP50Ns\":%" PRIu64 ",\"handlerP99Ns\":%" PRIu64 "}",
-                   st->pushed_blocks, st->cleared_blocks, st->failed_puts, st->failed_bytes,
-                   rt_stackwalk_unsafe_samples(), rt_fds_taken(), rt.cfg.interval_ns,
-                   local.modules_loaded, local.modules_names_only, sym->remote_batches,
-                   sym->remote_failures, sym->remote_addresses, sym->remote_unresolved,
-                   sym->module_errors, ws->symbolize_ns / 1000, error, stopped ? stopped : "",
-                   stopped ? (stopped_ns - rt.start_ns) / 1000 : 0, handler.captures,
-                   handler.p50_ns, handler.p99_ns);
+    runtime_log_fill(&l, &ws->state);
+    l.symbol_modules_loaded = local.modules_loaded;
+    l.symbol_modules_names_only = local.modules_names_only;
+    l.symbol_service_batches = sym->remote_batches;
+    l.symbol_service_failures = sym->remote_failures;
+    l.symbol_service_addresses = sym->remote_addresses;
+    l.symbol_service_unresolved = sym->remote_unresolved;
+    l.symbol_module_errors = sym->module_errors;
+    l.symbolize_us = ws->symbolize_ns / 1000;
+    l.symbol_error = sym->error;
+    prof_runtime_log_format(ws->log, sizeof(ws->log), &l);
 }
 
 static int resolve_and_log(void *userdata, const struct prof_frame_request *requests, size_t count,
