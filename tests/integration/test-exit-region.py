@@ -110,14 +110,14 @@ def test_short_child_exit_profile_is_built_by_the_daemon(tmp):
     d = Daemon(tmp)
     try:
         own = os.path.join(tmp, "own.json")
-        r = subprocess.run([WORKLOAD, "busy", "0.15"], env=env(d.sock, FLEETPROF_OUTPUT=own),
-                           capture_output=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        pid = None
-        for line in d.log().splitlines():
-            if "exit profile built from its chunk region" in line:
-                pid = int(line.split("child ")[1].split()[0])
-        assert pid, f"no exit profile built from a region:\n{d.log()[-3000:]}"
+        p = subprocess.Popen([WORKLOAD, "busy", "0.15"], env=env(d.sock, FLEETPROF_OUTPUT=own),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+        pid = p.pid
+        # The daemon reads the Final after the child is gone.
+        wait_until(lambda: f"child {pid} (workload) left" in d.log(), "the child's end")
+        assert f"child {pid} (workload): exit profile built from its chunk region" in d.log(), \
+            f"no exit profile built from a region:\n{d.log()[-3000:]}"
         doc = capture_doc(d, tmp)
         proc = process(doc, pid)
         assert proc["meta"]["fleetprof"].get("exit") is True, proc["meta"]["fleetprof"]
@@ -146,6 +146,7 @@ def test_a_large_exit_profile_is_still_sent_by_the_child(tmp):
         p = subprocess.Popen([WORKLOAD, "flood", "0.6", "100000"], env=env(d.sock),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert p.wait(timeout=60) == 0, p.stderr.read()
+        wait_until(lambda: f"child {p.pid} (workload) left" in d.log(), "the child's end")
         log = d.log()
         assert f"kept the exit profile of child {p.pid}" in log, log[-3000:]
         assert "exit profile built from its chunk region" not in log, log[-3000:]
@@ -333,9 +334,10 @@ def test_hostile_exit_regions_never_hurt_the_daemon(tmp):
         wait_until(lambda: f"child {pid} (hostile) left its exit profile in a chunk region the "
                    "daemon did not offer to read" in d.log(), "the unoffered claim in the log")
         assert d.alive(), d.log()[-2000:]
-        r = subprocess.run([WORKLOAD, "busy", "0.1"], env=env(d.sock), capture_output=True,
-                           timeout=60)
-        assert r.returncode == 0, r.stderr
+        p = subprocess.Popen([WORKLOAD, "busy", "0.1"], env=env(d.sock),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+        wait_until(lambda: f"child {p.pid} (workload) left" in d.log(), "the child's end")
         doc = capture_doc(d, tmp)
         assert d.alive(), d.log()[-2000:]
         built = [p for p in pc.all_processes(doc) if runtime_log(p).get("builtFromRegion")]
