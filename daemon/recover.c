@@ -729,9 +729,13 @@ int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **re
 #define EXIT_REGION_MAX_BYTES (512u << 10)
 
 #define EXIT_REGION_MAX_SLOTS 16u /* slots in use: 64 KiB of buffer spans at most 2 */
+/* The compact copy at most (16 slots of 4 MiB chunks); the daemon keeps its scratch buffer
+ * between builds only up to EXIT_IMAGE_KEPT_BYTES. */
+#define EXIT_IMAGE_MAX_BYTES  ((uint64_t)80 << 20)
+#define EXIT_IMAGE_KEPT_BYTES ((size_t)4 << 20)
 
-/* Reads len bytes at off into buf as far as the file has them (a short read leaves the rest
- * as it was: the region reader checks every byte it uses). */
+/* Reads len bytes at off into buf; what the file does not have reads as zeros (the scratch
+ * buffer must never show a previous child's bytes). */
 static void read_at(int fd, uint8_t *buf, size_t len, uint64_t off)
 {
     size_t done = 0;
@@ -742,9 +746,10 @@ static void read_at(int fd, uint8_t *buf, size_t len, uint64_t off)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return;
+            break;
         done += (size_t)n;
     }
+    memset(buf + done, 0, len - done);
 }
 
 /* The parts of a region in use, copied into a compact private image that the region reader
@@ -807,11 +812,13 @@ static int read_in_use(int fd, uint64_t limit, uint8_t **scratch, size_t *scratc
         n++;
     }
 
-    /* The compact layout: the description in its area, both areas as big as it is. */
+    /* The compact layout: the description in its area, both areas as big as it is. A slot
+     * is its chunk and a page or two of headers (buffer/region.c rounds it to pages); one
+     * that claims more would only make the scratch buffer big. */
     meta_room = (meta_len + 7u) & ~(uint64_t)7u;
     total = BUF_REGION_PAGE_BYTES + 2 * meta_room + (uint64_t)n * h.slot_bytes;
-    if (total > 2 * (EXIT_REGION_MAX_BYTES + (uint64_t)EXIT_REGION_MAX_SLOTS * h.slot_bytes) ||
-        total > SIZE_MAX)
+    if ((uint64_t)h.slot_bytes > (uint64_t)h.chunk_bytes + 2 * (uint64_t)sysconf(_SC_PAGESIZE) ||
+        total > EXIT_IMAGE_MAX_BYTES)
         return -E2BIG;
     if (total > *scratch_cap) {
         img = realloc(*scratch, (size_t)total);
@@ -872,6 +879,11 @@ int daemon__region_exit_profile(struct conn *c, char *how, size_t how_size, char
         symbolizer = prof_symbolizer_local(symbols);
         r = daemon__exit_image_build(c->region_fd, region_limit(d), &d->exit_image,
                                      &d->exit_image_cap, &symbolizer, w, &rec);
+    }
+    if (d->exit_image_cap > EXIT_IMAGE_KEPT_BYTES) { /* an unusual one: not kept */
+        free(d->exit_image);
+        d->exit_image = NULL;
+        d->exit_image_cap = 0;
     }
     if (r == 0)
         r = json_writer_finish(w);
