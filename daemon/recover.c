@@ -655,18 +655,51 @@ static bool process_gone(int32_t pid)
     return state == 'Z' || state == 'X' || (flags & 0x4u /* PF_EXITING */);
 }
 
+/* What to_json() builds a profile from: a dead child's whole copy (mem, len), or a
+ * short-lived child's region, its exit profile left there (fd, mem NULL). */
+struct region_build {
+    const uint8_t *mem;
+    size_t len;
+    int fd;
+};
+
+/* A profile built from a region with the fleet's symbol cache, as one JSON text in *ret_json
+ * (malloc'd, the caller's) and *ret_len. */
+static int to_json(struct daemon *d, const struct region_build *b, struct daemon_recovery *rec,
+                   char **ret_json, size_t *ret_len)
+{
+    struct prof_symbols *symbols = NULL;
+    struct prof_symbolizer symbolizer;
+    struct json_writer *w = NULL;
+    int r = daemon__symbols_cache(d, &symbols);
+
+    if (r == 0)
+        r = json_writer_new_memory(&w);
+    if (r == 0) {
+        symbolizer = prof_symbolizer_local(symbols);
+        r = b->mem ? daemon__recover_image(b->mem, b->len, "shared memory", &symbolizer, w, rec)
+                   : daemon__exit_image_build(b->fd, region_limit(d), &d->exit_image,
+                                              &d->exit_image_cap, &symbolizer, w, rec);
+    }
+    if (r == 0)
+        r = json_writer_finish(w);
+    if (r == 0)
+        r = json_writer_copy_to(w, ret_json);
+    if (r == 0)
+        *ret_len = json_writer_length(w);
+    json_writer_free(w);
+    return r;
+}
+
 int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
                            size_t *ret_len)
 {
     struct daemon *d = c->d;
     struct buf_region_header h;
     struct daemon_recovery rec;
-    struct prof_symbols *symbols = NULL;
-    struct prof_symbolizer symbolizer;
-    struct json_writer *w = NULL;
     char *json = NULL;
     uint8_t *mem = NULL;
-    size_t len = 0;
+    size_t len = 0, json_len = 0;
     int r;
 
     if (!process_gone(c->pid)) {
@@ -685,24 +718,13 @@ int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **re
         return -ECANCELED; /* it exec'd: the new image reports for it */
     }
     if (r == 0)
-        r = daemon__symbols_cache(d, &symbols);
-    if (r == 0)
-        r = json_writer_new_memory(&w);
-    if (r == 0) {
-        symbolizer = prof_symbolizer_local(symbols);
-        r = daemon__recover_image(mem, len, "shared memory", &symbolizer, w, &rec);
-    }
-    if (r == 0)
-        r = json_writer_finish(w);
-    if (r == 0)
-        r = json_writer_copy_to(w, &json);
+        r = to_json(d, &(struct region_build){mem, len, -1}, &rec, &json, &json_len);
     if (r < 0) {
         daemon__log(d, DAEMON_LOG_WARNING,
                     "child %d (%s) ended without a profile, and its chunks could not be read "
                     "back: %s",
                     (int)c->pid, c->name,
                     r == -EBADMSG ? "its region is not a chunk region" : strerror(-r));
-        json_writer_free(w);
         free(mem);
         return r;
     }
@@ -714,8 +736,7 @@ int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **re
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s): profile recovered from its chunks: %s",
                 (int)c->pid, c->name, how);
     *ret_json = json;
-    *ret_len = json_writer_length(w);
-    json_writer_free(w);
+    *ret_len = json_len;
     free(mem);
     return 0;
 }
@@ -864,31 +885,18 @@ int daemon__region_exit_profile(struct conn *c, char *how, size_t how_size, char
 {
     struct daemon *d = c->d;
     struct daemon_recovery rec;
-    struct prof_symbols *symbols = NULL;
-    struct prof_symbolizer symbolizer;
-    struct json_writer *w = NULL;
     char *json = NULL;
+    size_t json_len = 0;
     uint64_t start_ns = daemon__now_ns();
-    int r = c->region_fd >= 0 ? 0 : -ENOENT;
+    int r = -ENOENT;
 
-    if (r == 0)
-        r = daemon__symbols_cache(d, &symbols);
-    if (r == 0)
-        r = json_writer_new_memory(&w);
-    if (r == 0) {
-        symbolizer = prof_symbolizer_local(symbols);
-        r = daemon__exit_image_build(c->region_fd, region_limit(d), &d->exit_image,
-                                     &d->exit_image_cap, &symbolizer, w, &rec);
-    }
+    if (c->region_fd >= 0)
+        r = to_json(d, &(struct region_build){NULL, 0, c->region_fd}, &rec, &json, &json_len);
     if (d->exit_image_cap > EXIT_IMAGE_KEPT_BYTES) { /* an unusual one: not kept */
         free(d->exit_image);
         d->exit_image = NULL;
         d->exit_image_cap = 0;
     }
-    if (r == 0)
-        r = json_writer_finish(w);
-    if (r == 0)
-        r = json_writer_copy_to(w, &json);
     if (r < 0) {
         daemon__log(d, DAEMON_LOG_WARNING,
                     "child %d (%s) left its exit profile in its chunk region, and it could not "
@@ -899,7 +907,6 @@ int daemon__region_exit_profile(struct conn *c, char *how, size_t how_size, char
                     : r == -EBADMSG ? "its region is not a chunk region"
                     : r == -ENOENT  ? "the daemon does not hold its region"
                                     : strerror(-r));
-        json_writer_free(w);
         return r;
     }
     (void)snprintf(how, how_size,
@@ -910,7 +917,6 @@ int daemon__region_exit_profile(struct conn *c, char *how, size_t how_size, char
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s): exit profile built from its chunk region: %s",
                 (int)c->pid, c->name, how);
     *ret_json = json;
-    *ret_len = json_writer_length(w);
-    json_writer_free(w);
+    *ret_len = json_len;
     return 0;
 }

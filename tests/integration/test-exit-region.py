@@ -18,8 +18,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
-from daemon_helper import Daemon  # noqa: E402
-from wire import capture, field, frame, parse, read_varint  # noqa: E402
+from daemon_helper import Daemon, capture_doc, events, process, wait_until  # noqa: E402
+from wire import field, frame, split_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
@@ -39,33 +39,6 @@ def env(sock=None, **extra):
         e["FLEETPROF_SOCKET"] = sock
     e.update({k: str(v) for k, v in extra.items()})
     return e
-
-
-def wait_until(cond, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-def capture_doc(d, tmp, name="fleet.json"):
-    out = os.path.join(tmp, name)
-    result, error = capture(d.sock, out, timeout=120)
-    assert error is None, error
-    return pc.load_valid(out)
-
-
-def process(doc, pid):
-    for p in pc.all_processes(doc):
-        if p["meta"]["fleetprof"]["pid"] == pid:
-            return p
-    raise AssertionError(f"pid {pid} not in "
-                         f"{[p['meta']['fleetprof']['pid'] for p in pc.all_processes(doc)]}")
-
-
-def events(doc):
-    (log,) = doc["profileGatheringLog"].values()
-    return [e[1] for e in log["events"]]
 
 
 def runtime_log(proc):
@@ -201,13 +174,8 @@ class FakeDaemon:
                         fds += list(struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) // 4 * 4]))
                 if not data:
                     return
-                buf += data
-                while True:
-                    n, i = read_varint(buf, 0)
-                    if n is None or len(buf) - i < n:
-                        break
-                    body, buf = buf[i:i + n], buf[i + n:]
-                    num, msg = parse(body)
+                frames, buf = split_frames(buf + data)
+                for num, msg in frames:
                     self.frames.append((num, msg))
                     self.answer(conn, num, msg, fds)
         finally:
