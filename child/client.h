@@ -31,6 +31,12 @@ int rt_ipc_abandon(void);
  * on failure) to the IPC thread; rt_ipc_stop() then waits for it to leave before the Final
  * update. Returns 0 or -ENOMEM. */
 int rt_ipc_send_exit_profile(struct json_writer *w);
+/* Whether the daemon said (Welcome.exit_in_region) it holds our chunk region and builds our
+ * exit profile from it when we ask. */
+bool rt_ipc_exit_in_region_accepted(void);
+/* Our exit profile is in the region (its exit description published): the Final update
+ * that rt_ipc_stop() sends says so, and no profile is streamed. */
+void rt_ipc_exit_in_region(void);
 
 /* One batch of symbol requests that a profile writer hands to the IPC thread, which sends
  * it as a Symbolize and copies the Symbols reply (possibly in pieces) into it. The writer

@@ -321,6 +321,11 @@ int rt_region_make(void);
 void rt_region_tick(uint64_t now_ns);
 /* threads.c: a thread was registered or ended. */
 void rt_region_threads_changed(void);
+/* Publishes the description the daemon builds this process's exit profile from: the current
+ * one, plus its end (exit_ns, meta.shutdownTime) and log's runtime numbers. Only for a region
+ * the daemon holds (a memfd); -ENOENT without one, else 0 or a negative errno. */
+struct prof_runtime_log;
+int rt_region_describe_exit(uint64_t exit_ns, const struct prof_runtime_log *log);
 /* The program takes fd: true if it was the region's (which moved to another number). */
 bool rt_region_yield_fd(int fd);
 /* After the exit profile: the file goes if the profile was written, else it stays and

@@ -70,6 +70,8 @@ static struct {
     _Atomic int exiting;            /* send Final and close */
     _Atomic int start_pending;      /* rt_ipc_start() deferred the connection (ipc-start.h) */
     _Atomic int region_evictions;   /* the daemon writes its evictions into our region */
+    _Atomic int region_accepted;    /* Welcome.exit_in_region: the daemon builds it if asked */
+    _Atomic int exit_in_region;     /* the exit profile is in the region: the Final says so */
     uint64_t region_evicted_ns;     /* sampler only: the last eviction point applied */
     bool defer_start;               /* the next rt_ipc_start() defers: set after a fork */
     uint64_t poll_id;               /* IPC thread only: outstanding poll, 0 = none */
@@ -386,6 +388,7 @@ static void apply_welcome(const Fleetprof__Welcome *w)
     atomic_store(&ipc.region_evictions, w->region_evictions);
     /* Bounded: a hostile or confused daemon cannot make us sit on our updates for long. */
     ipc.update_hold_ns = w->update_hold_ns < 10000000000ull ? w->update_hold_ns : 10000000000ull;
+    atomic_store(&ipc.region_accepted, w->exit_in_region);
     atomic_store(&ipc.connected, 1);
     rt_debug("connected to the daemon at %s", ipc.socket_path);
 }
@@ -395,6 +398,16 @@ bool rt_ipc_connected(void)
     /* Not "welcomed": a process that lives a few milliseconds may end before the Welcome
      * arrives, and its exit profile is still wanted. */
     return atomic_load(&ipc.linked) && !atomic_load(&ipc.exiting);
+}
+
+bool rt_ipc_exit_in_region_accepted(void)
+{
+    return rt_ipc_connected() && atomic_load(&ipc.connected) && atomic_load(&ipc.region_accepted);
+}
+
+void rt_ipc_exit_in_region(void)
+{
+    atomic_store(&ipc.exit_in_region, 1);
 }
 
 /* A finished profile: its memory writer, and the spans of the writer's chunks that stream
@@ -847,6 +860,9 @@ static void send_final_and_close(void)
     send_group_stats(true); /* when no exit profile went (it carries them otherwise) */
     /* Our chunks die with us: the daemon forgets them now, not at EOF. */
     msg.final = true;
+    /* Sent after the exit description was published (rt_ipc_exit_in_region()): the daemon
+     * reads the region when this arrives. */
+    msg.exit_in_region = atomic_load(&ipc.exit_in_region) != 0;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
     env.chunk_manager_update = &msg;
     (void)send_env(&env);
@@ -897,6 +913,7 @@ static void send_hello(void)
     region_fd = rt_region_fd();
     h.chunk_region = region_fd >= 0;
     h.region_evictions = region_fd >= 0; /* rt_ipc_tick() reads them from that region */
+    h.exit_in_region = region_fd >= 0;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     /* The region's descriptor goes with the first frame; on a full socket it stays home
@@ -964,6 +981,8 @@ static int start_now(void)
     ipc.hold_since_ns = 0;
     ipc.sent_unreleased_bytes = 0; /* a new daemon knows nothing of ours yet */
     atomic_store(&ipc.exiting, 0);
+    atomic_store(&ipc.region_accepted, 0);
+    atomic_store(&ipc.exit_in_region, 0);
     /* libuv's signal pipes are recorded (pipe2 in preload.c), and none of the loop's
      * descriptors takes 0, 1 or 2. */
     rt_fds_capture(RT_FDS_CAPTURE);

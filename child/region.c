@@ -22,6 +22,7 @@
 
 #include "child/core.h"
 #include "child/profile/libs.h"
+#include "child/profile/runtime-log.h"
 #include "proto/fleetprof-protocol.h"
 
 /* A description is rewritten at most this often: a program that starts threads in a burst
@@ -72,10 +73,13 @@ static char *dup_or_empty(const char *s)
     return (char *)(s ? s : "");
 }
 
-/* Packs the current description into the region. reg.lock held. */
-static int describe_locked(void)
+/* Packs the current description into the region; with exit_ns, the one the daemon builds
+ * this process's exit profile from (with log: profilingLog's runtime numbers). reg.lock
+ * held. */
+static int describe_locked(uint64_t exit_ns, const struct prof_runtime_log *log)
 {
     Fleetprof__ProcessDescription d = FLEETPROF__PROCESS_DESCRIPTION__INIT;
+    Fleetprof__RuntimeStats runtime = FLEETPROF__RUNTIME_STATS__INIT;
     Fleetprof__ThreadDescription *threads = NULL, **thread_ptrs = NULL;
     Fleetprof__CounterDescription *counters = NULL, **counter_ptrs = NULL;
     Fleetprof__MarkerSchemaDescription *schemas = NULL, **schema_ptrs = NULL;
@@ -193,6 +197,23 @@ static int describe_locked(void)
     }
     d.modules = module_ptrs;
     d.n_modules = libs->count;
+    if (exit_ns) {
+        d.exit_ns = exit_ns;
+        runtime.pushed_blocks = log->pushed_blocks;
+        runtime.cleared_blocks = log->cleared_blocks;
+        runtime.failed_puts = log->failed_puts;
+        runtime.failed_bytes = log->failed_bytes;
+        runtime.unsafe_samples_in_loader = log->unsafe_samples_in_loader;
+        runtime.descriptors_taken = log->descriptors_taken;
+        runtime.sampling_stopped = dup_or_empty(log->sampling_stopped);
+        runtime.sampling_stopped_at_us = log->sampling_stopped_at_us;
+        runtime.handler_captures = log->handler_captures;
+        runtime.handler_p50_ns = log->handler_p50_ns;
+        runtime.handler_p99_ns = log->handler_p99_ns;
+        runtime.descriptor_checks = log->descriptor_checks;
+        runtime.descriptor_checks_skipped = log->descriptor_checks_skipped;
+        d.runtime = &runtime;
+    }
 
     packed = fleetprof__process_description__get_packed_size(&d);
     out = malloc(packed ? packed : 1);
@@ -313,12 +334,24 @@ void rt_region_tick(uint64_t now_ns)
          reg.described_counters != atomic_load(&rt.counter_count) ||
          reg.described_schemas != __atomic_load_n(&rt.schema_count, __ATOMIC_ACQUIRE) ||
          reg.described_threads != atomic_load(&threads_generation))) {
-        int r = describe_locked();
+        int r = describe_locked(0, NULL);
 
         if (r < 0)
             rt_debug("cannot describe the process in %s: %s", reg.path, strerror(-r));
     }
     (void)pthread_mutex_unlock(&reg.lock);
+}
+
+int rt_region_describe_exit(uint64_t exit_ns, const struct prof_runtime_log *log)
+{
+    int r = -ENOENT;
+
+    (void)pthread_mutex_lock(&reg.lock);
+    /* Only a memfd the daemon holds: a region file is removed once the profile is written. */
+    if (reg.region && !reg.path[0])
+        r = describe_locked(exit_ns, log);
+    (void)pthread_mutex_unlock(&reg.lock);
+    return r;
 }
 
 int rt_region_fd(void)

@@ -64,6 +64,8 @@ struct conn {
     uint64_t destroy_requests; /* DestroyReleasedChunksAtOrBefore sent to it */
     uint64_t region_evictions; /* eviction points stored in its region instead */
     bool final_update;         /* its manager said goodbye: its chunks are gone */
+    bool exit_in_region;       /* Welcome.exit_in_region: we build its exit profile from its
+                                * region when its Final asks */
     uint32_t groups_refused;   /* GroupStats refused (logged up to a few) */
     bool in_pid_map;           /* linked in d->by_pid (from its Hello to its close) */
     struct conn *pid_next;     /* chain in d->by_pid */
@@ -87,6 +89,7 @@ struct exit_profile {
     uint64_t receipt_ns; /* its identity in the controller (a daemon-owned chunk) */
     char *json;          /* owned */
     size_t len;
+    char built[160]; /* how the daemon built it from the child's region; "" = the child sent it */
     struct exit_profile *next;
 };
 
@@ -108,6 +111,8 @@ struct daemon {
     struct exit_profile *exit_profiles_last; /* the newest of that list, NULL when empty */
     struct gather *gather;                   /* the running capture, or NULL */
     struct prof_symbols *symbols;            /* the symbol service's cache; NULL until first used */
+    uint8_t *exit_image;                     /* owned scratch: a region's copy (recover.c) */
+    size_t exit_image_cap;                   /* its bytes */
     struct departure *departures;            /* children that ended without an exit profile */
     size_t departure_count;                  /* since the last capture, at most DEPARTURES_MAX */
     uint64_t departures_dropped;
@@ -138,8 +143,10 @@ bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, c
 /* A tool left: its capture goes on, the result is just not sent. */
 void daemon__gather_on_tool_gone(struct conn *c);
 void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req);
-/* Stores a complete exit profile (takes ownership of json). */
-void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len);
+/* Stores a complete exit profile (takes ownership of json); built: how the daemon built it
+ * from the child's region (for the gathering log), NULL when the child sent it. */
+void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len,
+                              const char *built);
 /* Remembers a child that ended without an exit profile. */
 void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered);
 /* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
@@ -162,9 +169,22 @@ void daemon__region_release(struct conn *c);
  * gathering log); 0 when recovered. */
 int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
                            size_t *ret_len);
+/* c's Final said its exit profile is in its region (ChunkManagerUpdate.exit_in_region): the
+ * profile built from it, in *ret_json (malloc'd, the caller's) and *ret_len; how says how it
+ * went (for the gathering log). 0, or a negative errno, logged here. */
+int daemon__region_exit_profile(struct conn *c, char *how, size_t how_size, char **ret_json,
+                                size_t *ret_len);
 struct json_writer;
 struct prof_symbolizer;
 struct daemon_recovery;
+/* Writes, as the next value of w, the exit profile a child left in its region file fd
+ * (hostile bytes: only the parts in use are copied, into *scratch, grown as needed to
+ * *scratch_cap bytes, the caller's to free; a region larger than limit is refused). 0,
+ * -ENODATA (no description of the process's end), -E2BIG (more than a short-lived child's
+ * profile), -EBADMSG (not a region), or another negative errno. */
+int daemon__exit_image_build(int fd, uint64_t limit, uint8_t **scratch, size_t *scratch_cap,
+                             const struct prof_symbolizer *symbolizer, struct json_writer *w,
+                             struct daemon_recovery *ret);
 /* Writes, as the next value of w, the process profile recovered from the region image
  * mem[0..len) (a private copy); how says where it came from ("chunk file", "shared
  * memory"). 0, -EBADMSG (not a region), or another negative errno. */

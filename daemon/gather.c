@@ -188,7 +188,8 @@ void daemon__exit_profiles_free(struct daemon *d)
     d->exit_profiles_last = NULL;
 }
 
-void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len)
+void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len,
+                              const char *built)
 {
     struct exit_profile *e;
     struct ctl_actions a;
@@ -214,6 +215,7 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
     e->receipt_ns = now;
     e->json = json;
     e->len = len;
+    (void)snprintf(e->built, sizeof(e->built), "%s", built ? built : "");
     if (d->exit_profiles_last)
         d->exit_profiles_last->next = e;
     else
@@ -1218,8 +1220,14 @@ static int write_stored(struct gather *g)
         if (r < 0)
             return r;
         g->exit_profiles++;
-        event(g, e->pid, "added the exit profile of child %d (%s), %zu bytes", (int)e->pid, e->name,
-              e->len);
+        if (e->built[0])
+            event(g, e->pid,
+                  "added the exit profile of child %d (%s), %zu bytes, built by the daemon from "
+                  "its shared chunks as it exited: %s",
+                  (int)e->pid, e->name, e->len, e->built);
+        else
+            event(g, e->pid, "added the exit profile of child %d (%s), %zu bytes", (int)e->pid,
+                  e->name, e->len);
         d->exit_profiles = e->next;
         if (!d->exit_profiles)
             d->exit_profiles_last = NULL;

@@ -6,6 +6,10 @@
  * region reader for chunks and blocks, protobuf-c for the description, bounds here for what
  * the description says). The profile is then written by the same child/profile/ code as an
  * exit profile, so it reads exactly like one, marked meta.fleetprof.recovered.
+ *
+ * The same code builds the exit profile of a short-lived child that asked for it
+ * (ChunkManagerUpdate.exit_in_region): it published its last description, with its end and
+ * runtime numbers, and sent no JSON. Only the parts of its region in use are copied.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,12 +23,14 @@
 #include <unistd.h>
 
 #include "buffer/chunk-manager.h"
+#include "buffer/chunk.h"
 #include "buffer/chunked-buffer.h"
 #include "buffer/json-writer.h"
 #include "buffer/region.h"
 #include "child/profile/entries.h"
 #include "child/profile/gecko.h"
 #include "child/profile/libs.h"
+#include "child/profile/runtime-log.h"
 #include "child/profile/symbolize-local.h"
 #include "child/profile/symbols.h"
 #include "daemon/core.h"
@@ -332,10 +338,74 @@ static int copy_block(struct buf_entry_reader *reader, uint64_t index, void *use
     return 0;
 }
 
-int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
-                          const struct prof_symbolizer *symbolizer, struct json_writer *w,
-                          struct daemon_recovery *ret)
+/* An exit profile's symbolizer: the daemon's, counted for profilingLog[pid].runtime, which
+ * is formatted again once the symbols are found (the writer writes the log last). */
+struct exit_symbols {
+    const struct prof_symbolizer *inner;
+    struct prof_runtime_log log;
+    char *out; /* the runtime log's text, rewritten after symbolization */
+    size_t out_size;
+};
+
+static int resolve_counted(void *userdata, const struct prof_frame_request *requests, size_t count,
+                           struct prof_frame_result *results)
 {
+    struct exit_symbols *es = userdata;
+    uint64_t start_ns = daemon__now_ns();
+    int r = es->inner->resolve(es->inner->userdata, requests, count, results);
+
+    /* Resolved by the fleet's symbol service, as the child would have asked it to. */
+    es->log.symbol_service_batches++;
+    es->log.symbol_service_addresses += count;
+    if (r < 0) {
+        es->log.symbol_service_failures++;
+        es->log.symbol_service_unresolved += count;
+    } else {
+        for (size_t i = 0; i < count; i++)
+            es->log.symbol_service_unresolved += !results[i].function;
+    }
+    es->log.symbolize_us += (daemon__now_ns() - start_ns) / 1000;
+    prof_runtime_log_format(es->out, es->out_size, &es->log);
+    return r;
+}
+
+/* The exit profile's own parts, from the description the child published as it ended. */
+static int exit_info(const struct recovered_info *ri, struct exit_symbols *es)
+{
+    const Fleetprof__ProcessDescription *d = ri->desc;
+    const Fleetprof__RuntimeStats *rs = d ? d->runtime : NULL;
+
+    if (!d || d->exit_ns == 0 || !rs)
+        return -ENODATA; /* not the description of an end */
+    es->log = (struct prof_runtime_log){
+            .pushed_blocks = rs->pushed_blocks,
+            .cleared_blocks = rs->cleared_blocks,
+            .failed_puts = rs->failed_puts,
+            .failed_bytes = rs->failed_bytes,
+            .unsafe_samples_in_loader = rs->unsafe_samples_in_loader,
+            .descriptors_taken = rs->descriptors_taken,
+            .interval_ns = d->interval_ns,
+            .sampling_stopped = rs->sampling_stopped,
+            .sampling_stopped_at_us = rs->sampling_stopped_at_us,
+            .handler_captures = rs->handler_captures,
+            .handler_p50_ns = rs->handler_p50_ns,
+            .handler_p99_ns = rs->handler_p99_ns,
+            .descriptor_checks = rs->descriptor_checks,
+            .descriptor_checks_skipped = rs->descriptor_checks_skipped,
+            .built_from_region = true,
+    };
+    prof_runtime_log_format(es->out, es->out_size, &es->log);
+    return 0;
+}
+
+/* how: where a dead process's chunks came from; NULL: the exit profile a child left in its
+ * region (its exit description required, no crash record, not marked recovered). */
+static int build_image(const uint8_t *mem, size_t len, const char *how,
+                       const struct prof_symbolizer *symbolizer, struct json_writer *w,
+                       struct daemon_recovery *ret)
+{
+    struct exit_symbols es = {symbolizer, {0}, NULL, 0};
+    struct prof_symbolizer counted = {resolve_counted, &es};
     struct daemon_recovery rec = {0};
     struct recovered_info ri = {0};
     struct buf_region_stats rs;
@@ -344,7 +414,7 @@ int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
     struct copy_ctx ctx = {0};
     const uint8_t *meta = NULL;
     size_t meta_len = 0;
-    char log[512];
+    char log[1600];
     int r;
 
     if (len < sizeof(h))
@@ -383,6 +453,18 @@ int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
     }
     if (r < 0)
         goto out;
+    if (!how) {
+        es.out = log;
+        es.out_size = sizeof(log);
+        r = rec.described ? exit_info(&ri, &es) : -ENODATA;
+        if (r < 0)
+            goto out;
+        ri.info.shutdown_ns = ri.desc->exit_ns;
+        ri.info.exit_profile = true;
+        ri.info.runtime_log_json = log;
+        r = prof_gecko_write_process(w, NULL, &ri.info, ctx.buffer, &counted, NULL);
+        goto out;
+    }
     if (!rec.described)
         ri.info.start_ns = rs.created_ns;
     r = add_crash(mem, len, &ri, ctx.buffer, &rec);
@@ -407,6 +489,13 @@ out:
     if (ret)
         *ret = rec;
     return r;
+}
+
+int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
+                          const struct prof_symbolizer *symbolizer, struct json_writer *w,
+                          struct daemon_recovery *ret)
+{
+    return build_image(mem, len, how, symbolizer, w, ret);
 }
 
 /* The whole file, copied: a reader of another process's memory never reads it twice. */
@@ -633,18 +722,51 @@ static bool process_gone(int32_t pid)
     return state == 'Z' || state == 'X' || (flags & 0x4u /* PF_EXITING */);
 }
 
+/* What to_json() builds a profile from: a dead child's whole copy (mem, len), or a
+ * short-lived child's region, its exit profile left there (fd, mem NULL). */
+struct region_build {
+    const uint8_t *mem;
+    size_t len;
+    int fd;
+};
+
+/* A profile built from a region with the fleet's symbol cache, as one JSON text in *ret_json
+ * (malloc'd, the caller's) and *ret_len. */
+static int to_json(struct daemon *d, const struct region_build *b, struct daemon_recovery *rec,
+                   char **ret_json, size_t *ret_len)
+{
+    struct prof_symbols *symbols = NULL;
+    struct prof_symbolizer symbolizer;
+    struct json_writer *w = NULL;
+    int r = daemon__symbols_cache(d, &symbols);
+
+    if (r == 0)
+        r = json_writer_new_memory(&w);
+    if (r == 0) {
+        symbolizer = prof_symbolizer_local(symbols);
+        r = b->mem ? daemon__recover_image(b->mem, b->len, "shared memory", &symbolizer, w, rec)
+                   : daemon__exit_image_build(b->fd, region_limit(d), &d->exit_image,
+                                              &d->exit_image_cap, &symbolizer, w, rec);
+    }
+    if (r == 0)
+        r = json_writer_finish(w);
+    if (r == 0)
+        r = json_writer_copy_to(w, ret_json);
+    if (r == 0)
+        *ret_len = json_writer_length(w);
+    json_writer_free(w);
+    return r;
+}
+
 int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
                            size_t *ret_len)
 {
     struct daemon *d = c->d;
     struct buf_region_header h;
     struct daemon_recovery rec;
-    struct prof_symbols *symbols = NULL;
-    struct prof_symbolizer symbolizer;
-    struct json_writer *w = NULL;
     char *json = NULL;
     uint8_t *mem = NULL;
-    size_t len = 0;
+    size_t len = 0, json_len = 0;
     int r;
 
     if (!process_gone(c->pid)) {
@@ -663,24 +785,13 @@ int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **re
         return -ECANCELED; /* it exec'd: the new image reports for it */
     }
     if (r == 0)
-        r = daemon__symbols_cache(d, &symbols);
-    if (r == 0)
-        r = json_writer_new_memory(&w);
-    if (r == 0) {
-        symbolizer = prof_symbolizer_local(symbols);
-        r = daemon__recover_image(mem, len, "shared memory", &symbolizer, w, &rec);
-    }
-    if (r == 0)
-        r = json_writer_finish(w);
-    if (r == 0)
-        r = json_writer_copy_to(w, &json);
+        r = to_json(d, &(struct region_build){mem, len, -1}, &rec, &json, &json_len);
     if (r < 0) {
         daemon__log(d, DAEMON_LOG_WARNING,
                     "child %d (%s) ended without a profile, and its chunks could not be read "
                     "back: %s",
                     (int)c->pid, c->name,
                     r == -EBADMSG ? "its region is not a chunk region" : strerror(-r));
-        json_writer_free(w);
         free(mem);
         return r;
     }
@@ -692,8 +803,187 @@ int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **re
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s): profile recovered from its chunks: %s",
                 (int)c->pid, c->name, how);
     *ret_json = json;
-    *ret_len = json_writer_length(w);
-    json_writer_free(w);
+    *ret_len = json_len;
     free(mem);
+    return 0;
+}
+
+/* ---- a short-lived child's exit profile, left in its region -------------------------- */
+
+/* What the daemon copies of such a region at most, in bytes of blocks: a child leaves its exit
+ * profile there with at most 64 KiB in its buffer (child/runtime.c), which can lie in two
+ * chunks of 256 KiB. A child that claims more is told off, not served: building 512 KiB of
+ * entries holds the daemon's loop ~8 ms, and a larger one longer. */
+#define EXIT_REGION_MAX_BYTES (512u << 10)
+
+#define EXIT_REGION_MAX_SLOTS 16u /* slots in use: 64 KiB of buffer spans at most 2 */
+/* The compact copy at most (16 slots of 4 MiB chunks); the daemon keeps its scratch buffer
+ * between builds only up to EXIT_IMAGE_KEPT_BYTES. */
+#define EXIT_IMAGE_MAX_BYTES  ((uint64_t)80 << 20)
+#define EXIT_IMAGE_KEPT_BYTES ((size_t)4 << 20)
+
+/* Reads len bytes at off into buf; what the file does not have reads as zeros (the scratch
+ * buffer must never show a previous child's bytes). */
+static void read_at(int fd, uint8_t *buf, size_t len, uint64_t off)
+{
+    size_t done = 0;
+
+    while (done < len) {
+        ssize_t n = pread(fd, buf + done, len - done, (off_t)(off + done));
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    memset(buf + done, 0, len - done);
+}
+
+/* The parts of a region in use, copied into a compact private image that the region reader
+ * takes as a region: the header page, the current description, and the slots in use, each
+ * with its headers and its blocks up to the last one. A child's two 1 MiB description areas
+ * and its unused slots are not read. The image lives in the caller's scratch buffer (kept from
+ * one build to the next: no allocation, mapping or page fault per child once warm); its header
+ * is rewritten for the compact layout (description areas of the current description's size,
+ * slots one after the other), and bytes past a slot's last block are left as they are: the
+ * block walker never reads past past_last_block_offset. The copy is trusted no more than a
+ * whole one (build_image() checks it all). */
+static int read_in_use(int fd, uint64_t limit, uint8_t **scratch, size_t *scratch_cap,
+                       uint8_t **ret_mem, size_t *ret_len)
+{
+    const size_t head = BUF_REGION_CHUNK_OFFSET + BUF_CHUNK_HEADER_BYTES;
+    uint8_t page[BUF_REGION_PAGE_BYTES] = {0};
+    uint8_t heads[EXIT_REGION_MAX_SLOTS][BUF_REGION_CHUNK_OFFSET + BUF_CHUNK_HEADER_BYTES];
+    uint64_t offs[EXIT_REGION_MAX_SLOTS];
+    uint32_t used[EXIT_REGION_MAX_SLOTS];
+    struct buf_region_header h;
+    struct stat st;
+    uint64_t slots, copied = 0, meta_room, total;
+    uint32_t meta_len = 0, file_meta_bytes;
+    unsigned area, n = 0;
+    uint8_t *img;
+
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < BUF_REGION_PAGE_BYTES)
+        return -EBADMSG;
+    if ((uint64_t)st.st_size > limit)
+        return -EFBIG;
+    read_at(fd, page, sizeof(page), 0);
+    if (buf_region_read_header(page, (size_t)st.st_size, &h) < 0)
+        return -EBADMSG;
+    area = (unsigned)(h.meta_seq & 1);
+    if (h.meta_seq && h.meta_len[area] <= h.meta_bytes)
+        meta_len = h.meta_len[area];
+    slots = ((uint64_t)st.st_size - h.header_bytes) / h.slot_bytes;
+    if (slots > BUF_REGION_MAX_SLOTS)
+        slots = BUF_REGION_MAX_SLOTS;
+    for (uint64_t i = 0; i < slots; i++) {
+        uint64_t off = h.header_bytes + i * h.slot_bytes;
+        struct buf_region_slot sh;
+        struct buf_chunk_header ch;
+
+        if (n == EXIT_REGION_MAX_SLOTS)
+            return -E2BIG;
+        read_at(fd, heads[n], head, off);
+        memcpy(&sh, heads[n], sizeof(sh));
+        memcpy(&ch, heads[n] + BUF_REGION_CHUNK_OFFSET, sizeof(ch));
+        if (sh.magic != BUF_REGION_SLOT_MAGIC || ch.magic != BUF_CHUNK_MAGIC || ch.range_start == 0)
+            continue; /* never used, destroyed, recycled or not a chunk: the reader skips it */
+        offs[n] = off;
+        used[n] = ch.past_last_block_offset < h.chunk_bytes ? ch.past_last_block_offset
+                                                            : h.chunk_bytes;
+        copied += used[n];
+        if (copied > EXIT_REGION_MAX_BYTES)
+            return -E2BIG;
+        n++;
+    }
+
+    /* The compact layout: the description in its area, both areas as big as it is. A slot
+     * is its chunk and a page or two of headers (buffer/region.c rounds it to pages); one
+     * that claims more would only make the scratch buffer big. */
+    meta_room = (meta_len + 7u) & ~(uint64_t)7u;
+    total = BUF_REGION_PAGE_BYTES + 2 * meta_room + (uint64_t)n * h.slot_bytes;
+    if ((uint64_t)h.slot_bytes > (uint64_t)h.chunk_bytes + 2 * (uint64_t)sysconf(_SC_PAGESIZE) ||
+        total > EXIT_IMAGE_MAX_BYTES)
+        return -E2BIG;
+    if (total > *scratch_cap) {
+        img = realloc(*scratch, (size_t)total);
+        if (!img)
+            return -ENOMEM;
+        *scratch = img;
+        *scratch_cap = (size_t)total;
+    }
+    img = *scratch;
+    file_meta_bytes = h.meta_bytes;
+    h.meta_bytes = (uint32_t)meta_room;
+    h.header_bytes = (uint32_t)(BUF_REGION_PAGE_BYTES + 2 * meta_room);
+    h.meta_len[area ^ 1u] = 0; /* the previous description is not copied */
+    h.meta_hash[area ^ 1u] = 0;
+    memcpy(page, &h, sizeof(h));
+    memcpy(img, page, sizeof(page));
+    read_at(fd, img + BUF_REGION_PAGE_BYTES + area * meta_room, meta_len,
+            BUF_REGION_PAGE_BYTES + (uint64_t)area * file_meta_bytes);
+    for (unsigned j = 0; j < n; j++) {
+        uint8_t *slot = img + h.header_bytes + (uint64_t)j * h.slot_bytes;
+
+        memcpy(slot, heads[j], head);
+        read_at(fd, slot + head, used[j], offs[j] + head);
+    }
+    *ret_mem = img;
+    *ret_len = (size_t)total;
+    return 0;
+}
+
+int daemon__exit_image_build(int fd, uint64_t limit, uint8_t **scratch, size_t *scratch_cap,
+                             const struct prof_symbolizer *symbolizer, struct json_writer *w,
+                             struct daemon_recovery *ret)
+{
+    uint8_t *mem = NULL;
+    size_t len = 0;
+    int r = read_in_use(fd, limit, scratch, scratch_cap, &mem, &len);
+
+    return r < 0 ? r : build_image(mem, len, NULL, symbolizer, w, ret);
+}
+
+int daemon__region_exit_profile(struct conn *c, char *how, size_t how_size, char **ret_json,
+                                size_t *ret_len)
+{
+    struct daemon *d = c->d;
+    struct daemon_recovery rec;
+    char *json = NULL;
+    size_t json_len = 0;
+    uint64_t start_ns = daemon__now_ns();
+    int r = -ENOENT;
+
+    if (c->region_fd >= 0)
+        r = to_json(d, &(struct region_build){NULL, 0, c->region_fd}, &rec, &json, &json_len);
+    if (d->exit_image_cap > EXIT_IMAGE_KEPT_BYTES) { /* an unusual one: not kept */
+        free(d->exit_image);
+        d->exit_image = NULL;
+        d->exit_image_cap = 0;
+    }
+    if (r < 0) {
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "child %d (%s) left its exit profile in its chunk region, and it could not "
+                    "be built: %s",
+                    (int)c->pid, c->name,
+                    r == -E2BIG     ? "it holds more than a short-lived child's profile"
+                    : r == -ENODATA ? "no description of its end"
+                    : r == -EBADMSG ? "its region is not a chunk region"
+                    : r == -ENOENT  ? "the daemon does not hold its region"
+                                    : strerror(-r));
+        return r;
+    }
+    (void)snprintf(how, how_size,
+                   "%" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
+                   " corrupt chunks, %" PRIu64 " torn bytes, built in %" PRIu64 " us",
+                   rec.blocks, rec.chunks, rec.corrupt_chunks, rec.torn_bytes,
+                   (daemon__now_ns() - start_ns) / 1000);
+    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s): exit profile built from its chunk region: %s",
+                (int)c->pid, c->name, how);
+    *ret_json = json;
+    *ret_len = json_len;
     return 0;
 }

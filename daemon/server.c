@@ -58,7 +58,7 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
     }
     if (recovered) { /* kept for the next capture, as an exit profile */
         daemon__departure_add(d, c, how);
-        daemon__exit_profile_add(d, c, recovered, recovered_len);
+        daemon__exit_profile_add(d, c, recovered, recovered_len, NULL);
     }
     daemon__region_release(c);
     if (c->exit_len)
@@ -175,12 +175,39 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     w.start = true;
     w.region_evictions = c->evict_page != NULL;
     w.update_hold_ns = d->opt.update_hold_ns == DAEMON_UPDATE_HOLD_OFF ? 0 : d->opt.update_hold_ns;
+    /* A region we hold: a short-lived child may leave its exit profile there for us. */
+    c->exit_in_region = h->exit_in_region && c->region_fd >= 0;
+    w.exit_in_region = c->exit_in_region;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_WELCOME;
     env.welcome = &w;
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s, parent %d) connected", (int)c->pid, c->name,
                 (int)c->ppid);
     if (daemon__send(c, &env) == 0)
         send_poll(c);
+}
+
+/* The child ended and left its exit profile in its region (it published the description of
+ * its end first): built now, while the chunks are as it left them, and kept like a received
+ * one. Failures are logged; the child then counts as ended without one. */
+static void on_exit_in_region(struct conn *c)
+{
+    char how[160];
+    char *json = NULL;
+    size_t len = 0;
+
+    if (c->exit_profile_received)
+        return; /* it sent one already: a second is a protocol slip, not a profile */
+    if (!c->exit_in_region) {
+        daemon__log(c->d, DAEMON_LOG_WARNING,
+                    "child %d (%s) left its exit profile in a chunk region the daemon did not "
+                    "offer to read",
+                    (int)c->pid, c->name);
+        return;
+    }
+    if (daemon__region_exit_profile(c, how, sizeof(how), &json, &len) < 0)
+        return;
+    c->exit_profile_received = true;
+    daemon__exit_profile_add(c->d, c, json, len, how);
 }
 
 static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
@@ -197,6 +224,8 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
         /* Unsolicited Finals are allowed: a manager can go away at any time. */
         ctl_remove(d->ctl, c->pid, daemon__now_ns());
         d->stats.updates++;
+        if (m->exit_in_region)
+            on_exit_in_region(c);
         return;
     }
     if (m->request_id == 0 || m->request_id != c->poll_id) {
@@ -421,7 +450,7 @@ static void on_exit_piece(struct conn *c, const Fleetprof__ProfileData *m)
     if (!m->last)
         return;
     c->exit_profile_received = true;
-    daemon__exit_profile_add(c->d, c, c->exit_data, c->exit_len);
+    daemon__exit_profile_add(c->d, c, c->exit_data, c->exit_len, NULL);
     c->exit_data = NULL;
     c->exit_len = c->exit_cap = 0;
     return;
@@ -566,6 +595,7 @@ static void finish_close(struct daemon *d)
     free(d->departures);
     free(d->by_pid);
     daemon__symbols_free(d);
+    free(d->exit_image);
     fleet_groups_free(d->groups);
     ctl_free(d->ctl);
     free(d->socket_path);

@@ -46,7 +46,8 @@ on time. Every process started here is killed by pid on the way out.
 
 Usage: bench-gather.py BUILD_DIR [REPS]   (REPS for parts 3-4, default 5;
                                            FLEETPROF_BENCH_REPS too)
-FLEETPROF_BENCH_GATHER_ONLY=1 runs part 1 alone (while working on the gather path).
+FLEETPROF_BENCH_GATHER_ONLY=1 runs part 1 alone (while working on the gather path);
+FLEETPROF_BENCH_CHURN_ONLY=1 runs part 4 alone (while working on short-lived children).
 """
 import json
 import math
@@ -68,6 +69,7 @@ from wire import capture  # noqa: E402
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "5"))
 GATHER_ONLY = os.environ.get("FLEETPROF_BENCH_GATHER_ONLY", "") not in ("", "0")
+CHURN_ONLY = os.environ.get("FLEETPROF_BENCH_CHURN_ONLY", "") not in ("", "0")
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
 DAEMON = os.path.join(BUILD, "daemon", "fleetprofd")
 CLI = os.path.join(BUILD, "tools", "fleetprof")
@@ -470,19 +472,20 @@ def main():
     t_start = time.monotonic()
     bench = {"load_start": load()}
     try:
-        try:
-            bench["gather"] = bench_gather(tmp)
-        except (RuntimeError, AssertionError, OSError, ValueError) as e:
-            bench["gather"] = {"error": f"{type(e).__name__}: {e}"}
-        if GATHER_ONLY:
-            return report(bench, time.monotonic() - t_start)
-        bench["exit"] = bench_exit(tmp)
-        fleet_cmd = [FLEET, "fleet", str(FLEET_WORKERS), str(FLEET_ROUNDS)]
-        bench["fleet"] = record_runs(tmp, "fleet", dict({
-            "alone": (fleet_cmd, "alone"), "preload": (fleet_cmd, "preload"),
-            "record": (fleet_cmd, "record"), "floor": (fleet_cmd, "floor")},
-            **({"perf-record": (fleet_cmd, "perf")} if PERF else {})), REPS)
-        bench["fleet_load"] = load()
+        if not CHURN_ONLY:
+            try:
+                bench["gather"] = bench_gather(tmp)
+            except (RuntimeError, AssertionError, OSError, ValueError) as e:
+                bench["gather"] = {"error": f"{type(e).__name__}: {e}"}
+            if GATHER_ONLY:
+                return report(bench, time.monotonic() - t_start)
+            bench["exit"] = bench_exit(tmp)
+            fleet_cmd = [FLEET, "fleet", str(FLEET_WORKERS), str(FLEET_ROUNDS)]
+            bench["fleet"] = record_runs(tmp, "fleet", dict({
+                "alone": (fleet_cmd, "alone"), "preload": (fleet_cmd, "preload"),
+                "record": (fleet_cmd, "record"), "floor": (fleet_cmd, "floor")},
+                **({"perf-record": (fleet_cmd, "perf")} if PERF else {})), REPS)
+            bench["fleet_load"] = load()
         churn = [FLEET, "churn", str(CHURN_CHILDREN), str(CHURN_PARALLEL), str(CHURN_ROUNDS)]
         bench["churn"] = record_runs(tmp, "churn", {
             "alone": (churn + ["fork"], "alone"), "loaded": (churn + ["fork"], "loaded"),
@@ -531,114 +534,115 @@ def report(bench, total_s):
           f"{bench['load_start']:.2f} at the start (other users), {load():.2f} at the end; "
           f"took {total_s:.0f} s")
 
-    # 1.
-    g = bench["gather"]
-    print(f"\n1. gather {GATHER_CHILDREN} children x {GATHER_MIB} MiB buffers "
-          f"({CHUNK_KIB} KiB chunks, markers then idle at 1 kHz), {CAPTURES} captures")
-    caps = [c for c in g.get("captures", []) if "error" not in c]
-    failed = "error" in g or len(caps) < CAPTURES
-    if "error" in g:
-        print(f"FAILED gather: {g['error']}")
-    else:
-        print(f"   filled in {g['fill_s']:.1f} s: {g['fleet_mib']:.0f} MiB in the fleet, "
-              f"{g['child_min_mib']:.2f}..{g['child_max_mib']:.2f} MiB per child; load "
-              f"{g['load_before']:.2f} before, {g['load_after']:.2f} after")
-        print(f"   idle fleet (sampling only): children {g['idle_cpu_pct']:.0f} % of a CPU, "
-              f"daemon {g['idle_daemon_pct']:.1f} %")
-        print(f"   {'capture':<8} {'s':>7} {'procs':>6} {'MB':>8} {'MB/s':>7} {'kids cpu s':>10} "
-              f"{'daemon cpu s':>12} {'kids MB/cpu-s':>13} {'kids faults':>11}")
-        for n, c in enumerate(g["captures"]):
-            if "error" in c:
-                print(f"   FAILED {c['error']}")
-                continue
-            mb = c["bytes"] / 1e6
-            print(f"   {n:<8} {c['s']:7.2f} {c['processes']:>6} {mb:8.1f} "
-                  f"{cell(div(mb, c['s']), '7.1f')} {c['children_cpu']:10.2f} "
-                  f"{c['daemon_cpu']:12.2f} {cell(div(mb, c['children_cpu']), '13.1f')} "
-                  f"{c['children_faults']:11d}")
-        print(f"   daemon peak RSS {cell(g['daemon_peak_rss_mib'], '.0f')} MiB; goal <= 2 s. (The "
-              f"load average during a capture, {cell(med([c['load'] for c in caps]), '.0f')}, "
-              f"counts our own {GATHER_CHILDREN} children.)")
-    figures["gather.64x8MiB_s"] = (math.nan if failed else med([c["s"] for c in caps]), "s")
-    figures["gather.64x8MiB_MB"] = (
-        math.nan if failed else med([c["bytes"] for c in caps]) / 1e6, "MB")
-    figures["gather.64x8MiB_children_cpu_s"] = (
-        math.nan if failed else med([c["children_cpu"] for c in caps]), "s")
-    figures["gather.64x8MiB_children_page_faults"] = (
-        math.nan if failed else med([c["children_faults"] for c in caps]), "faults")
-    figures["gather.64x8MiB_daemon_cpu_s"] = (
-        math.nan if failed else med([c["daemon_cpu"] for c in caps]), "s")
-    per_cpu_s = [div(c["bytes"] / 1e6, c["children_cpu"]) for c in caps]
-    figures["gather.child_json_MB_per_cpu_s"] = (
-        math.nan if failed or not all(finite(v) for v in per_cpu_s) else med(per_cpu_s), "MB/s")
-    figures["gather.64x8MiB_daemon_peak_rss_MiB"] = (
-        math.nan if failed else g["daemon_peak_rss_mib"], "MiB")
-    if GATHER_ONLY:
-        print()
-        return print_figures(figures)
+    if not CHURN_ONLY:
+        # 1.
+        g = bench["gather"]
+        print(f"\n1. gather {GATHER_CHILDREN} children x {GATHER_MIB} MiB buffers "
+              f"({CHUNK_KIB} KiB chunks, markers then idle at 1 kHz), {CAPTURES} captures")
+        caps = [c for c in g.get("captures", []) if "error" not in c]
+        failed = "error" in g or len(caps) < CAPTURES
+        if "error" in g:
+            print(f"FAILED gather: {g['error']}")
+        else:
+            print(f"   filled in {g['fill_s']:.1f} s: {g['fleet_mib']:.0f} MiB in the fleet, "
+                  f"{g['child_min_mib']:.2f}..{g['child_max_mib']:.2f} MiB per child; load "
+                  f"{g['load_before']:.2f} before, {g['load_after']:.2f} after")
+            print(f"   idle fleet (sampling only): children {g['idle_cpu_pct']:.0f} % of a CPU, "
+                  f"daemon {g['idle_daemon_pct']:.1f} %")
+            print(f"   {'capture':<8} {'s':>7} {'procs':>6} {'MB':>8} {'MB/s':>7} {'kids cpu s':>10} "
+                  f"{'daemon cpu s':>12} {'kids MB/cpu-s':>13} {'kids faults':>11}")
+            for n, c in enumerate(g["captures"]):
+                if "error" in c:
+                    print(f"   FAILED {c['error']}")
+                    continue
+                mb = c["bytes"] / 1e6
+                print(f"   {n:<8} {c['s']:7.2f} {c['processes']:>6} {mb:8.1f} "
+                      f"{cell(div(mb, c['s']), '7.1f')} {c['children_cpu']:10.2f} "
+                      f"{c['daemon_cpu']:12.2f} {cell(div(mb, c['children_cpu']), '13.1f')} "
+                      f"{c['children_faults']:11d}")
+            print(f"   daemon peak RSS {cell(g['daemon_peak_rss_mib'], '.0f')} MiB; goal <= 2 s. (The "
+                  f"load average during a capture, {cell(med([c['load'] for c in caps]), '.0f')}, "
+                  f"counts our own {GATHER_CHILDREN} children.)")
+        figures["gather.64x8MiB_s"] = (math.nan if failed else med([c["s"] for c in caps]), "s")
+        figures["gather.64x8MiB_MB"] = (
+            math.nan if failed else med([c["bytes"] for c in caps]) / 1e6, "MB")
+        figures["gather.64x8MiB_children_cpu_s"] = (
+            math.nan if failed else med([c["children_cpu"] for c in caps]), "s")
+        figures["gather.64x8MiB_children_page_faults"] = (
+            math.nan if failed else med([c["children_faults"] for c in caps]), "faults")
+        figures["gather.64x8MiB_daemon_cpu_s"] = (
+            math.nan if failed else med([c["daemon_cpu"] for c in caps]), "s")
+        per_cpu_s = [div(c["bytes"] / 1e6, c["children_cpu"]) for c in caps]
+        figures["gather.child_json_MB_per_cpu_s"] = (
+            math.nan if failed or not all(finite(v) for v in per_cpu_s) else med(per_cpu_s), "MB/s")
+        figures["gather.64x8MiB_daemon_peak_rss_MiB"] = (
+            math.nan if failed else g["daemon_peak_rss_mib"], "MiB")
+        if GATHER_ONLY:
+            print()
+            return print_figures(figures)
 
-    # 2.
-    e = bench["exit"]
-    runs = e["runs"]
-    print(f"\n2. exit profile of `bench-fleet spin 1` (10 frames, 1 s old), {EXIT_REPS} "
-          f"interleaved runs; load {e['load_before']:.2f} before, {e['load_after']:.2f} after")
-    print(f"   {'config':<34} {'wall s':>7} {'cpu s':>7} {'exit->reap ms':>13} "
-          f"{'cpu after exit ms':>17} {'ok':>5}")
-    labels = {"plain": "not profiled", "preload": "preloaded, no daemon, no output",
-              "daemon": "preloaded, connected (exit profile)"}
-    for c in ("plain", "preload", "daemon"):
-        good = [r for r in runs[c] if r]
-        print(f"   {labels[c]:<34} {cell(med([r['wall'] for r in good]), '7.3f')} "
-              f"{cell(med([r['cpu'] for r in good]), '7.3f')} "
-              f"{cell(med([r['exit_ms'] for r in good]), '13.2f')} "
-              f"{cell(med([r['exit_cpu_ms'] for r in good]), '17.2f')} "
-              f"{len(good):>2}/{len(runs[c])}")
+        # 2.
+        e = bench["exit"]
+        runs = e["runs"]
+        print(f"\n2. exit profile of `bench-fleet spin 1` (10 frames, 1 s old), {EXIT_REPS} "
+              f"interleaved runs; load {e['load_before']:.2f} before, {e['load_after']:.2f} after")
+        print(f"   {'config':<34} {'wall s':>7} {'cpu s':>7} {'exit->reap ms':>13} "
+              f"{'cpu after exit ms':>17} {'ok':>5}")
+        labels = {"plain": "not profiled", "preload": "preloaded, no daemon, no output",
+                  "daemon": "preloaded, connected (exit profile)"}
+        for c in ("plain", "preload", "daemon"):
+            good = [r for r in runs[c] if r]
+            print(f"   {labels[c]:<34} {cell(med([r['wall'] for r in good]), '7.3f')} "
+                  f"{cell(med([r['cpu'] for r in good]), '7.3f')} "
+                  f"{cell(med([r['exit_ms'] for r in good]), '13.2f')} "
+                  f"{cell(med([r['exit_cpu_ms'] for r in good]), '17.2f')} "
+                  f"{len(good):>2}/{len(runs[c])}")
 
-    def diff(key, a, b, scale=1.0):
-        d = [(x[key] - y[key]) * scale for x, y in zip(runs[a], runs[b]) if x and y]
-        failed = any(r is None for r in runs[a] + runs[b])
-        return (math.nan if failed else med(d)), d
+        def diff(key, a, b, scale=1.0):
+            d = [(x[key] - y[key]) * scale for x, y in zip(runs[a], runs[b]) if x and y]
+            failed = any(r is None for r in runs[a] + runs[b])
+            return (math.nan if failed else med(d)), d
 
-    def sides(key, a, b, scale=1.0):
-        """Medians of each side and the noise band of their per-round differences, all nan if
-        a run of either side failed. Never the difference itself: it may fall below zero."""
-        failed = any(r is None for r in runs[a] + runs[b])
-        va = [r[key] * scale if r else None for r in runs[a]]
-        vb = [r[key] * scale if r else None for r in runs[b]]
-        if failed:
-            return math.nan, math.nan, math.nan
-        return med(va), med(vb), paired_noise(va, vb)
+        def sides(key, a, b, scale=1.0):
+            """Medians of each side and the noise band of their per-round differences, all nan if
+            a run of either side failed. Never the difference itself: it may fall below zero."""
+            failed = any(r is None for r in runs[a] + runs[b])
+            va = [r[key] * scale if r else None for r in runs[a]]
+            vb = [r[key] * scale if r else None for r in runs[b]]
+            if failed:
+                return math.nan, math.nan, math.nan
+            return med(va), med(vb), paired_noise(va, vb)
 
-    exit_ms, exit_d = diff("exit_ms", "daemon", "preload")
-    wall_ms, wall_d = diff("wall", "daemon", "preload", 1e3)
-    cpu_ms, cpu_d = diff("cpu", "daemon", "preload", 1e3)
-    rt_cpu_ms, _ = diff("cpu", "preload", "plain", 1e3)
-    print(f"   exit profile (connected - preloaded alone, median of per-rep differences): "
-          f"exit->reap {cell(exit_ms, '+.1f')} ms, spawn->reap {cell(wall_ms, '+.1f')} ms, "
-          f"CPU {cell(cpu_ms, '+.1f')} ms")
-    if exit_d:
-        print(f"   per-rep exit->reap differences {min(exit_d):+.1f}..{max(exit_d):+.1f} ms, "
-              f"spawn->reap {min(wall_d):+.1f}..{max(wall_d):+.1f} ms, "
-              f"CPU {min(cpu_d):+.1f}..{max(cpu_d):+.1f} ms")
-    if runs["daemon"] and runs["daemon"][0]:
-        print(f"   the first connected run (a fresh daemon: cold caches) took "
-              f"{runs['daemon'][0]['exit_ms']:.1f} ms from exit() to its end")
-    print(f"   the runtime alone (preloaded - not profiled): CPU {cell(rt_cpu_ms, '+.1f')} ms; the "
-          f"daemon still listed {e.get('daemon_children_left', '?')} children at the end")
-    with_ms, without_ms, noise_ms = sides("exit_ms", "daemon", "preload")
-    figures["gather.exit_profile_with_ms"] = (with_ms, "ms")
-    figures["gather.exit_profile_without_ms"] = (without_ms, "ms")
-    figures["gather.exit_profile_noise_ms"] = (noise_ms, "ms")
-    with_ms, without_ms, noise_ms = sides("wall", "daemon", "preload", 1e3)
-    figures["gather.exit_profile_wall_with_ms"] = (with_ms, "ms")
-    figures["gather.exit_profile_wall_without_ms"] = (without_ms, "ms")
-    figures["gather.exit_profile_wall_noise_ms"] = (noise_ms, "ms")
-    with_ms, without_ms, noise_ms = sides("cpu", "daemon", "preload", 1e3)
-    figures["gather.exit_profile_cpu_with_ms"] = (with_ms, "ms")
-    figures["gather.exit_profile_cpu_without_ms"] = (without_ms, "ms")
-    figures["gather.exit_profile_cpu_noise_ms"] = (noise_ms, "ms")
-    for err in e["errors"]:
-        print(f"   FAILED {err}")
+        exit_ms, exit_d = diff("exit_ms", "daemon", "preload")
+        wall_ms, wall_d = diff("wall", "daemon", "preload", 1e3)
+        cpu_ms, cpu_d = diff("cpu", "daemon", "preload", 1e3)
+        rt_cpu_ms, _ = diff("cpu", "preload", "plain", 1e3)
+        print(f"   exit profile (connected - preloaded alone, median of per-rep differences): "
+              f"exit->reap {cell(exit_ms, '+.1f')} ms, spawn->reap {cell(wall_ms, '+.1f')} ms, "
+              f"CPU {cell(cpu_ms, '+.1f')} ms")
+        if exit_d:
+            print(f"   per-rep exit->reap differences {min(exit_d):+.1f}..{max(exit_d):+.1f} ms, "
+                  f"spawn->reap {min(wall_d):+.1f}..{max(wall_d):+.1f} ms, "
+                  f"CPU {min(cpu_d):+.1f}..{max(cpu_d):+.1f} ms")
+        if runs["daemon"] and runs["daemon"][0]:
+            print(f"   the first connected run (a fresh daemon: cold caches) took "
+                  f"{runs['daemon'][0]['exit_ms']:.1f} ms from exit() to its end")
+        print(f"   the runtime alone (preloaded - not profiled): CPU {cell(rt_cpu_ms, '+.1f')} ms; the "
+              f"daemon still listed {e.get('daemon_children_left', '?')} children at the end")
+        with_ms, without_ms, noise_ms = sides("exit_ms", "daemon", "preload")
+        figures["gather.exit_profile_with_ms"] = (with_ms, "ms")
+        figures["gather.exit_profile_without_ms"] = (without_ms, "ms")
+        figures["gather.exit_profile_noise_ms"] = (noise_ms, "ms")
+        with_ms, without_ms, noise_ms = sides("wall", "daemon", "preload", 1e3)
+        figures["gather.exit_profile_wall_with_ms"] = (with_ms, "ms")
+        figures["gather.exit_profile_wall_without_ms"] = (without_ms, "ms")
+        figures["gather.exit_profile_wall_noise_ms"] = (noise_ms, "ms")
+        with_ms, without_ms, noise_ms = sides("cpu", "daemon", "preload", 1e3)
+        figures["gather.exit_profile_cpu_with_ms"] = (with_ms, "ms")
+        figures["gather.exit_profile_cpu_without_ms"] = (without_ms, "ms")
+        figures["gather.exit_profile_cpu_noise_ms"] = (noise_ms, "ms")
+        for err in e["errors"]:
+            print(f"   FAILED {err}")
 
     # 3. and 4.
     def overhead_table(title, runs, pairs, load_after):
@@ -669,29 +673,31 @@ def report(bench, total_s):
         print(f"   load average after: {load_after:.2f}")
         return out
 
-    fleet_runs, fleet_errors = bench["fleet"]
-    f = overhead_table(f"\n3. `fleetprof record` of bench-fleet fleet {FLEET_WORKERS} x "
-                       f"{FLEET_ROUNDS} rounds (fixed work, ~1 ms a round), 1 kHz, {REPS} "
-                       f"interleaved reps, medians; goal cpu x <= 1.03",
-                       fleet_runs, [("alone", None), ("preload", "alone"), ("record", "alone"),
-                                    ("floor", "alone")] + PEER, bench["fleet_load"])
-    print("   preload: the runtime preloaded and sampling (no daemon, no exit profile); "
-          "record: `fleetprof record --no-summary` (sampling, exit profiles, the in-process "
-          "daemon, the gather and the file). wall x is not an overhead figure on a shared "
-          "machine: with another user's CPU-bound process running, the unprofiled fleet once "
-          "got ~1 CPU and the profiled one (1 kHz wake-ups) ~2, for a wall x of 0.6.")
-    print("   floor: not profiled, but every worker takes a kernel timer signal each ms of its "
-          "CPU into a handler that only counts it: what 1 kHz of timer interrupts and signals "
-          "costs on this machine, under any in-process signal sampler. perf-record: the peer "
-          + ("`perf record -F 1000 -g`." if PERF else "(perf not installed or not allowed)."))
-    figures["record.overhead_cpu_ratio_fleet"] = (f["record"][0], "ratio")
-    figures["record.overhead_cpu_ratio_fleet_sampling_only"] = (f["preload"][0], "ratio")
-    figures["record.overhead_wall_ratio_fleet"] = (f["record"][1], "ratio")
-    figures["record.overhead_cpu_ratio_fleet_signal_floor"] = (f["floor"][0], "ratio")
-    if PERF:
-        figures["record.overhead_cpu_ratio_fleet_perf_record"] = (f["perf-record"][0], "ratio")
-    for err in fleet_errors:
-        print(f"   FAILED {err}")
+    fleet_runs = {}
+    if not CHURN_ONLY:
+        fleet_runs, fleet_errors = bench["fleet"]
+        f = overhead_table(f"\n3. `fleetprof record` of bench-fleet fleet {FLEET_WORKERS} x "
+                           f"{FLEET_ROUNDS} rounds (fixed work, ~1 ms a round), 1 kHz, {REPS} "
+                           f"interleaved reps, medians; goal cpu x <= 1.03",
+                           fleet_runs, [("alone", None), ("preload", "alone"), ("record", "alone"),
+                                        ("floor", "alone")] + PEER, bench["fleet_load"])
+        print("   preload: the runtime preloaded and sampling (no daemon, no exit profile); "
+              "record: `fleetprof record --no-summary` (sampling, exit profiles, the in-process "
+              "daemon, the gather and the file). wall x is not an overhead figure on a shared "
+              "machine: with another user's CPU-bound process running, the unprofiled fleet once "
+              "got ~1 CPU and the profiled one (1 kHz wake-ups) ~2, for a wall x of 0.6.")
+        print("   floor: not profiled, but every worker takes a kernel timer signal each ms of its "
+              "CPU into a handler that only counts it: what 1 kHz of timer interrupts and signals "
+              "costs on this machine, under any in-process signal sampler. perf-record: the peer "
+              + ("`perf record -F 1000 -g`." if PERF else "(perf not installed or not allowed)."))
+        figures["record.overhead_cpu_ratio_fleet"] = (f["record"][0], "ratio")
+        figures["record.overhead_cpu_ratio_fleet_sampling_only"] = (f["preload"][0], "ratio")
+        figures["record.overhead_wall_ratio_fleet"] = (f["record"][1], "ratio")
+        figures["record.overhead_cpu_ratio_fleet_signal_floor"] = (f["floor"][0], "ratio")
+        if PERF:
+            figures["record.overhead_cpu_ratio_fleet_perf_record"] = (f["perf-record"][0], "ratio")
+        for err in fleet_errors:
+            print(f"   FAILED {err}")
 
     churn_runs, churn_errors = bench["churn"]
     c = overhead_table(f"\n4. `fleetprof record` of bench-fleet churn: {CHURN_CHILDREN} "

@@ -48,3 +48,37 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
         self.log_file.close()
+
+
+def wait_until(cond, what, timeout=60):
+    """Polls cond until it holds; fails with what after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def capture_doc(d, tmp, name="fleet.json"):
+    """A capture of d's fleet into tmp/name, checked and loaded."""
+    import profile_check as pc
+    from wire import capture
+    out = os.path.join(tmp, name)
+    result, error = capture(d.sock, out, timeout=120)
+    assert error is None, error
+    return pc.load_valid(out)
+
+
+def process(doc, pid):
+    """The profile of process pid in a capture."""
+    import profile_check as pc
+    for p in pc.all_processes(doc):
+        if p["meta"]["fleetprof"]["pid"] == pid:
+            return p
+    raise AssertionError(f"pid {pid} not in "
+                         f"{[p['meta']['fleetprof']['pid'] for p in pc.all_processes(doc)]}")
+
+
+def events(doc):
+    """The texts of a capture's gathering-log events."""
+    (log,) = doc["profileGatheringLog"].values()
+    return [e[1] for e in log["events"]]

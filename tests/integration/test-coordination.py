@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
-from wire import capture, field, frame, parse, parse_fields, read_frames, read_varint, varint  # noqa: E402,E501
+from wire import capture, field, frame, parse_fields, read_frames, split_frames, varint  # noqa: E402
 import taplib  # noqa: E402
 from daemon_helper import Daemon  # noqa: E402
 
@@ -446,17 +446,6 @@ def test_second_daemon_on_same_socket_refuses_to_start(tmp):
         d.stop()
 
 
-def frames_in(buf):
-    """The whole frames at the start of buf, parsed, and the bytes left after them."""
-    out = []
-    while True:
-        n, i = read_varint(buf, 0)
-        if n is None or len(buf) - i < n:
-            return out, buf
-        out.append(parse(buf[i:i + n]))
-        buf = buf[i + n:]
-
-
 def frames_now(sock, buf):
     """The frames the socket holds now (read without waiting), after the partial frame buf;
     returns them and the bytes of a frame still incomplete."""
@@ -467,7 +456,7 @@ def frames_now(sock, buf):
             data = sock.recv(65536)
             if not data:
                 break
-            got, buf = frames_in(buf + data)
+            got, buf = split_frames(buf + data)
             out += got
     except BlockingIOError:
         pass
@@ -500,7 +489,7 @@ class FakeDaemon:
         return p
 
     def _take(self, data):
-        got, self.buf = frames_in(self.buf + data)
+        got, self.buf = split_frames(self.buf + data)
         self.frames += got
 
     def next_frame(self, timeout=30):
@@ -720,7 +709,7 @@ class FakeChild:
                     return self.frames.pop(i)[1]
             data = self.s.recv(65536)
             assert data, f"the daemon closed the connection waiting for frame {kind}"
-            got, self.buf = frames_in(self.buf + data)
+            got, self.buf = split_frames(self.buf + data)
             self.frames += got
 
     def received(self):

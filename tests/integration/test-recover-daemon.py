@@ -18,7 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
-from daemon_helper import Daemon  # noqa: E402
+from daemon_helper import Daemon, capture_doc, events, process, wait_until  # noqa: E402
 from wire import capture, field, frame  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
@@ -33,13 +33,6 @@ def env(d, **extra):
     e.update({"LD_PRELOAD": LIB, "FLEETPROF_STARTUP": "1", "FLEETPROF_SOCKET": d.sock})
     e.update({k: str(v) for k, v in extra.items()})
     return e
-
-
-def wait_until(cond, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def wait_log(d, text, timeout=60):
@@ -57,25 +50,6 @@ def dead_cpu_seconds(p):
     used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     p.wait()
     return used
-
-
-def capture_doc(d, tmp, name="fleet.json"):
-    out = os.path.join(tmp, name)
-    result, error = capture(d.sock, out, timeout=120)
-    assert error is None, error
-    return pc.load_valid(out)
-
-
-def process(doc, pid):
-    for p in pc.all_processes(doc):
-        if p["meta"]["fleetprof"]["pid"] == pid:
-            return p
-    raise AssertionError(f"pid {pid} not in {[p['meta']['fleetprof']['pid'] for p in pc.all_processes(doc)]}")
-
-
-def events(doc):
-    (log,) = doc["profileGatheringLog"].values()
-    return [e[1] for e in log["events"]]
 
 
 def test_a_sigkilled_child_is_recovered_by_the_daemon(tmp):

@@ -295,7 +295,10 @@ def test_fleet_loads_each_module_once(tmp):
         assert sampled == 100, f"only {sampled} of 100 children have sampled stacks: " \
             f"{unsampled[:2]}; daemon log: " \
             f"{[line for line in d.log().splitlines() if unsampled and str(unsampled[0][0]) in line]}"
-        assert st["symbol_requests"] >= sampled, (sampled, st)
+        # A short-lived child's exit profile is built by the daemon from its region, with the
+        # same cache and no request: those count as asked.
+        built = d.log().count("exit profile built from its chunk region")
+        assert st["symbol_requests"] + built >= sampled, (sampled, built, st)
         # Each module once for the fleet: at most one load per distinct module the children
         # map (the program, libc, the loader, libfleetprof and its libraries), not 100x.
         modules = {(lib["debugName"], lib.get("codeId")) for p in doc["processes"]

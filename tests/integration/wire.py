@@ -60,6 +60,17 @@ def parse(body):
     return num, parse_fields(sub[0])
 
 
+def split_frames(buf):
+    """The whole frames at the start of buf, parsed, and the bytes after them."""
+    frames = []
+    while True:
+        n, i = read_varint(buf, 0)
+        if n is None or len(buf) - i < n:
+            return frames, buf
+        body, buf = buf[i:i + n], buf[i + n:]
+        frames.append(parse(body))
+
+
 def read_frames(sock, timeout=5):
     """Yields (envelope field number, {field: [values]}) for frames read until timeout."""
     sock.settimeout(timeout)
@@ -71,13 +82,8 @@ def read_frames(sock, timeout=5):
             return
         if not data:
             return
-        buf += data
-        while True:
-            n, i = read_varint(buf, 0)
-            if n is None or len(buf) - i < n:
-                break
-            body, buf = buf[i:i + n], buf[i + n:]
-            yield parse(body)
+        frames, buf = split_frames(buf + data)
+        yield from frames
 
 
 CAPTURE_REQUEST, CAPTURE_RESULT, ERROR = 30, 35, 18
