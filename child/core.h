@@ -35,12 +35,11 @@
 #define RT_STACK_COPY_BYTES  (32 * 1024)
 #define RT_MEMORY_COUNTER_NS (10 * 1000 * 1000) /* built-in memory counter period */
 /* Longest sleep of a sampler whose threads are all idle. A thread that starts running
- * meanwhile is sampled this late at most; its first sample carries all the CPU it used,
- * and stands for the ticks it ran through (as many as intervals of CPU it used), so the
- * ticks are not drawn at its idle stack. 16 ms took an idle process's sampling from ~0.55 %
- * to ~0.37 % of a CPU, but a burst shorter than the sleep that ends before the wake is
- * drawn at the stack the thread sleeps in: the share of a 20 ms spin's ticks drawn at its
- * stack fell from 95-98 % to 91-96 % (docs/threading.md). Accuracy first: 4 ms. */
+ * meanwhile is sampled this late at most (the kernel's own CPU timers fire at HZ=250
+ * granularity, 4 ms, too); its first sample still carries all the CPU it used. 16 ms took
+ * an idle process's sampling from ~0.55 % to ~0.37 % of a CPU, but a burst shorter than
+ * the sleep that ends before the wake is drawn at the stack the thread then sleeps in: the
+ * share of a 20 ms spin's ticks drawn at its stack fell from 95-98 % to 84-88 %. */
 #define RT_IDLE_SLEEP_NS     (4 * 1000 * 1000)
 #define RT_SAMPLE_SIGNAL     SIGPROF
 

@@ -13,9 +13,8 @@
  * A capture still in flight at the next tick is left alone, so each thread's samples stay
  * in time order. Ticks sit on a grid of whole intervals shared by every process. When
  * every thread was idle at two wakes in a row, the sampler sleeps through up to
- * RT_IDLE_SLEEP_NS of ticks (wakes 1, 2, 4, 4... intervals apart at 1 kHz) and writes the
- * ticks it skipped as same-samples when it wakes (those a thread that started running ran
- * through get its new capture): an idle fleet of 64 processes at 1 kHz cost 60% of a CPU in
+ * RT_IDLE_SLEEP_NS of ticks (1, 1, 2, 4, 4... intervals) and writes the ticks it skipped as
+ * same-samples when it wakes: an idle fleet of 64 processes at 1 kHz cost 60% of a CPU in
  * wake-ups alone.
  */
 #include <errno.h>
@@ -451,43 +450,19 @@ static bool thread_runnable(int32_t tid)
     return state && state[1] == ' ' && state[2] == 'R';
 }
 
-/* Whether a tick the sampler slept through may be written for thread t. A wake earlier than
- * planned (the grid rounds down) would put it at or before the thread's last entry: a
- * duplicate, out of order; and a thread registered meanwhile did not exist before. */
-static bool tick_is_new(const struct rt_thread *t, uint64_t time_ns)
-{
-    return time_ns > t->last_entry_ns && time_ns >= t->register_ns;
-}
-
 /* Same-samples (or, before the first sample, samples saying the thread is blocked) for the
  * grid ticks the sampler slept through (all its threads were idle at the tick before),
- * oldest first, so that the thread keeps one sample per interval; the newest `running` of
- * them are left out (the capture asked for now stands for them, see ran_through()). */
-static void put_skipped_ticks(struct rt_thread *t, uint64_t now, unsigned skipped, unsigned running)
+ * oldest first, so that the thread keeps one sample per interval. */
+static void put_skipped_ticks(struct rt_thread *t, uint64_t now, unsigned skipped)
 {
-    for (unsigned k = skipped; k > running; k--) {
+    for (unsigned k = skipped; k > 0; k--) {
         uint64_t time = now - k * rt.cfg.interval_ns;
 
-        if (tick_is_new(t, time))
+        /* A wake earlier than planned (the grid rounds down) would put a skipped tick at or
+         * before the thread's last entry: a duplicate, out of order. */
+        if (time > t->last_entry_ns)
             put_idle_tick(t, time, PROF_SAMPLE_BLOCKED_SINCE_START);
     }
-}
-
-/* Of the `skipped` ticks the sampler slept through, how many the thread ran through: it
- * used cpu_ns since its last sample, all of it (as far as we can tell) in the newest ticks,
- * since it was idle at the wake before them. Those ticks get the stack of the capture asked
- * for now, like ticks deferred while a capture is in flight: a thread that starts running
- * while the sampler sleeps is not drawn at its old (idle) stack until the sampler wakes.
- * Never at or before the thread's last entry (a wake earlier than planned). */
-static unsigned ran_through(const struct rt_thread *t, uint64_t now, unsigned skipped,
-                            uint64_t cpu_ns)
-{
-    uint64_t n = cpu_ns / rt.cfg.interval_ns;
-    unsigned running = n < skipped ? (unsigned)n : skipped;
-
-    while (running > 0 && !tick_is_new(t, now - running * rt.cfg.interval_ns))
-        running--;
-    return running;
 }
 
 /* Whether thread t, which used (almost) no CPU since its last sample, is to be signalled
@@ -553,7 +528,6 @@ static bool sample_threads(uint64_t now, unsigned skipped)
         struct rt_thread *t = rt.threads[i];
         int state;
         uint64_t cpu;
-        unsigned running;
 
         if (!t)
             continue;
@@ -571,8 +545,8 @@ static bool sample_threads(uint64_t now, unsigned skipped)
         if (!t->live || paused || stopped ||
             atomic_load_explicit(&rt.exec_pending, memory_order_relaxed))
             continue;
+        put_skipped_ticks(t, now, skipped);
         if (state == RT_CAPTURE_REQUESTED) {
-            put_skipped_ticks(t, now, skipped, 0);
             /* The signal is still pending a whole tick later: the thread was not scheduled
              * (a busy machine), so it did not run. This tick gets the capture's stack when
              * it lands. */
@@ -592,35 +566,28 @@ static bool sample_threads(uint64_t now, unsigned skipped)
              * syscall restart), and an exact comparison would make every signalled sleeper
              * look busy forever. Its CPU is not reset, so a thread doing a little work is
              * sampled now and then. */
-            put_skipped_ticks(t, now, skipped, 0);
             put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
             continue;
         }
         if (!may_signal(&checked)) {
-            put_skipped_ticks(t, now, skipped, 0);
             stopped = true;
             continue;
         }
-        running = ran_through(t, now, skipped, cpu - t->last_cpu_ns);
-        put_skipped_ticks(t, now, skipped, running);
         t->capture.cpu_delta_ns = cpu - t->last_cpu_ns;
         t->last_cpu_ns = cpu;
-        /* The capture is written at the oldest tick it stands for, the others after it. */
-        t->request_ns = now - running * rt.cfg.interval_ns;
-        t->deferred_ticks = running;
-        t->deferred_first_ns = t->request_ns + rt.cfg.interval_ns;
-        t->deferred_last_ns = now;
+        t->request_ns = now;
+        t->deferred_ticks = 0;
         atomic_store_explicit(&t->capture.state, RT_CAPTURE_REQUESTED, memory_order_release);
         switch (signal_thread(t)) {
         case 0:
             break;
-        case -EAGAIN: /* an exec began meanwhile: these ticks keep the last stack */
-            put_idle_tick(t, t->request_ns, PROF_SAMPLE_BLOCKED_SINCE_START);
-            put_deferred_ticks(t, PROF_SAMPLE_BLOCKED_SINCE_START);
+        case -EAGAIN: /* an exec began meanwhile: this tick keeps the last stack */
             atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+            put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
             break;
         default:
-            drop_capture(t); /* it is gone */
+            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+            put_idle_tick(t, now, PROF_SAMPLE_ENDED_UNSAMPLED); /* it is gone */
             break;
         }
         busy = true;
@@ -649,7 +616,7 @@ static void harvest_last_captures(void)
 }
 
 /* Ticks to sleep through after `idle_wakes` wakes in a row that found every thread idle:
- * 0 while anything runs, then 1, 3, 7, 15... up to RT_IDLE_SLEEP_NS (1, 3, 3... at 1 kHz). */
+ * 0 while anything runs, then 1, 3, 3... up to RT_IDLE_SLEEP_NS. */
 static unsigned ticks_to_skip(unsigned idle_wakes)
 {
     uint64_t max = RT_IDLE_SLEEP_NS / rt.cfg.interval_ns;
@@ -657,7 +624,7 @@ static unsigned ticks_to_skip(unsigned idle_wakes)
 
     if (idle_wakes < 2 || max < 2)
         return 0;
-    k = (1ull << (idle_wakes < 17 ? idle_wakes - 1 : 16)) - 1;
+    k = (1ull << (idle_wakes < 4 ? idle_wakes - 1 : 3)) - 1;
     return (unsigned)(k < max ? k : max - 1);
 }
 
