@@ -140,6 +140,10 @@ void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress 
  * and its profile was recovered from its chunks (recovered, len; how says how), that is its
  * answer: returns true, and the capture took recovered (freed with it). */
 bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, const char *how);
+/* c's exit profile arrived (json, len; built: how the daemon built it from c's region, or
+ * NULL). When a capture is waiting for c, that is its answer: returns true, and the capture
+ * took json (freed with it); else false, and the caller keeps it for the next capture. */
+bool daemon__gather_on_exit_profile(struct conn *c, char *json, size_t len, const char *built);
 /* A tool left: its capture goes on, the result is just not sent. */
 void daemon__gather_on_tool_gone(struct conn *c);
 void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req);

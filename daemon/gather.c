@@ -806,11 +806,59 @@ void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress 
               m->location && *m->location ? m->location : "?");
 }
 
+/* A whole profile of p's process (json, len; taken and freed) answers in place of what p
+ * sent so far. True if it is p's answer now; false if it could not be stored (logged, p done,
+ * or the capture finished on a write error). */
+static bool answer_with(struct gather *g, struct pending *p, char *json, size_t len,
+                        const char *what)
+{
+    int r;
+
+    drop_data(g, p);
+    g->bytes -= p->len < g->bytes ? p->len : g->bytes;
+    p->len = 0;
+    r = store_piece(g, p, json, len, len);
+    free(json);
+    if (r < 0 && g->write_error) {
+        finish(g);
+        return false;
+    }
+    if (r < 0) {
+        event(g, p->pid, "child %d (%s) dropped: no spool file for its %s profile: %s", (int)p->pid,
+              p->name, what, strerror(-r));
+        drop_data(g, p);
+        mark_done(g, p);
+        return false;
+    }
+    p->len = len;
+    g->bytes += len;
+    return true;
+}
+
+bool daemon__gather_on_exit_profile(struct conn *c, char *json, size_t len, const char *built)
+{
+    struct gather *g = c->d->gather;
+    struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
+
+    if (!p || p->done)
+        return false;
+    /* Kept for the next capture instead, it would be missing from this one: the child goes
+     * away next, and the capture would log it as gone without an answer. */
+    if (!answer_with(g, p, json, len, "exit"))
+        return true;
+    event(g, p->pid,
+          "child %d (%s) exited during the capture: its exit profile is its answer, "
+          "%zu bytes%s%s",
+          (int)p->pid, p->name, len, built ? ", built by the daemon from its shared chunks: " : "",
+          built ? built : "");
+    profile_complete(g, p);
+    return true;
+}
+
 bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, const char *how)
 {
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
-    int r;
 
     if (!p)
         return false;
@@ -828,24 +876,8 @@ bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, c
         return false;
     }
     /* It died mid-capture: what it sent so far goes, its chunks answer in its place. */
-    drop_data(g, p);
-    g->bytes -= p->len < g->bytes ? p->len : g->bytes;
-    p->len = 0;
-    r = store_piece(g, p, recovered, len, len);
-    free(recovered);
-    if (r < 0 && g->write_error) {
-        finish(g);
+    if (!answer_with(g, p, recovered, len, "recovered"))
         return true;
-    }
-    if (r < 0) {
-        event(g, p->pid, "child %d (%s) dropped: no spool file for its recovered profile: %s",
-              (int)p->pid, p->name, strerror(-r));
-        drop_data(g, p);
-        mark_done(g, p);
-        return true;
-    }
-    p->len = len;
-    g->bytes += len;
     g->recovered++;
     event(g, p->pid,
           "recovered the profile of child %d (%s) from its shared chunks, as it died during "

@@ -207,7 +207,8 @@ static void on_exit_in_region(struct conn *c)
     if (daemon__region_exit_profile(c, how, sizeof(how), &json, &len) < 0)
         return;
     c->exit_profile_received = true;
-    daemon__exit_profile_add(c->d, c, json, len, how);
+    if (!daemon__gather_on_exit_profile(c, json, len, how))
+        daemon__exit_profile_add(c->d, c, json, len, how);
 }
 
 static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
@@ -450,7 +451,8 @@ static void on_exit_piece(struct conn *c, const Fleetprof__ProfileData *m)
     if (!m->last)
         return;
     c->exit_profile_received = true;
-    daemon__exit_profile_add(c->d, c, c->exit_data, c->exit_len, NULL);
+    if (!daemon__gather_on_exit_profile(c, c->exit_data, c->exit_len, NULL))
+        daemon__exit_profile_add(c->d, c, c->exit_data, c->exit_len, NULL);
     c->exit_data = NULL;
     c->exit_len = c->exit_cap = 0;
     return;

@@ -17,6 +17,7 @@ import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -727,6 +728,49 @@ class FakeChild:
                              *chunks, field(7, 1)))
 
 
+GATHER, PROFILE_DATA = 12, 15
+
+
+def test_exit_during_capture_is_its_answer(tmp):
+    """A child asked for its profile that exits instead (its exit profile arrives, then it
+    goes) is in that capture, with its exit profile as its answer. Before, the exit profile
+    was kept for the next capture and this one logged the child as gone with nothing: a
+    `fleetprof record` of children that end at once lost some of them (2 of 40 once in CI)."""
+    d = Daemon(tmp)
+    kid = None
+    try:
+        kid = FakeChild(d)
+        out = os.path.join(tmp, "during.json")
+        box = {}
+        t = threading.Thread(target=lambda: box.update(r=capture(d.sock, out, timeout=30)))
+        t.start()
+        gather_id = kid.next_of(GATHER)[1][0]
+        profile = b'{"meta":{"fakeExitProfile":true},"threads":[]}'
+        # An exit profile is pushed unasked, with an id of the child's: not the gather's.
+        kid.s.sendall(frame(PROFILE_DATA, field(1, gather_id + 1000), field(2, profile),
+                            field(3, 1), field(5, 1), field(7, len(profile))))
+        kid.s.sendall(frame(UPDATE, field(6, 1)))
+        kid.s.close()
+        kid = None
+        t.join(40)
+        assert not t.is_alive(), "the capture did not end"
+        result, error = box["r"]
+        assert error is None and not result.get(5), (result, error)
+        with open(out) as f:
+            doc = json.load(f)
+        fakes = [p for p in doc["processes"] if p.get("meta", {}).get("fakeExitProfile")]
+        (log,) = doc["profileGatheringLog"].values()
+        texts = [e[1] for e in log["events"]]
+        assert len(fakes) == 1, f"{len(fakes)} copies of the exit profile in the capture: {texts}"
+        assert any("exited during the capture: its exit profile is its answer" in e
+                   for e in texts), texts
+        assert not any("went away during the capture" in e for e in texts), texts
+    finally:
+        if kid:
+            kid.s.close()
+        d.stop()
+
+
 def fake_child_over_the_limit(tmp, region_fd, evictions):
     """A daemon with a 1 MiB budget, and a fake child with one 64 KiB chunk unreleased that
     releases 24: the 9 oldest are evicted (25 chunks down to the 16 that fit in 1 MiB).
@@ -862,6 +906,7 @@ taplib.run([
     test_evictions_through_the_region_of_a_child_that_reads_them,
     test_old_children_and_unusable_regions_get_destroy_messages,
     test_real_children_read_their_evictions_from_their_regions,
+    test_exit_during_capture_is_its_answer,
     test_socket_permissions_and_other_uid_refused,
     test_shutdown_stops_children_and_removes_socket,
     test_forked_workers_connect_on_their_own,
