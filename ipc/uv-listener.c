@@ -5,7 +5,10 @@
  * connect; SO_PEERCRED then refuses any other uid but root for sockets reached otherwise
  * (a directory the owner loosened, a passed descriptor). A socket file left by a dead
  * daemon is recognised by connect(2) failing with ECONNREFUSED, and removed; a live one
- * makes open fail with -EADDRINUSE.
+ * makes open fail with -EADDRINUSE. The socket is bound and listening under a temporary
+ * name in the same directory before it is renamed into place, so that a client that sees
+ * the path can connect: bound at its path, it refused connections until listen(2) (a test
+ * that started the daemon and connected once the file was there got ECONNREFUSED).
  */
 #include <errno.h>
 #include <limits.h>
@@ -197,11 +200,24 @@ static void on_connection(uv_stream_t *server, int status)
         ipc__conn_fail(c, r, "cannot start reading");
 }
 
+/* A temporary name for the socket beside path ("DIR/.PID.fleetprof-bind"), in bound; the
+ * path itself when that name does not fit in a socket address. */
+static void bind_name(const char *path, char *bound, size_t size)
+{
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) + 1 : 0;
+    int n = snprintf(bound, size, "%.*s.%d.fleetprof-bind", dir_len, path, (int)getpid());
+
+    if (n < 0 || (size_t)n >= size)
+        (void)snprintf(bound, size, "%s", path);
+}
+
 int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listener_options *opts,
                       const struct ipc_listener_callbacks *cbs, void *userdata,
                       struct ipc_listener **ret_listener)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    char bound[sizeof(addr.sun_path)];
     struct ipc_listener *l;
     struct stat st;
     int fd, r;
@@ -245,11 +261,14 @@ int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listen
         r = -errno;
         goto err_close_fd;
     }
+    bind_name(path, bound, sizeof(bound));
+    memcpy(addr.sun_path, bound, strlen(bound) + 1);
+    (void)unlink(bound); /* a temporary name left by a daemon of our pid that died */
     if (bind(fd, (const struct sockaddr *)&addr, sizeof(addr)) < 0) {
         r = -errno;
         goto err_close_fd;
     }
-    if (chmod(path, IPC_SOCKET_MODE) < 0 || lstat(path, &st) < 0) {
+    if (chmod(bound, IPC_SOCKET_MODE) < 0 || lstat(bound, &st) < 0) {
         r = -errno;
         goto err_unlink;
     }
@@ -259,6 +278,11 @@ int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listen
         r = -errno;
         goto err_unlink;
     }
+    if (strcmp(bound, path) != 0 && rename(bound, path) < 0) {
+        r = -errno;
+        goto err_unlink;
+    }
+    memcpy(bound, path, strlen(path) + 1); /* the name to remove on failure from here on */
     r = uv_pipe_init(loop, &l->pipe, 0);
     if (r < 0)
         goto err_unlink;
@@ -276,14 +300,14 @@ int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listen
 err_close_handle:
     /* The handle is initialised: it must be closed, and l freed from its close callback
      * (the caller's loop must run once more). */
-    (void)unlink(path);
+    (void)unlink(bound);
     if (fd >= 0)
         (void)close(fd);
     l->closing = true;
     uv_close((uv_handle_t *)&l->pipe, on_listener_closed);
     return r;
 err_unlink:
-    (void)unlink(path);
+    (void)unlink(bound);
 err_close_fd:
     (void)close(fd);
 err_free_path:

@@ -1,6 +1,7 @@
 /* Unit tests for the libuv transport (ipc/uv-*.c) on a private loop in one process: socket
  * path hygiene, request/reply, the queue cap and drain, protocol errors, close semantics,
  * profile streaming. Two-process tests live in tests/integration/test-ipc-processes.c. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -255,6 +256,22 @@ static void test_peer_check(void **state)
     assert_int_equal(ipc_peer_check(&other, 65534, NULL, 0), 0);
 }
 
+/* Entries of directory path but . and .., or -1. */
+static int dir_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, ".."))
+            n++;
+    (void)closedir(d);
+    return n;
+}
+
 static void test_listen_path_hygiene(void **state)
 {
     struct fixture *f = *state;
@@ -275,6 +292,9 @@ static void test_listen_path_hygiene(void **state)
     assert_int_equal(lstat(f->path, &st), 0);
     assert_true(S_ISSOCK(st.st_mode));
     assert_int_equal(st.st_mode & 07777, 0600);
+    /* Bound under a temporary name and renamed once listening: only the socket is left. */
+    (void)snprintf(parent, sizeof(parent), "%s/run/fleetprof", f->dir);
+    assert_int_equal(dir_entries(parent), 1);
 
     /* A live listener owns the path. */
     assert_int_equal(ipc_listener_open(&f->loop, f->path, NULL, &listener_cbs, f, &second),
