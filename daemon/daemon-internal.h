@@ -23,6 +23,7 @@
 
 struct buf_region_header;
 struct gather;
+struct loop_pace;
 struct prof_symbols;
 
 enum conn_kind {
@@ -110,6 +111,7 @@ struct daemon {
     struct exit_profile *exit_profiles;      /* owned list, oldest first */
     struct exit_profile *exit_profiles_last; /* the newest of that list, NULL when empty */
     struct gather *gather;                   /* the running capture, or NULL */
+    struct loop_pace *pace;                  /* owned; NULL when off */
     struct prof_symbols *symbols;            /* the symbol service's cache; NULL until first used */
     uint8_t *exit_image;                     /* owned scratch: a region's copy (recover.c) */
     size_t exit_image_cap;                   /* its bytes */

@@ -29,6 +29,8 @@ typedef void (*daemon_log_fn)(void *userdata, enum daemon_log_level level, const
 
 #define DAEMON_UPDATE_HOLD_OFF UINT64_MAX
 #define DAEMON_UPDATE_HOLD_NS  (200ull * 1000 * 1000) /* the default; bench-daemon sized it */
+#define DAEMON_PACE_OFF        UINT64_MAX
+#define DAEMON_PACE_NS         (2ull * 1000 * 1000) /* the default (daemon/pace.h) */
 
 struct daemon_options {
     const char *socket_path;      /* required */
@@ -42,6 +44,9 @@ struct daemon_options {
      * newly released chunks (Welcome's update_hold_ns): default 200 ms;
      * DAEMON_UPDATE_HOLD_OFF = every change at once. */
     uint64_t update_hold_ns;
+    /* A busy loop polls at most once per pace (daemon/pace.h): default 2 ms;
+     * DAEMON_PACE_OFF = every wake-up at once. */
+    uint64_t pace_ns;
     bool allow_any_uid; /* tests only: skip the peer uid check */
     daemon_log_fn log;  /* may be NULL */
     void *log_userdata;

@@ -39,6 +39,8 @@ static void usage(FILE *out)
             "  --child-timeout S      gathering: give up on a child silent this long (default 1)\n"
             "  --update-hold MS       a child may hold an update listing under 2 new chunks\n"
             "                         this long, for fewer, bigger ones (default 200; 0 = off)\n"
+            "  --pace MS              when messages keep coming, read them at most once per\n"
+            "                         this long, in one wake-up (default 2; 0 = off)\n"
             "  --stackwalk MODE       fp, dwarf or copy (default: each child's own)\n"
             "  --foreground           stay attached to the terminal (default: detach)\n"
             "  --log-level LEVEL      error, warning, info or debug (default info)\n"
@@ -94,6 +96,7 @@ int main(int argc, char **argv)
             {"interval", required_argument, NULL, 'i'},
             {"child-timeout", required_argument, NULL, 't'},
             {"update-hold", required_argument, NULL, 'u'},
+            {"pace", required_argument, NULL, 'P'},
             {"stackwalk", required_argument, NULL, 'w'},
             {"foreground", no_argument, NULL, 'f'},
             {"log-level", required_argument, NULL, 'l'},
@@ -133,6 +136,12 @@ int main(int argc, char **argv)
                 return bad_value("--update-hold", optarg, "milliseconds from 0 to 10000");
             if (!opt.update_hold_ns)
                 opt.update_hold_ns = DAEMON_UPDATE_HOLD_OFF;
+            break;
+        case 'P':
+            if (parse_duration(optarg, 1e6, 0, 100000000ull, &opt.pace_ns) < 0)
+                return bad_value("--pace", optarg, "milliseconds from 0 to 100");
+            if (!opt.pace_ns)
+                opt.pace_ns = DAEMON_PACE_OFF;
             break;
         case 'w':
             if (!strcmp(optarg, "fp"))

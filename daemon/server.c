@@ -27,6 +27,7 @@
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
 #include "daemon/groups.h"
+#include "daemon/pace.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -634,6 +635,8 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
         d->opt.child_timeout_ns = 1000000000;
     if (!d->opt.update_hold_ns)
         d->opt.update_hold_ns = DAEMON_UPDATE_HOLD_NS;
+    if (!d->opt.pace_ns)
+        d->opt.pace_ns = DAEMON_PACE_NS;
     if (d->opt.chunk_bytes < (64u << 10) || d->opt.chunk_bytes > d->opt.process_limit_bytes) {
         free(d);
         return -EINVAL;
@@ -650,6 +653,11 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     r = ipc_listener_open(loop, d->socket_path, &lo, &cbs, d, &d->listener);
     if (r < 0)
         goto err_ctl;
+    if (d->opt.pace_ns != DAEMON_PACE_OFF) {
+        r = loop_pace_new(loop, d->opt.pace_ns, &d->pace);
+        if (r < 0) /* served unpaced: every message still read, each on its own wake-up */
+            daemon__log(d, DAEMON_LOG_WARNING, "cannot pace the loop: %s", strerror(-r));
+    }
     d->stats.global_limit_bytes = d->opt.global_limit_bytes;
     d->start_ns = daemon__now_ns();
     d->start_epoch_ms = (double)daemon__epoch_ms();
@@ -676,6 +684,8 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
     d->close_userdata = userdata;
     ipc_listener_close(d->listener); /* also removes the socket file */
     d->listener = NULL;
+    loop_pace_close(d->pace);
+    d->pace = NULL;
     for (struct conn *c = d->conns; c; c = c->next) {
         if (c->kind == CONN_CHILD) {
             /* Children stop sampling, and learn from the closed socket that they are on

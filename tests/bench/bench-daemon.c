@@ -51,7 +51,7 @@
  * ran out, and the simulators hold theirs as the runtime does.
  *
  * Usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] [--period-ms MS]
- *                     [--old-child] [--update-hold MS]
+ *                     [--old-child] [--update-hold MS] [--pace MS]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -616,6 +616,7 @@ static pid_t *child_pids;         /* 0 once reaped */
 static int child_count;
 static char tmp_dir[64], sock_path[128], log_path[128];
 static const char *update_hold_ms; /* --update-hold, passed on to fleetprofd; NULL = its default */
+static const char *pace_ms;        /* --pace, passed on to fleetprofd; NULL = its default */
 
 /* Kills and reaps whatever is left; async-signal-safe, so it also serves the signal handler. */
 static void cleanup(void)
@@ -821,12 +822,21 @@ static int start_daemon(const char *exe)
             (void)dup2(fd, STDOUT_FILENO);
             (void)dup2(fd, STDERR_FILENO);
         }
-        if (update_hold_ms)
-            execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
-                  "--log-level", "info", "--update-hold", update_hold_ms, (char *)NULL);
-        else
-            execl(exe, exe, "--foreground", "--socket", sock_path, "--global-limit", "256M",
-                  "--log-level", "info", (char *)NULL);
+        {
+            const char *args[16] = {exe,    "--foreground", "--socket", sock_path, "--global-limit",
+                                    "256M", "--log-level",  "info"};
+            size_t n = 8;
+
+            if (update_hold_ms) {
+                args[n++] = "--update-hold";
+                args[n++] = update_hold_ms;
+            }
+            if (pace_ms) {
+                args[n++] = "--pace";
+                args[n++] = pace_ms;
+            }
+            execv(exe, (char *const *)args);
+        }
         (void)fprintf(stderr, "bench-daemon: cannot run %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
@@ -994,6 +1004,7 @@ struct snap {
     double t_s;
     uint64_t ticks, sched_ns, sched_wait_ns, fleet_ns, rss_kb;
     uint64_t syscr, syscw; /* the daemon's read and write system calls so far */
+    uint64_t wakeups;      /* the daemon's voluntary context switches so far (its waits) */
     struct fleet_sum f;
 };
 
@@ -1017,6 +1028,25 @@ static void read_syscalls(pid_t pid, uint64_t *ret_r, uint64_t *ret_w)
     (void)fclose(f);
 }
 
+/* /proc/PID/status voluntary_ctxt_switches: each is a wait for events (or a paced sleep)
+ * that ended in a wake-up; 0 if unreadable. */
+static uint64_t read_wakeups(pid_t pid)
+{
+    char path[64], line[128];
+    uint64_t n = 0;
+    FILE *f;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "voluntary_ctxt_switches:", 24))
+            n = strtoull(line + 24, NULL, 10);
+    (void)fclose(f);
+    return n;
+}
+
 static void take_snap(const struct sim_shared *sh, struct snap *s)
 {
     s->t_s = mono_s();
@@ -1025,6 +1055,7 @@ static void take_snap(const struct sim_shared *sh, struct snap *s)
     read_schedstat(daemon_pid, &s->sched_ns, &s->sched_wait_ns);
     s->rss_kb = read_rss_kb(daemon_pid);
     read_syscalls(daemon_pid, &s->syscr, &s->syscw);
+    s->wakeups = read_wakeups(daemon_pid);
     s->fleet_ns = fleet_cpu_ns();
     fleet_sum(sh, child_count, &s->f);
 }
@@ -1185,7 +1216,7 @@ static void summarize_daemon_log(void)
 static void usage(void)
 {
     (void)fprintf(stderr, "usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] "
-                          "[--period-ms MS] [--old-child] [--update-hold MS]\n");
+                          "[--period-ms MS] [--old-child] [--update-hold MS] [--pace MS]\n");
 }
 
 /* Descriptors: the daemon holds one per child, and inherits our limit. Raises the soft
@@ -1454,6 +1485,8 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
                    (double)(b->syscr - a->syscr) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "daemon write syscalls per update (syscw)",
                    (double)(b->syscw - a->syscw) / u, "", "", "1");
+            printf("%-44s %12.2f %12s %12s %10s\n", "daemon wake-ups per update (voluntary cs)",
+                   (double)(b->wakeups - a->wakeups) / u, "", "", "1");
             printf("%-44s %12.2f %12s %12s %10s\n", "chunks released per update",
                    (double)(b->f.released_chunks - a->f.released_chunks) / u, "", "", "1");
             if (b->f.released_chunks > a->f.released_chunks && b->sched_ns)
@@ -1604,6 +1637,8 @@ int main(int argc, char **argv)
             old_child = true;
         } else if (!strcmp(argv[i], "--update-hold") && i + 1 < argc) {
             update_hold_ms = argv[++i];
+        } else if (!strcmp(argv[i], "--pace") && i + 1 < argc) {
+            pace_ms = argv[++i];
         } else if (argv[i][0] != '-') {
             exe = argv[i];
         } else {
