@@ -195,6 +195,15 @@ enum rt_fork_start {
 extern __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
 /* > 0 while the calling thread is inside the dynamic loader (dlopen, dl_iterate_phdr...). */
 extern __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
+/* The runtime's own entries into the loader and libunwind pass this gate, which a fork
+ * closes until it is done, so that none of their locks is copied held into the child
+ * (preload.c). Enter
+ * waits for a fork to end (at most 2 s); try_enter (async-signal-safe) fails instead.
+ * Nested calls on a thread already inside always enter. Every enter, and every try_enter
+ * that succeeded, is matched by a leave. */
+void rt_loader_gate_enter(void);
+bool rt_loader_gate_try_enter(void);
+void rt_loader_gate_leave(void);
 
 uint64_t rt_now_ns(void);
 

@@ -240,6 +240,8 @@ void rt_stackwalk_unwind_copy(struct rt_capture *c)
     unw_cursor_t cursor;
     uint32_t n = 0;
 
+    /* libunwind's locks, like the loader's, must not be held across a fork (core.h). */
+    rt_loader_gate_enter();
     refresh_segments();
     if (c->stack_copy_len > 0 && generic.init_remote(&cursor, copy_space, c) == 0) {
         do {
@@ -250,6 +252,7 @@ void rt_stackwalk_unwind_copy(struct rt_capture *c)
             c->frames[n++] = ip;
         } while (n < PROF_MAX_FRAMES && generic.step(&cursor) > 0);
     }
+    rt_loader_gate_leave();
     if (n <= 1) {
         /* No unwind info where it stopped: frame pointers in the copy may go further. */
         n = rt_fp_walk(c->frames, PROF_MAX_FRAMES, c->regs.ip, c->regs.sp, c->regs.bp, c->regs.sp,

@@ -97,7 +97,9 @@ void rt_stackwalk_warm_thread(void)
     /* libunwind's first backtrace on a thread costs 0.2-0.4 ms (cache set-up): pay it
      * here, not in the first signal handler; once per thread, not again in a fork. */
     if (walk_mode == RT_STACKWALK_DWARF && !warmed && !atomic_load(&libunwind_stopped)) {
+        rt_loader_gate_enter();
         (void)unw_backtrace(frames, 64);
+        rt_loader_gate_leave();
         warmed = true;
     }
 }
@@ -139,7 +141,10 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
             c->flags |= PROF_SAMPLE_NO_NATIVE;
             break;
         }
+        if (!rt_loader_gate_try_enter())
+            break; /* another thread is forking: a frame-pointer walk, as in fp mode */
         n = unw_backtrace((void **)c->frames, PROF_MAX_FRAMES);
+        rt_loader_gate_leave();
         for (int i = 0; i < n; i++) {
             if (c->frames[i] == ip) {
                 memmove(c->frames, c->frames + i, (size_t)(n - i) * sizeof(c->frames[0]));
@@ -168,8 +173,11 @@ uint32_t rt_stackwalk_crash(uint64_t *frames, uint32_t max, const struct rt_thre
     /* As the sampling handler walks (dwarf through the signal frame where it may), since
      * most code has no frame pointers; a frame-pointer walk otherwise. */
     if (walk_mode == RT_STACKWALK_DWARF &&
-        !atomic_load_explicit(&libunwind_stopped, memory_order_relaxed) && rt_in_loader == 0) {
+        !atomic_load_explicit(&libunwind_stopped, memory_order_relaxed) && rt_in_loader == 0 &&
+        rt_loader_gate_try_enter()) {
         int n = unw_backtrace((void **)frames, (int)max);
+
+        rt_loader_gate_leave();
 
         for (int i = 0; i < n; i++) {
             if (frames[i] == ip) {
@@ -192,6 +200,7 @@ int rt_proc_range(uint64_t pc, uint64_t *ret_start, uint64_t *ret_end)
 {
     size_t slot = (size_t)((pc >> 2) * 0x9e3779b97f4a7c15u >> 56) % PROC_CACHE_SIZE;
     unw_proc_info_t pi;
+    int r;
 
     if (proc_cache[slot].pc == pc && pc != 0) {
         *ret_start = proc_cache[slot].start;
@@ -199,8 +208,10 @@ int rt_proc_range(uint64_t pc, uint64_t *ret_start, uint64_t *ret_end)
         return 0;
     }
     memset(&pi, 0, sizeof(pi));
-    if (unw_get_proc_info_by_ip(unw_local_addr_space, (unw_word_t)pc, &pi, NULL) < 0 ||
-        pi.start_ip >= pi.end_ip)
+    rt_loader_gate_enter();
+    r = unw_get_proc_info_by_ip(unw_local_addr_space, (unw_word_t)pc, &pi, NULL);
+    rt_loader_gate_leave();
+    if (r < 0 || pi.start_ip >= pi.end_ip)
         return -ENOENT;
     proc_cache[slot].pc = pc;
     proc_cache[slot].start = pi.start_ip;
@@ -232,7 +243,9 @@ uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max)
             frames[out++] = walked[i];
         return out;
     }
+    rt_loader_gate_enter();
     n = unw_backtrace(buf, (int)(max + 2 < PROF_MAX_FRAMES + 2 ? max + 2 : PROF_MAX_FRAMES + 2));
+    rt_loader_gate_leave();
 
     for (int i = 2; i < n && out < max; i++)
         frames[out++] = (uint64_t)(uintptr_t)buf[i];

@@ -31,6 +31,13 @@
  *   workload fork-exec N               forks N children one after another, each execs
  *                                      /bin/true; prints how many died by a signal
  *   workload dlopen-stay PATH          dlopens PATH and exits with it loaded
+ *   workload fork-loader N             forks N children one after another while busy, with 3
+ *                                      threads spinning (the sampler keeps walking their
+ *                                      stacks); each child sleeps
+ *                                      30 ms (past the runtime's deferred start, which lists
+ *                                      the modules), walks the modules with dl_iterate_phdr
+ *                                      and exits; a child not gone after 20 s is killed and
+ *                                      counted; prints "hung=K", exits 1 if K > 0
  *   workload fork-low-nofile           lowers RLIMIT_NOFILE to 300, forks a child that spins
  *                                      until its runtime has opened statm (10 s at most) and
  *                                      prints "runtime_fds=N,N" (statm's and the chunk
@@ -67,6 +74,7 @@
  */
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -182,6 +190,23 @@ NOINLINE void wl_recurse(int depth, double until)
     else
         wl_recurse(depth - 1, until);
     sink++; /* work after the call: no tail call */
+}
+
+static void *fork_loader_spinner(void *arg)
+{
+    (void)arg;
+    for (;;)
+        wl_recurse(10, now_s() + 0.01);
+    return NULL;
+}
+
+static int wl_count_module(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)info;
+    (void)size;
+    (void)data;
+    sink++;
+    return 0;
 }
 
 #define HOT_FUNCTION(name)                                 \
@@ -431,6 +456,40 @@ int main(int argc, char **argv)
         }
         printf("killed: %d\n", killed);
         return killed ? 1 : 0;
+    } else if (!strcmp(mode, "fork-loader") && argc > 2) {
+        int n = atoi(argv[2]), hung = 0;
+        pthread_t spinners[3];
+
+        /* More stacks for the sampler to walk while the main thread forks. */
+        for (int i = 0; i < 3; i++)
+            if (pthread_create(&spinners[i], NULL, fork_loader_spinner, NULL) != 0)
+                return 4;
+
+        for (int i = 0; i < n; i++) {
+            pid_t pid = fork(), w;
+            double deadline = now_s() + 20.0;
+            int status;
+
+            if (pid == 0) {
+                const struct timespec nap = {0, 30 * 1000 * 1000};
+
+                (void)nanosleep(&nap, NULL);
+                (void)dl_iterate_phdr(wl_count_module, NULL);
+                _exit(0);
+            }
+            if (pid < 0)
+                return 4;
+            while ((w = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < deadline)
+                wl_recurse(10, now_s() + 0.001); /* deep stacks for the sampler to walk */
+            if (w == 0) {
+                fprintf(stderr, "child %d hung\n", (int)pid);
+                (void)kill(pid, SIGKILL);
+                (void)waitpid(pid, &status, 0);
+                hung++;
+            }
+        }
+        printf("hung=%d\n", hung);
+        return hung ? 1 : 0;
     } else if (!strcmp(mode, "fork-low-nofile")) {
         struct rlimit rl = {300, 300};
         pid_t pid;
