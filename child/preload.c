@@ -271,11 +271,11 @@ FLEETPROF_EXPORT void closefrom(int lowfd)
  * thread for the sampler) and at exit (unwinding their last stack copies in libunwind's
  * cache lock) (workload fork-loader: 1 to 2 children in 100 with stacks copied). So the
  * runtime's own entries into the loader (the wrappers below, for its own threads) and into
- * libunwind (stackwalk.c, stackwalk-copy.c) pass a gate that a fork closes: the fork waits for those inside to leave (at most 1 s: one
- * waiting for a loader lock that the forking thread holds, a fork from a constructor, would
- * never leave), the runtime's threads wait for the fork to end, and the handler walks frame
- * pointers meanwhile. The program's own loader calls are not gated: they race with its forks
- * as they would without us. */
+ * libunwind (stackwalk.c, stackwalk-copy.c) pass a gate that a fork closes: the fork waits
+ * for those inside to leave (at most 1 s: one waiting for a loader lock that the forking
+ * thread holds, a fork from a constructor, would never leave), the runtime's threads wait
+ * for the fork to end, and the handler walks frame pointers meanwhile. The program's own
+ * loader calls are not gated: they race with its forks as they would without us. */
 static _Atomic int loader_gate_closed;
 static _Atomic int loader_gate_inside; /* threads between enter and leave */
 static __thread int loader_gate_depth __attribute__((tls_model("initial-exec")));
