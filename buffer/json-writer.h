@@ -21,14 +21,20 @@
 /* Containers (objects and arrays) may nest this deep; one more is -EINVAL. */
 #define JSON_WRITER_MAX_DEPTH 64
 
-/* Size of one output chunk, header included (one malloc each). */
-#define JSON_WRITER_CHUNK_BYTES (64 * 1024)
+/* Size of an fd writer's one chunk and of a memory writer's small chunks, header included
+ * (one malloc each). A memory writer's first JSON_WRITER_SMALL_CHUNKS chunks are small; the
+ * later ones are JSON_WRITER_BIG_CHUNK_BYTES (one transparent huge page), mmap'd. */
+#define JSON_WRITER_CHUNK_BYTES     (64 * 1024)
+#define JSON_WRITER_SMALL_CHUNKS    8
+#define JSON_WRITER_BIG_CHUNK_BYTES (2 * 1024 * 1024)
 
 struct json_writer; /* opaque */
 
-/* Creates a writer that keeps its output in memory, in a list of JSON_WRITER_CHUNK_BYTES
- * chunks (no chunk is allocated before the first byte). On success returns 0 and stores the
- * writer in *ret (caller owns it); otherwise -EINVAL (ret NULL) or -ENOMEM, *ret untouched. */
+/* Creates a writer that keeps its output in memory, in a list of chunks: small ones, then
+ * big ones where transparent huge pages can back them (no chunk is allocated before the first
+ * byte; every chunk is given back when the writer is freed). On success returns 0 and stores
+ * the writer in *ret (caller owns it); otherwise -EINVAL (ret NULL) or -ENOMEM, *ret
+ * untouched. */
 int json_writer_new_memory(struct json_writer **ret);
 
 /* Creates a writer that buffers one chunk and writes each full chunk to fd (borrowed: it must

@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buffer/buf-internal.h"
 #include "buffer/json-writer.h"
 #include "testlib.h"
 
@@ -51,6 +53,54 @@ void *__wrap_calloc(size_t n, size_t size)
 void *__wrap_realloc(void *p, size_t size)
 {
     return alloc_should_fail() ? NULL : __real_realloc(p, size);
+}
+
+/* The kernel's side, wrapped too (-Wl,--wrap=mmap,--wrap=mmap64,--wrap=madvise): mmap_fail
+ * fails every mapping (ENOMEM), madvise_fail every advice (EINVAL, as a kernel without
+ * transparent huge pages does), so that each path runs whatever this machine's kernel does;
+ * the counts say which advice the writer gave, and where. */
+void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+void *__real_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+int __real_madvise(void *addr, size_t len, int advice);
+void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+void *__wrap_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+int __wrap_madvise(void *addr, size_t len, int advice);
+
+static bool mmap_fail, madvise_fail;
+static int mmap_refused, huge_advice, huge_misaligned;
+
+void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (mmap_fail) {
+        mmap_refused++;
+        errno = ENOMEM;
+        return MAP_FAILED;
+    }
+    return __real_mmap(addr, len, prot, flags, fd, off);
+}
+
+void *__wrap_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (mmap_fail) {
+        mmap_refused++;
+        errno = ENOMEM;
+        return MAP_FAILED;
+    }
+    return __real_mmap64(addr, len, prot, flags, fd, off);
+}
+
+int __wrap_madvise(void *addr, size_t len, int advice)
+{
+    if (advice == MADV_HUGEPAGE) {
+        huge_advice++;
+        if ((uintptr_t)addr % JSON_WRITER_BIG_CHUNK_BYTES || len != JSON_WRITER_BIG_CHUNK_BYTES)
+            huge_misaligned++;
+    }
+    if (madvise_fail) {
+        errno = EINVAL;
+        return -1;
+    }
+    return __real_madvise(addr, len, advice);
 }
 
 /* Helpers. */
@@ -1323,6 +1373,109 @@ static void test_fd_writer_matches_memory(void **state)
     free(dir);
 }
 
+static int count_chunk(const char *data, size_t len, void *userdata)
+{
+    size_t *counts = userdata; /* [chunks, largest] */
+
+    (void)data;
+    counts[0]++;
+    if (len > counts[1])
+        counts[1] = len;
+    return 0;
+}
+
+/* A document of about `rows` rows of integers and times, with a writer of up to 60000 ints
+ * spliced in every 5000 rows, as one string (caller frees). */
+static char *mixed_document(int rows, uint64_t seed, size_t *ret_chunks, size_t *ret_largest)
+{
+    struct json_writer *w = new_memory();
+    struct test_rng rng;
+    size_t counts[2] = {0, 0};
+    char *s = NULL;
+
+    test_rng_init(&rng, seed);
+    json_writer_array_begin(w, NULL);
+    for (int i = 0; i < rows; i++) {
+        json_writer_int(w, NULL, (int64_t)test_rng_next(&rng));
+        json_writer_time_ms(w, NULL, (int64_t)test_rng_range(&rng, 0, 1u << 30));
+        if (i % 5000 == 4999) {
+            struct json_writer *sub = new_memory();
+
+            write_ints(sub, NULL, (int)test_rng_range(&rng, 1, 60000));
+            json_writer_splice_writer(w, NULL, sub);
+            json_writer_free(sub);
+        }
+    }
+    json_writer_array_end(w);
+    assert_int_equal(json_writer_finish(w), 0);
+    assert_int_equal(json_writer_each_chunk(w, count_chunk, counts), 0);
+    assert_int_equal(json_writer_copy_to(w, &s), 0);
+    json_writer_free(w);
+    *ret_chunks = counts[0];
+    *ret_largest = counts[1];
+    return s;
+}
+
+/* A memory writer's chunks after its first JSON_WRITER_SMALL_CHUNKS are huge-page sized,
+ * aligned and advised so; the output is byte-identical to one made of small malloc'd chunks
+ * only, at every size, whether mapping works, mmap fails, or the advice is refused (then the
+ * writer stops trying: one refusal, small chunks from there on). */
+static void test_big_chunks_same_bytes(void **state)
+{
+    static const int rows[] = {0, 1, 3000, 4999, 5000, 20000, 70000, 320000};
+    static const struct {
+        bool mmap_fails, madvise_fails;
+    } modes[] = {{false, false}, {false, true}, {true, false}};
+    unsigned saved = buf__json_chunk_ways(0);
+    uint64_t seed = test_seed();
+
+    (void)state;
+    for (size_t r = 0; r < ARRAY_SIZE(rows); r++) {
+        size_t ref_chunks, ref_largest;
+        char *ref;
+
+        (void)buf__json_chunk_ways(0); /* the reference: small malloc'd chunks only */
+        huge_advice = 0;
+        ref = mixed_document(rows[r], seed + r, &ref_chunks, &ref_largest);
+        assert_true(ref_largest <= JSON_WRITER_CHUNK_BYTES);
+        assert_int_equal(huge_advice, 0);
+        for (size_t m = 0; m < ARRAY_SIZE(modes); m++) {
+            bool big = strlen(ref) > 6 * (size_t)JSON_WRITER_BIG_CHUNK_BYTES;
+            size_t chunks, largest;
+            char *s;
+
+            (void)buf__json_chunk_ways(BUF__JSON_CHUNK_MMAP);
+            mmap_fail = modes[m].mmap_fails;
+            madvise_fail = modes[m].madvise_fails;
+            huge_advice = huge_misaligned = 0;
+            s = mixed_document(rows[r], seed + r, &chunks, &largest);
+            mmap_fail = madvise_fail = false;
+            assert_int_equal(strlen(s), strlen(ref));
+            assert_memory_equal(s, ref, strlen(ref));
+            free(s);
+            assert_int_equal(huge_misaligned, 0);
+            if (modes[m].mmap_fails || modes[m].madvise_fails) {
+                assert_true(largest <= JSON_WRITER_CHUNK_BYTES);
+                assert_int_equal(chunks, ref_chunks);
+                assert_true(huge_advice <= (modes[m].madvise_fails ? 1 : 0));
+                if (big && modes[m].madvise_fails)
+                    assert_int_equal(huge_advice, 1);
+                continue;
+            }
+            assert_true(largest <= JSON_WRITER_BIG_CHUNK_BYTES);
+            if (big) {
+                /* ~20 MB, like a child's 8 MiB buffer: 300+ small chunks before; now the
+                 * spliced writers' small chunks are most of them. */
+                assert_true(largest > JSON_WRITER_BIG_CHUNK_BYTES / 2);
+                assert_true(chunks <= ref_chunks / 2);
+                assert_true(huge_advice > 0);
+            }
+        }
+        free(ref);
+    }
+    (void)buf__json_chunk_ways(saved);
+}
+
 static void test_fd_writer_closed_pipe(void **state)
 {
     struct sigaction ign = {.sa_handler = SIG_IGN}, old;
@@ -1410,17 +1563,26 @@ static void test_enomem(void **state)
     (void)close(fds[0]);
     (void)close(fds[1]);
 
-    /* The first chunk, then a later one: the error is latched, the rest ignored. */
-    for (int i = 0; i < 2; i++) {
+    /* The first chunk, a later small one, then a big one (its mmap failing too): the error
+     * is latched, the rest ignored. */
+    for (int i = 0; i < 3; i++) {
+        /* i == 2: into the last small chunk; the next one is big. */
+        size_t fill = i == 1 ? 2 * JSON_WRITER_CHUNK_BYTES
+                             : (JSON_WRITER_SMALL_CHUNKS - 1) * JSON_WRITER_CHUNK_BYTES;
+
         w = new_memory();
         json_writer_array_begin(w, NULL);
-        if (i == 1)
-            for (int k = 0; json_writer_length(w) < 2 * JSON_WRITER_CHUNK_BYTES; k++)
+        if (i > 0)
+            for (int k = 0; json_writer_length(w) < fill; k++)
                 json_writer_int(w, NULL, k);
+        mmap_fail = i == 2;
+        mmap_refused = 0;
         alloc_fail_in = 0;
         for (int k = 0; k < 100000 && !json_writer_error(w); k++)
             json_writer_string(w, NULL, "filler");
         alloc_fail_in = -1;
+        mmap_fail = false;
+        assert_int_equal(mmap_refused, i == 2 ? 1 : 0);
         assert_int_equal(json_writer_error(w), -ENOMEM);
         len = json_writer_length(w);
         json_writer_string(w, NULL, "more");
@@ -1881,6 +2043,7 @@ int main(void)
             cmocka_unit_test(test_misuse_is_einval),
             cmocka_unit_test(test_depth_limit),
             cmocka_unit_test(test_fd_writer_matches_memory),
+            cmocka_unit_test(test_big_chunks_same_bytes),
             cmocka_unit_test(test_fd_writer_closed_pipe),
             cmocka_unit_test(test_fd_writer_bad_fd),
             cmocka_unit_test(test_fd_writer_socket_no_sigpipe),
