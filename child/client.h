@@ -1,19 +1,22 @@
-/* child/client.h - the runtime's daemon client: the connection (ipc.c) and the symbolizer
- * that uses it (symbolize-remote.c). Above the core, below the lifecycle (runtime.c), which
- * gives it the profile writer; the core never includes it.
+/* child/client.h - the runtime's daemon client: the connection (client.c, which forwards to
+ * the IPC thread of libfleetprof-ipc.so, child/ipc.c) and the symbolizer that uses it
+ * (symbolize-remote.c). Above the core, below the lifecycle (runtime.c), which gives it the
+ * profile writer; the core never includes it.
  */
 #ifndef FLEETPROF_CHILD_CLIENT_H
 #define FLEETPROF_CHILD_CLIENT_H
 
 #include "child/core.h"
+#include "child/ipc-module.h"
 
 struct json_writer;
 struct progress_logger;
 
-/* ipc.c: the connection to the daemon (FLEETPROF_SOCKET). write_profile (runtime.c's
- * rt_profile_write(), above ipc.c) answers the daemon's requests for a profile. */
-typedef int rt_profile_writer(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
-                              const struct progress_logger *progress);
+/* client.c: the connection to the daemon (FLEETPROF_SOCKET). write_profile (runtime.c's
+ * rt_profile_write(), above the client) answers the daemon's requests for a profile. The
+ * first start loads libfleetprof-ipc.so; without it (said once with FLEETPROF_DEBUG) the
+ * process profiles alone, as when no daemon answers: -ELIBACC, and every other call here
+ * does nothing (rt_ipc_connected() is false). Never from a signal handler. */
 int rt_ipc_start(const char *socket_path, rt_profile_writer *write_profile);
 /* Sends a Final update and closes, waiting at most 2 s. */
 void rt_ipc_stop(void);
@@ -38,25 +41,7 @@ bool rt_ipc_exit_in_region_accepted(void);
  * that rt_ipc_stop() sends says so, and no profile is streamed. */
 void rt_ipc_exit_in_region(void);
 
-/* One batch of symbol requests that a profile writer hands to the IPC thread, which sends
- * it as a Symbolize and copies the Symbols reply (possibly in pieces) into it. The writer
- * owns the batch; the IPC thread touches it only under its lock while it is posted. */
-struct Fleetprof__Symbolize;
-struct rt_symbol_batch {
-    struct Fleetprof__Symbolize *request; /* borrowed; the IPC thread sets its id */
-    size_t count;                         /* addresses in the request */
-    /* Filled by the IPC thread: */
-    char *arena; /* owned: names and files, NUL-terminated, at the offsets below */
-    size_t arena_len, arena_cap;
-    size_t *name_off, *file_off; /* count entries each (allocated by the writer); SIZE_MAX =
-                                  * unknown */
-    uint32_t *lines, *status;    /* count entries each; status 0 or a positive errno */
-    size_t received;             /* addresses answered so far */
-    size_t module_errors;        /* modules the daemon could not (or would not) read */
-    char error[256];             /* the request's error, else the first module error */
-    bool done;
-    int result; /* 0 or a negative errno (-ETIMEDOUT, -ENOTCONN, -EIO: the daemon's error) */
-};
+/* struct rt_symbol_batch: child/ipc-module.h. */
 /* Sends batch through the daemon's symbol service and waits at most timeout_ns for the
  * whole reply. Never call it on the IPC thread. Returns 0 (batch filled), -ENOTCONN, or
  * the batch's error; on failure the batch may be partly filled. */

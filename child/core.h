@@ -295,6 +295,11 @@ void rt_modules_forget_after_fork(void);
 unsigned rt_loader_generation(void);
 void rt_loader_changed(void);
 
+/* ipc-load.c: dlopen()s name (RTLD_NOW | RTLD_LOCAL) from the directory libfleetprof.so was
+ * loaded from, else through the loader's search path; NULL with the reason in error. Never
+ * from a signal handler. libfleetprof-ipc.so itself: rt_ipc_module() (ipc-module.h). */
+void *rt_dlopen_beside(const char *name, char *error, size_t size);
+
 /* process.c: the process's names, read from /proc/self/cmdline by
  * rt_process_read_command_line() (at start; again in an exec'd image, not in a forked child).
  * The product is the command line, arguments joined by spaces. */

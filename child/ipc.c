@@ -1,5 +1,9 @@
 /* child/ipc.c - the runtime's IPC thread: this process's side of the daemon protocol.
  *
+ * Built into libfleetprof-ipc.so (child/ipc-module.h), not into libfleetprof.so: the core
+ * loads it when a process first needs the daemon, and it calls the core only through the
+ * table the core gives it (core->...); client.c forwards child/client.h's rt_ipc_* here.
+ *
  * A private libuv loop on its own thread (never the program's loop, which may be libuv's
  * default one). It connects to FLEETPROF_SOCKET, says Hello, applies the Welcome
  * (interval, buffer limit, the daemon's clock reference), then serves the daemon:
@@ -23,6 +27,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,14 +37,9 @@
 
 #include <uv.h>
 
-#include "buffer/chunked-buffer.h"
-#include "buffer/json-writer.h"
 #include "buffer/progress.h"
 #include "buffer/update.h"
-#include "child/client.h"
-#include "child/core.h"
-#include "child/include/fleetprof.h"
-#include "child/ipc-start.h"
+#include "child/ipc-module.h"
 #include "child/profile/groups.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -53,6 +53,9 @@
 /* A held update goes once it lists this many newly released chunks (Welcome's
  * update_hold_ns): the daemon then lags by at most one released chunk of ours. */
 #define UPDATE_HOLD_CHUNKS    2
+
+/* The core's functions (ipc-load.c): set once by module_init(), before anything else. */
+static const struct rt_ipc_core *core;
 
 static struct {
     uv_loop_t loop;
@@ -68,12 +71,12 @@ static struct {
     _Atomic int connected;          /* welcomed: settings applied */
     _Atomic int linked;             /* the socket is open (Hello sent): exit profiles can go */
     _Atomic int exiting;            /* send Final and close */
-    _Atomic int start_pending;      /* rt_ipc_start() deferred the connection (ipc-start.h) */
+    _Atomic int start_pending;      /* client_start() deferred the connection (ipc-start.h) */
     _Atomic int region_evictions;   /* the daemon writes its evictions into our region */
     _Atomic int region_accepted;    /* Welcome.exit_in_region: the daemon builds it if asked */
     _Atomic int exit_in_region;     /* the exit profile is in the region: the Final says so */
     uint64_t region_evicted_ns;     /* sampler only: the last eviction point applied */
-    bool defer_start;               /* the next rt_ipc_start() defers: set after a fork */
+    bool defer_start;               /* the next client_start() defers: set after a fork */
     uint64_t poll_id;               /* IPC thread only: outstanding poll, 0 = none */
     bool poll_standing;             /* IPC thread only: poll_id stays outstanding once answered */
     uint64_t update_retry_ms;       /* IPC thread only: the next wait of update_retry */
@@ -82,7 +85,7 @@ static struct {
     uint64_t sent_unreleased_bytes; /* IPC thread only: in the last update sent */
     uint64_t next_id;
     char socket_path[4096];
-    rt_profile_writer *write_profile; /* runtime.c's, above: the daemon's profile requests */
+    struct rt_ipc_hooks hooks; /* the layers above: profile writer, pause, resume */
     pthread_mutex_t done_lock;
     pthread_cond_t done_cond;
     bool done;
@@ -102,7 +105,7 @@ static struct {
 
     /* Performance groups: the sampler asks (groups_pending), this thread sends. */
     _Atomic int groups_pending; /* set by the sampler's tick, taken by the IPC thread */
-    uint64_t groups_gen_asked;  /* sampler only: rt_groups_generation() when it last asked */
+    uint64_t groups_gen_asked;  /* sampler only: core->groups_generation() when it last asked */
     uint64_t groups_asked_ns;   /* sampler only: when it last asked (CLOCK_MONOTONIC) */
     bool groups_final_sent;     /* IPC thread only: nothing may follow the final GroupStats */
 
@@ -126,15 +129,19 @@ static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static void wake_ipc(void)
 {
     (void)pthread_mutex_lock(&wake_lock);
-    if (ipc.loop_ready &&
-        rt_fd_intact(ipc.loop.async_wfd >= 0 ? ipc.loop.async_wfd : ipc.loop.async_io_watcher.fd))
+    if (ipc.loop_ready && core->fd_intact(ipc.loop.async_wfd >= 0 ? ipc.loop.async_wfd
+                                                                  : ipc.loop.async_io_watcher.fd))
         (void)uv_async_send(&ipc.wake);
     (void)pthread_mutex_unlock(&wake_lock);
 }
 
 /* Set by the thread that applies a destroy request under a standing poll (the IPC thread for
  * a message, the sampler for an eviction read from the region). */
-static __thread bool applying_destroy __attribute__((tls_model("initial-exec")));
+/* The default TLS model: initial-exec would take the static TLS a dlopen()ed object may not
+ * get. Never read in a signal handler (the buffer's callbacks run under its mutex). */
+static __thread bool applying_destroy;
+
+static void client_start_deferred(void);
 
 static void on_chunk_update(const struct buf_update *u, void *userdata)
 {
@@ -153,26 +160,26 @@ static void on_chunk_update(const struct buf_update *u, void *userdata)
  * as a destroy message's does (a daemon that writes evictions keeps a standing poll). */
 static void apply_region_eviction(void)
 {
-    uint64_t at = rt_region_eviction_ns();
+    uint64_t at = core->region_eviction_ns();
 
-    if (at <= ipc.region_evicted_ns || at > rt_now_ns())
+    if (at <= ipc.region_evicted_ns || at > core->now_ns())
         return;
     ipc.region_evicted_ns = at;
     applying_destroy = true;
-    buf_chunked_buffer_destroy_at_or_before(rt.buffer, at);
+    core->destroy_at_or_before(at);
     applying_destroy = false;
 }
 
-void rt_ipc_tick(void)
+static void client_tick(void)
 {
-    uint64_t gen = rt_groups_generation();
+    uint64_t gen = core->groups_generation();
 
     if (atomic_load_explicit(&ipc.start_pending, memory_order_relaxed))
-        rt_ipc_start_deferred();
+        client_start_deferred();
     /* Totals changed: one wake-up per period at most, and none while no group is used
      * (the generation stays 0). The clock is read only when there is something to send. */
     if (gen != ipc.groups_gen_asked && atomic_load(&ipc.connected)) {
-        uint64_t now = rt_now_ns();
+        uint64_t now = core->now_ns();
 
         if (ipc.groups_asked_ns == 0 || now - ipc.groups_asked_ns >= GROUP_STATS_PERIOD_NS) {
             ipc.groups_gen_asked = gen;
@@ -235,7 +242,7 @@ static bool hold_update(void)
         buf_update_slot_peek(&ipc.slot, &released, &unreleased) != BUF_UPDATE_CHANGE ||
         released >= UPDATE_HOLD_CHUNKS || unreleased > ipc.sent_unreleased_bytes)
         return false;
-    now = rt_now_ns();
+    now = core->now_ns();
     if (!ipc.hold_since_ns)
         ipc.hold_since_ns = now;
     held = now - ipc.hold_since_ns;
@@ -310,9 +317,9 @@ static void send_group_stats(bool final)
     struct timespec cpu;
     size_t n;
 
-    if (ipc.groups_final_sent || !ipc.conn || rt_groups_generation() == 0)
+    if (ipc.groups_final_sent || !ipc.conn || core->groups_generation() == 0)
         return;
-    n = rt_groups_snapshot(&t);
+    n = core->groups_snapshot(&t);
     /* Read right after the totals: the daemon divides by it for the process's share. */
     (void)clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
     if (n == 0)
@@ -341,7 +348,12 @@ static void send_group_stats(bool final)
     }
     msg.id = ++ipc.next_id;
     msg.process_cpu_ns = (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec;
-    msg.slow_event_ns = rt.cfg.slow_event_ns;
+    {
+        struct rt_hello_info hi;
+
+        core->hello_info(&hi);
+        msg.slow_event_ns = hi.slow_event_ns;
+    }
     msg.n_groups = n;
     msg.groups = ptrs;
     msg.final = final;
@@ -368,44 +380,39 @@ static void send_ack(uint64_t id)
 
 static void apply_welcome(const Fleetprof__Welcome *w)
 {
-    if (w->interval_ns >= 50000 && w->interval_ns <= 1000000000)
-        rt.cfg.interval_ns = w->interval_ns; /* the sampler reads it every tick */
-    /* The daemon's per-process limit, unless the process was given a smaller one of its own
-     * (FLEETPROF_BUFFER_MB): a user who asks one process to keep less gets less. */
-    if (w->process_limit_bytes && rt.buffer &&
-        !(rt.cfg.buffer_set && rt.cfg.buffer_bytes < w->process_limit_bytes))
-        (void)buf_chunked_buffer_set_limit(rt.buffer, w->process_limit_bytes);
-    if (w->clock && w->clock->epoch_ms) {
-        /* One time origin for the fleet: this process's wall-clock start as the daemon's
-         * clock sees it, so every process lines up in the merged profile. */
-        int64_t delta_ns = (int64_t)(rt.start_ns - w->clock->monotonic_ns);
+    struct rt_welcome settings = {
+            .interval_ns = w->interval_ns,
+            .process_limit_bytes = w->process_limit_bytes,
+            .clock_epoch_ms = w->clock ? w->clock->epoch_ms : 0,
+            .clock_monotonic_ns = w->clock ? w->clock->monotonic_ns : 0,
+    };
 
-        rt.start_epoch_ms = (double)w->clock->epoch_ms + (double)delta_ns / 1e6;
-    }
+    /* Interval, buffer limit, clock origin: the core's (ipc-load.c). */
+    core->apply_welcome(&settings);
     if (!w->start)
-        fleetprof_pause();
+        ipc.hooks.pause();
     /* Asked for in Hello, so only when our region went with it. */
     atomic_store(&ipc.region_evictions, w->region_evictions);
     /* Bounded: a hostile or confused daemon cannot make us sit on our updates for long. */
     ipc.update_hold_ns = w->update_hold_ns < 10000000000ull ? w->update_hold_ns : 10000000000ull;
     atomic_store(&ipc.region_accepted, w->exit_in_region);
     atomic_store(&ipc.connected, 1);
-    rt_debug("connected to the daemon at %s", ipc.socket_path);
+    core->debug("connected to the daemon at %s", ipc.socket_path);
 }
 
-bool rt_ipc_connected(void)
+static bool client_connected(void)
 {
     /* Not "welcomed": a process that lives a few milliseconds may end before the Welcome
      * arrives, and its exit profile is still wanted. */
     return atomic_load(&ipc.linked) && !atomic_load(&ipc.exiting);
 }
 
-bool rt_ipc_exit_in_region_accepted(void)
+static bool client_exit_in_region_accepted(void)
 {
-    return rt_ipc_connected() && atomic_load(&ipc.connected) && atomic_load(&ipc.region_accepted);
+    return client_connected() && atomic_load(&ipc.connected) && atomic_load(&ipc.region_accepted);
 }
 
-void rt_ipc_exit_in_region(void)
+static void client_exit_in_region(void)
 {
     atomic_store(&ipc.exit_in_region, 1);
 }
@@ -421,7 +428,7 @@ struct outgoing {
 static struct outgoing *outgoing_free(struct outgoing *o)
 {
     if (o) {
-        json_writer_free(o->writer);
+        core->json_free(o->writer);
         free(o->spans);
         free(o);
     }
@@ -451,16 +458,16 @@ static int outgoing_new(struct json_writer *w, struct outgoing **ret)
     size_t chunks = 0;
 
     /* Spliced writers leave partly filled chunks: count them rather than guess. */
-    (void)json_writer_each_chunk(w, count_span, &chunks);
+    (void)core->json_each_chunk(w, count_span, &chunks);
     if (o)
         o->spans = calloc(chunks ? chunks : 1, sizeof(*o->spans));
     if (!o || !o->spans) {
         free(o);
-        json_writer_free(w);
+        core->json_free(w);
         return -ENOMEM;
     }
     o->writer = w;
-    (void)json_writer_each_chunk(w, add_span, o);
+    (void)core->json_each_chunk(w, add_span, o);
     *ret = o;
     return 0;
 }
@@ -479,7 +486,7 @@ static void post_outbox(uint64_t id, bool exit_profile, struct outgoing *o, int 
     wake_ipc();
 }
 
-int rt_ipc_send_exit_profile(struct json_writer *w)
+static int client_send_exit_profile(struct json_writer *w)
 {
     struct outgoing *o;
     int r = outgoing_new(w, &o);
@@ -499,14 +506,14 @@ static void *gather_main(void *arg)
     int r;
 
     (void)arg;
-    r = json_writer_new_memory(&w);
+    r = core->json_new_memory(&w);
     if (r == 0)
-        r = ipc.write_profile(w, 0, false, &logger);
+        r = ipc.hooks.write_profile(w, 0, false, &logger);
     if (r == 0) {
         r = outgoing_new(w, &o); /* takes w */
         w = NULL;
     }
-    json_writer_free(w);
+    core->json_free(w);
     post_outbox(ipc.gather_id, false, o, r);
     return NULL;
 }
@@ -535,7 +542,7 @@ static void on_gather_request(uint64_t id)
     }
     progress_cell_init(&ipc.progress);
     ipc.gather_id = id;
-    r = rt_create_internal_thread(&thread, gather_main, NULL);
+    r = core->create_internal_thread(&thread, gather_main, NULL);
     if (r < 0) {
         atomic_store(&ipc.gathering, 0);
         send_profile_error(id, strerror(-r));
@@ -570,23 +577,64 @@ static void sym_finish(struct rt_symbol_batch *b, int result)
     (void)pthread_cond_broadcast(&ipc.sym_cond);
 }
 
+/* Sends batch b as a Symbolize with the given id. sym_lock held. */
+static int send_symbolize(const struct rt_symbol_batch *b, uint64_t id)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Symbolize msg = FLEETPROF__SYMBOLIZE__INIT;
+    Fleetprof__SymbolModule *mods = calloc(b->module_count + 1, sizeof(*mods));
+    Fleetprof__SymbolModule **mod_ptrs = calloc(b->module_count + 1, sizeof(*mod_ptrs));
+    Fleetprof__SymbolAddress *addrs = calloc(b->count + 1, sizeof(*addrs));
+    Fleetprof__SymbolAddress **addr_ptrs = calloc(b->count + 1, sizeof(*addr_ptrs));
+    int r = -ENOMEM;
+
+    if (!mods || !mod_ptrs || !addrs || !addr_ptrs)
+        goto out;
+    for (size_t k = 0; k < b->module_count; k++) {
+        fleetprof__symbol_module__init(&mods[k]);
+        mods[k].path = (char *)b->modules[k].path;
+        mods[k].build_id.data = (uint8_t *)b->modules[k].build_id;
+        mods[k].build_id.len = b->modules[k].build_id_len;
+        mods[k].load_bias = b->modules[k].load_bias;
+        mod_ptrs[k] = &mods[k];
+    }
+    for (size_t a = 0; a < b->count; a++) {
+        fleetprof__symbol_address__init(&addrs[a]);
+        addrs[a].module_index = b->addresses[a].module_index;
+        addrs[a].offset = b->addresses[a].offset;
+        addr_ptrs[a] = &addrs[a];
+    }
+    msg.id = id;
+    msg.n_modules = b->module_count;
+    msg.modules = mod_ptrs;
+    msg.n_addresses = b->count;
+    msg.addresses = addr_ptrs;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_SYMBOLIZE;
+    env.symbolize = &msg;
+    r = send_env(&env);
+out:
+    free(mods);
+    free(mod_ptrs);
+    free(addrs);
+    free(addr_ptrs);
+    return r;
+}
+
 /* Sends the posted batch, if any is waiting. */
 static void flush_symbolize(void)
 {
-    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     int r;
 
     (void)pthread_mutex_lock(&ipc.sym_lock);
     if (ipc.sym && !ipc.sym_sent) {
-        ipc.sym->request->id = ++ipc.next_id;
-        env.msg_case = FLEETPROF__ENVELOPE__MSG_SYMBOLIZE;
-        env.symbolize = ipc.sym->request;
-        r = send_env(&env);
+        uint64_t id = ++ipc.next_id;
+
+        r = send_symbolize(ipc.sym, id);
         if (r < 0) {
             sym_finish(ipc.sym, r);
         } else {
             ipc.sym_sent = true;
-            ipc.sym_id = ipc.sym->request->id;
+            ipc.sym_id = id;
         }
     }
     (void)pthread_mutex_unlock(&ipc.sym_lock);
@@ -662,12 +710,12 @@ out:
     (void)pthread_mutex_unlock(&ipc.sym_lock);
 }
 
-int rt_ipc_symbolize(struct rt_symbol_batch *b, uint64_t timeout_ns)
+static int client_symbolize(struct rt_symbol_batch *b, uint64_t timeout_ns)
 {
     struct timespec deadline;
     int r = 0;
 
-    if (!rt_ipc_connected())
+    if (!client_connected())
         return -ENOTCONN;
     (void)clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += (time_t)(timeout_ns / 1000000000u);
@@ -754,7 +802,7 @@ static bool flush_outbox(void)
     r = ipc_conn_stream_profile_spans(ipc.conn, id, o->spans, o->span_count, exit_profile, NULL,
                                       on_stream_done, o);
     if (r < 0) {
-        rt_debug("cannot send the profile: %s", strerror(-r));
+        core->debug("cannot send the profile: %s", strerror(-r));
         outgoing_free(o);
         atomic_store(&ipc.gathering, 0);
         return false;
@@ -773,7 +821,7 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
         apply_welcome(env->welcome);
         break;
     case FLEETPROF__ENVELOPE__MSG_REFUSE:
-        rt_debug("the daemon refused us: %s", env->refuse->reason);
+        core->debug("the daemon refused us: %s", env->refuse->reason);
         ipc_conn_close(ipc.conn);
         break;
     case FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE:
@@ -784,8 +832,7 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
     case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE:
         /* Under a one-shot poll the next poll flushes the slot anyway. */
         applying_destroy = ipc.poll_standing;
-        buf_chunked_buffer_destroy_at_or_before(rt.buffer,
-                                                env->destroy_released_chunks_at_or_before->done_ns);
+        core->destroy_at_or_before(env->destroy_released_chunks_at_or_before->done_ns);
         applying_destroy = false;
         break;
     case FLEETPROF__ENVELOPE__MSG_GATHER_PROFILE:
@@ -798,23 +845,23 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
         on_symbols(env->symbols);
         break;
     case FLEETPROF__ENVELOPE__MSG_STOP:
-        fleetprof_pause();
+        ipc.hooks.pause();
         send_ack(env->stop->id);
         break;
     case FLEETPROF__ENVELOPE__MSG_PAUSE:
-        fleetprof_pause();
+        ipc.hooks.pause();
         send_ack(env->pause->id);
         break;
     case FLEETPROF__ENVELOPE__MSG_START:
-        fleetprof_resume();
+        ipc.hooks.resume();
         send_ack(env->start->id);
         break;
     case FLEETPROF__ENVELOPE__MSG_RESUME:
-        fleetprof_resume();
+        ipc.hooks.resume();
         send_ack(env->resume->id);
         break;
     default:
-        rt_debug("ignoring %s from the daemon", ipc_msg_name(env->msg_case));
+        core->debug("ignoring %s from the daemon", ipc_msg_name(env->msg_case));
         break;
     }
 }
@@ -835,7 +882,7 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
     (void)conn;
     (void)userdata;
     if (error < 0 && !atomic_load(&ipc.exiting))
-        rt_debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
+        core->debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
     ipc.conn = NULL;
     atomic_store(&ipc.connected, 0);
     atomic_store(&ipc.region_evictions, 0); /* no daemon writes them any more */
@@ -846,7 +893,7 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
     (void)pthread_mutex_unlock(&ipc.sym_lock);
     (void)uv_timer_stop(&ipc.update_retry);
     (void)uv_timer_stop(&ipc.update_hold);
-    /* The wake handle stays open until rt_ipc_stop() (the thread idles in its loop
+    /* The wake handle stays open until client_stop() (the thread idles in its loop
      * meanwhile): closing it here would race with a uv_async_send from the exit path. */
     if (atomic_load(&ipc.exiting))
         close_loop_handles();
@@ -860,7 +907,7 @@ static void send_final_and_close(void)
     send_group_stats(true); /* when no exit profile went (it carries them otherwise) */
     /* Our chunks die with us: the daemon forgets them now, not at EOF. */
     msg.final = true;
-    /* Sent after the exit description was published (rt_ipc_exit_in_region()): the daemon
+    /* Sent after the exit description was published (client_exit_in_region()): the daemon
      * reads the region when this arrives. */
     msg.exit_in_region = atomic_load(&ipc.exit_in_region) != 0;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
@@ -896,11 +943,13 @@ static void send_hello(void)
 {
     Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     Fleetprof__Hello h = FLEETPROF__HELLO__INIT;
+    struct rt_hello_info hi;
     char name[64];
     char *argv0 = name;
     int region_fd;
 
-    (void)snprintf(name, sizeof(name), "%s", rt_program_name());
+    core->hello_info(&hi);
+    (void)snprintf(name, sizeof(name), "%s", hi.name);
     h.id = ++ipc.next_id;
     h.version = FLEETPROF_PROTOCOL_VERSION;
     h.pid = (int32_t)getpid();
@@ -908,11 +957,11 @@ static void send_hello(void)
     h.name = name;
     h.n_argv = 1;
     h.argv = &argv0;
-    h.start_ns = rt.start_ns;
-    h.start_epoch_ms = (uint64_t)rt.start_epoch_ms;
-    region_fd = rt_region_fd();
+    h.start_ns = hi.start_ns;
+    h.start_epoch_ms = (uint64_t)hi.start_epoch_ms;
+    region_fd = core->region_fd();
     h.chunk_region = region_fd >= 0;
-    h.region_evictions = region_fd >= 0; /* rt_ipc_tick() reads them from that region */
+    h.region_evictions = region_fd >= 0; /* client_tick() reads them from that region */
     h.exit_in_region = region_fd >= 0;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
@@ -927,7 +976,7 @@ static size_t ipc_fds(int fds[8]);
 static void *ipc_main(void *arg)
 {
     (void)arg;
-    rt_thread_cancel_only_in_poll(); /* first: see rt_ipc_abandon() */
+    core->thread_cancel_only_in_poll(); /* first: see client_abandon() */
     /* Hello leaves from here, like every frame: this thread blocks every signal, so a
      * daemon that closed the connection already costs an EPIPE. Written from the program's
      * thread at start, the same write raised SIGPIPE there and killed the program. */
@@ -938,11 +987,11 @@ static void *ipc_main(void *arg)
         int fds[8];
         size_t n;
 
-        /* Closed by libuv past our close() (see rt_ipc_owns_fd()): no longer ours. */
+        /* Closed by libuv past our close() (see client_owns_fd()): no longer ours. */
         (void)pthread_mutex_lock(&wake_lock);
         n = ipc_fds(fds);
         for (size_t i = 0; i < n; i++)
-            rt_fd_unprotect(fds[i]);
+            core->fd_unprotect(fds[i]);
         (void)uv_loop_close(&ipc.loop);
         ipc.loop_ready = false;
         (void)pthread_mutex_unlock(&wake_lock);
@@ -985,15 +1034,15 @@ static int start_now(void)
     atomic_store(&ipc.exit_in_region, 0);
     /* libuv's signal pipes are recorded (pipe2 in preload.c), and none of the loop's
      * descriptors takes 0, 1 or 2. */
-    rt_fds_capture(RT_FDS_CAPTURE);
+    core->fds_capture(RT_FDS_CAPTURE);
     r = uv_loop_init(&ipc.loop);
     if (r < 0) {
-        rt_fds_capture(RT_FDS_CAPTURE_OFF);
+        core->fds_capture(RT_FDS_CAPTURE_OFF);
         return r;
     }
     r = uv_async_init(&ipc.loop, &ipc.wake, on_wake);
     if (r < 0) {
-        rt_fds_capture(RT_FDS_CAPTURE_OFF);
+        core->fds_capture(RT_FDS_CAPTURE_OFF);
         (void)uv_loop_close(&ipc.loop);
         return r;
     }
@@ -1007,9 +1056,9 @@ static int start_now(void)
                                                       .on_close = on_close};
 
         r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, &ipc.conn);
-        rt_fds_capture(RT_FDS_CAPTURE_OFF);
-        if (r < 0) /* the thread then idles until rt_ipc_stop() */
-            rt_debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
+        core->fds_capture(RT_FDS_CAPTURE_OFF);
+        if (r < 0) /* the thread then idles until client_stop() */
+            core->debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
         else
             atomic_store(&ipc.linked, 1);
     }
@@ -1019,18 +1068,18 @@ static int start_now(void)
     /* libuv's spare /dev/null (for EMFILE, opened by the connect) comes from open(), which
      * is not interposed: moved to the runtime's band here, like the others (preload-fds.c). */
     if (ipc.loop.emfile_fd >= 0)
-        ipc.loop.emfile_fd = rt_fd_relocate(ipc.loop.emfile_fd);
-    rt_fd_protect(uv_backend_fd(&ipc.loop));
-    rt_fd_protect(ipc.loop.async_io_watcher.fd);
-    rt_fd_protect(ipc.loop.async_wfd);
-    rt_fd_protect(ipc.loop.signal_pipefd[0]);
-    rt_fd_protect(ipc.loop.signal_pipefd[1]);
-    rt_fd_protect(ipc.loop.emfile_fd); /* libuv's spare /dev/null, for EMFILE */
+        ipc.loop.emfile_fd = core->fd_relocate(ipc.loop.emfile_fd);
+    core->fd_protect(uv_backend_fd(&ipc.loop));
+    core->fd_protect(ipc.loop.async_io_watcher.fd);
+    core->fd_protect(ipc.loop.async_wfd);
+    core->fd_protect(ipc.loop.signal_pipefd[0]);
+    core->fd_protect(ipc.loop.signal_pipefd[1]);
+    core->fd_protect(ipc.loop.emfile_fd); /* libuv's spare /dev/null, for EMFILE */
     if (ipc.conn)
-        rt_fd_protect(ipc_conn_fileno(ipc.conn));
-    r = rt_create_internal_thread(&ipc.thread, ipc_main, NULL);
+        core->fd_protect(ipc_conn_fileno(ipc.conn));
+    r = core->create_internal_thread(&ipc.thread, ipc_main, NULL);
     if (r < 0) {
-        buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+        core->set_update_cb(NULL, NULL);
         close_loop_handles();
         (void)uv_run(&ipc.loop, UV_RUN_NOWAIT);
         (void)uv_loop_close(&ipc.loop);
@@ -1041,7 +1090,7 @@ static int start_now(void)
     return 0;
 }
 
-int rt_ipc_start(const char *socket_path, rt_profile_writer *write_profile)
+static int client_start(const char *socket_path, const struct rt_ipc_hooks *hooks)
 {
     bool defer = ipc.defer_start;
     int r;
@@ -1050,43 +1099,43 @@ int rt_ipc_start(const char *socket_path, rt_profile_writer *write_profile)
     if (!socket_path || !*socket_path || strlen(socket_path) >= sizeof(ipc.socket_path))
         return -EINVAL;
     strcpy(ipc.socket_path, socket_path);
-    ipc.write_profile = write_profile;
+    ipc.hooks = *hooks;
     r = buf_update_slot_init(&ipc.slot);
     if (r < 0)
         return r;
     /* Updates fold into the slot from now on, connected or not: the first answer to the
      * daemon's poll carries them all. */
-    buf_chunked_buffer_set_update_cb(rt.buffer, on_chunk_update, &ipc.slot);
+    core->set_update_cb(on_chunk_update, &ipc.slot);
     if (defer) {
         atomic_store(&ipc.start_pending, 1);
         return 0;
     }
     r = start_now();
     if (r < 0)
-        buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+        core->set_update_cb(NULL, NULL);
     return r;
 }
 
-void rt_ipc_start_deferred(void)
+static void client_start_deferred(void)
 {
     int r;
 
     if (!atomic_exchange(&ipc.start_pending, 0))
         return;
     r = start_now();
-    if (r < 0) { /* profiling alone, as when rt_ipc_start() fails */
-        buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
-        rt_debug("cannot start the IPC thread: %s", strerror(-r));
+    if (r < 0) { /* profiling alone, as when client_start() fails */
+        core->set_update_cb(NULL, NULL);
+        core->debug("cannot start the IPC thread: %s", strerror(-r));
     }
 }
 
-void rt_ipc_stop(void)
+static void client_stop(void)
 {
     struct timespec deadline;
     int r = 0;
 
     if (atomic_exchange(&ipc.start_pending, 0)) /* never connected: nothing to say */
-        buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+        core->set_update_cb(NULL, NULL);
     if (!ipc.thread_started)
         return;
     ipc.thread_started = false;
@@ -1104,9 +1153,9 @@ void rt_ipc_stop(void)
     if (ipc.done)
         (void)pthread_join(ipc.thread, NULL);
     else
-        rt_debug("the daemon did not take our last messages within 2 s");
+        core->debug("the daemon did not take our last messages within 2 s");
     /* Updates have nowhere to go now. */
-    buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+    core->set_update_cb(NULL, NULL);
 }
 
 /* The loop's descriptors and the connection's, -1 where there is none; their count. */
@@ -1126,7 +1175,7 @@ static size_t ipc_fds(int fds[8])
     return n;
 }
 
-bool rt_ipc_owns_fd(int fd)
+static bool client_owns_fd(int fd)
 {
     int fds[8];
     size_t n;
@@ -1145,8 +1194,9 @@ bool rt_ipc_owns_fd(int fd)
     return owns;
 }
 
-int rt_ipc_abandon(void)
+static int client_abandon(void)
 {
+    struct rt_ipc_hooks hooks;
     struct timespec deadline;
     int fds[8];
     size_t n;
@@ -1176,12 +1226,12 @@ int rt_ipc_abandon(void)
      * that may be the program's now. Those still ours are closed. */
     n = ipc_fds(fds);
     for (size_t i = 0; i < n; i++)
-        rt_fd_release(fds[i]);
+        core->fd_release(fds[i]);
     ipc.loop_ready = false;
     ipc.conn = NULL;
     (void)pthread_mutex_unlock(&wake_lock);
 
-    buf_chunked_buffer_set_update_cb(rt.buffer, NULL, NULL);
+    core->set_update_cb(NULL, NULL);
     atomic_store(&ipc.connected, 0);
     atomic_store(&ipc.linked, 0);
     atomic_store(&ipc.gathering, 0);
@@ -1194,15 +1244,16 @@ int rt_ipc_abandon(void)
     /* A new connection, made at the sampler's next tick or by the exit path: the daemon
      * sees this process again, with its Hello. */
     ipc.defer_start = true;
-    return rt_ipc_start(ipc.socket_path, ipc.write_profile);
+    hooks = ipc.hooks;
+    return client_start(ipc.socket_path, &hooks);
 }
 
-void rt_ipc_forget_after_fork(void)
+static void client_forget_after_fork(void)
 {
     /* The loop, its epoll instance and the socket are shared with the parent: never run,
      * close or modify them here (uv_loop_close would epoll_ctl the parent's set). Close
      * only our copies of their descriptors, and start over. */
-    /* rt_fds_forget() ran first (on_fork_child_first): these closes are real. */
+    /* the core forgot its descriptors first (on_fork_child_first): these closes are real. */
     /* The parent's sampler may have held wake_lock at the fork (its tick wakes the IPC thread
      * under it): the copy here stays locked, with no thread left to unlock it, and this
      * process's first wake-up, from its sampler or its exit, waited for ever. Seen as a child
@@ -1225,4 +1276,37 @@ void rt_ipc_forget_after_fork(void)
     }
     memset(&ipc, 0, sizeof(ipc));
     ipc.defer_start = true; /* this child may exec at once: connect at the first tick */
+}
+
+/* --- the module's table (child/ipc-module.h) ------------------------------------------ */
+
+static void module_init(const struct rt_ipc_core *c)
+{
+    core = c;
+}
+
+static const struct rt_ipc_module module = {
+        .abi = RT_IPC_MODULE_ABI,
+        .core_size = sizeof(struct rt_ipc_core),
+        .batch_size = sizeof(struct rt_symbol_batch),
+        .description_size = sizeof(struct rt_description),
+        .init = module_init,
+        .start = client_start,
+        .start_deferred = client_start_deferred,
+        .stop = client_stop,
+        .tick = client_tick,
+        .forget_after_fork = client_forget_after_fork,
+        .connected = client_connected,
+        .owns_fd = client_owns_fd,
+        .abandon = client_abandon,
+        .send_exit_profile = client_send_exit_profile,
+        .exit_in_region_accepted = client_exit_in_region_accepted,
+        .exit_in_region = client_exit_in_region,
+        .symbolize = client_symbolize,
+        .pack_description = rt_ipc_pack_description,
+};
+
+__attribute__((visibility("default"))) const struct rt_ipc_module *fleetprof_ipc_module(void)
+{
+    return &module;
 }

@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "child/core.h"
+#include "child/ipc-module.h"
 #include "child/profile/libs.h"
 #include "child/profile/runtime-log.h"
-#include "proto/fleetprof-protocol.h"
 
 /* A description is rewritten at most this often: a program that starts threads in a burst
  * costs one description per period, not one per thread. */
@@ -68,26 +68,19 @@ static int region_dir(char *out, size_t size)
     return strstr(out, "%p") ? -EINVAL : 0;
 }
 
-static char *dup_or_empty(const char *s)
-{
-    return (char *)(s ? s : "");
-}
-
 /* Packs the current description into the region; with exit_ns, the one the daemon builds
- * this process's exit profile from (with log: profilingLog's runtime numbers). reg.lock
- * held. */
+ * this process's exit profile from (with log: profilingLog's runtime numbers). The packing
+ * (protobuf-c) is libfleetprof-ipc.so's, loaded here the first time (never on the exit
+ * path of a process that had not loaded it: exit_ns); -ELIBACC without it. reg.lock held. */
 static int describe_locked(uint64_t exit_ns, const struct prof_runtime_log *log)
 {
-    Fleetprof__ProcessDescription d = FLEETPROF__PROCESS_DESCRIPTION__INIT;
-    Fleetprof__RuntimeStats runtime = FLEETPROF__RUNTIME_STATS__INIT;
-    Fleetprof__ThreadDescription *threads = NULL, **thread_ptrs = NULL;
-    Fleetprof__CounterDescription *counters = NULL, **counter_ptrs = NULL;
-    Fleetprof__MarkerSchemaDescription *schemas = NULL, **schema_ptrs = NULL;
-    Fleetprof__SchemaFieldDescription *fields = NULL, **field_ptrs = NULL;
-    Fleetprof__ModuleDescription *modules = NULL, **module_ptrs = NULL;
+    const struct rt_ipc_module *m = rt_ipc_module(exit_ns == 0);
+    struct rt_description d = {0};
+    struct prof_counter_info *counters = NULL;
+    struct prof_marker_schema *schemas = NULL;
     struct prof_thread_info *ti = NULL;
     const struct prof_libs *libs = NULL;
-    size_t thread_count = 0, field_count = 0, packed;
+    size_t thread_count = 0, packed = 0;
     uint32_t counter_count, schema_count;
     uint8_t *out = NULL;
     char title[256];
@@ -95,132 +88,52 @@ static int describe_locked(uint64_t exit_ns, const struct prof_runtime_log *log)
     uint64_t threads_gen = atomic_load(&threads_generation);
     int r;
 
+    if (!m)
+        return -ELIBACC;
     r = rt_threads_snapshot(&ti, &thread_count);
     if (r == 0)
         libs = rt_modules_get(&r);
     if (r < 0)
         goto out;
+    /* Counters and schemas are only ever added, with their strings set before the count
+     * is raised: the first count entries are stable. */
     counter_count = atomic_load(&rt.counter_count);
+    counters = calloc(counter_count + 1, sizeof(*counters));
+    schemas = calloc(RT_MAX_SCHEMAS, sizeof(*schemas));
+    r = -ENOMEM;
+    if (!counters || !schemas)
+        goto out;
     (void)pthread_mutex_lock(&rt.registry_lock);
     schema_count = rt.schema_count;
     for (uint32_t i = 0; i < schema_count; i++)
-        field_count += rt.schemas[i].info.field_count;
+        schemas[i] = rt.schemas[i].info;
     (void)pthread_mutex_unlock(&rt.registry_lock);
-
-    threads = calloc(thread_count + 1, sizeof(*threads));
-    thread_ptrs = calloc(thread_count + 1, sizeof(*thread_ptrs));
-    counters = calloc(counter_count + 1, sizeof(*counters));
-    counter_ptrs = calloc(counter_count + 1, sizeof(*counter_ptrs));
-    schemas = calloc(schema_count + 1, sizeof(*schemas));
-    schema_ptrs = calloc(schema_count + 1, sizeof(*schema_ptrs));
-    fields = calloc(field_count + 1, sizeof(*fields));
-    field_ptrs = calloc(field_count + 1, sizeof(*field_ptrs));
-    modules = calloc(libs->count + 1, sizeof(*modules));
-    module_ptrs = calloc(libs->count + 1, sizeof(*module_ptrs));
-    r = -ENOMEM;
-    if (!threads || !thread_ptrs || !counters || !counter_ptrs || !schemas || !schema_ptrs ||
-        !fields || !field_ptrs || !modules || !module_ptrs)
-        goto out;
+    for (uint32_t i = 0; i < counter_count; i++)
+        counters[i] = (struct prof_counter_info){i, rt.counters[i].name, rt.counters[i].category,
+                                                 rt.counters[i].description};
 
     d.pid = rt.pid;
     d.ppid = (int32_t)getppid();
     d.forked = rt.forked;
-    d.name = dup_or_empty(rt_process_name(title, sizeof(title)));
-    d.product = dup_or_empty(rt_product());
+    d.name = rt_process_name(title, sizeof(title));
+    d.product = rt_product();
     d.start_ns = rt.start_ns;
     d.start_epoch_ms = atomic_load(&rt.start_epoch_ms);
     d.interval_ns = atomic_load(&rt.cfg.interval_ns);
-    d.stackwalk = (char *)rt_stackwalk_name(rt.cfg.stackwalk);
+    d.stackwalk = rt_stackwalk_name(rt.cfg.stackwalk);
     d.described_ns = rt_now_ns();
-    for (size_t i = 0; i < thread_count; i++) {
-        fleetprof__thread_description__init(&threads[i]);
-        threads[i].tid = ti[i].tid;
-        threads[i].name = (char *)ti[i].name;
-        threads[i].register_ns = ti[i].register_ns;
-        threads[i].unregister_ns = ti[i].unregister_ns;
-        threads[i].is_main = ti[i].is_main;
-        thread_ptrs[i] = &threads[i];
-    }
-    d.threads = thread_ptrs;
-    d.n_threads = thread_count;
-    /* Counters and schemas are only ever added, with their strings set before the count
-     * is raised: the first count entries are stable. */
-    for (uint32_t i = 0; i < counter_count; i++) {
-        fleetprof__counter_description__init(&counters[i]);
-        counters[i].id = i;
-        counters[i].name = dup_or_empty(rt.counters[i].name);
-        counters[i].category = dup_or_empty(rt.counters[i].category);
-        counters[i].description = dup_or_empty(rt.counters[i].description);
-        counter_ptrs[i] = &counters[i];
-    }
-    d.counters = counter_ptrs;
-    d.n_counters = counter_count;
-    field_count = 0;
-    for (uint32_t i = 0; i < schema_count; i++) {
-        const struct prof_marker_schema *s = &rt.schemas[i].info;
-
-        fleetprof__marker_schema_description__init(&schemas[i]);
-        schemas[i].id = s->id;
-        schemas[i].name = dup_or_empty(s->name);
-        schemas[i].tooltip_label = dup_or_empty(s->tooltip_label);
-        schemas[i].table_label = dup_or_empty(s->table_label);
-        schemas[i].chart_label = dup_or_empty(s->chart_label);
-        schemas[i].fields = &field_ptrs[field_count];
-        schemas[i].n_fields = s->field_count;
-        for (size_t k = 0; k < s->field_count; k++, field_count++) {
-            Fleetprof__SchemaFieldDescription *f = &fields[field_count];
-
-            fleetprof__schema_field_description__init(f);
-            f->key = dup_or_empty(s->fields[k].key);
-            f->label = dup_or_empty(s->fields[k].label);
-            f->format = dup_or_empty(s->fields[k].format);
-            f->searchable = s->fields[k].searchable;
-            field_ptrs[field_count] = f;
-        }
-        schema_ptrs[i] = &schemas[i];
-    }
-    d.schemas = schema_ptrs;
-    d.n_schemas = schema_count;
-    for (size_t i = 0; i < libs->count; i++) {
-        const struct prof_lib *l = &libs->libs[i];
-
-        fleetprof__module_description__init(&modules[i]);
-        modules[i].start = l->start;
-        modules[i].end = l->end;
-        modules[i].bias = l->bias;
-        modules[i].offset = l->offset;
-        modules[i].path = dup_or_empty(l->path);
-        modules[i].name = dup_or_empty(l->name);
-        modules[i].build_id.data = (uint8_t *)l->build_id;
-        modules[i].build_id.len = l->build_id_len;
-        module_ptrs[i] = &modules[i];
-    }
-    d.modules = module_ptrs;
-    d.n_modules = libs->count;
-    if (exit_ns) {
-        d.exit_ns = exit_ns;
-        runtime.pushed_blocks = log->pushed_blocks;
-        runtime.cleared_blocks = log->cleared_blocks;
-        runtime.failed_puts = log->failed_puts;
-        runtime.failed_bytes = log->failed_bytes;
-        runtime.unsafe_samples_in_loader = log->unsafe_samples_in_loader;
-        runtime.descriptors_taken = log->descriptors_taken;
-        runtime.sampling_stopped = dup_or_empty(log->sampling_stopped);
-        runtime.sampling_stopped_at_us = log->sampling_stopped_at_us;
-        runtime.handler_captures = log->handler_captures;
-        runtime.handler_p50_ns = log->handler_p50_ns;
-        runtime.handler_p99_ns = log->handler_p99_ns;
-        runtime.descriptor_checks = log->descriptor_checks;
-        runtime.descriptor_checks_skipped = log->descriptor_checks_skipped;
-        d.runtime = &runtime;
-    }
-
-    packed = fleetprof__process_description__get_packed_size(&d);
-    out = malloc(packed ? packed : 1);
-    if (!out)
-        goto out;
-    (void)fleetprof__process_description__pack(&d, out);
-    r = buf_region_set_meta(reg.region, out, packed);
+    d.threads = ti;
+    d.thread_count = thread_count;
+    d.counters = counters;
+    d.counter_count = counter_count;
+    d.schemas = schemas;
+    d.schema_count = schema_count;
+    d.libs = libs;
+    d.exit_ns = exit_ns;
+    d.log = log;
+    r = m->pack_description(&d, &out, &packed);
+    if (r == 0)
+        r = buf_region_set_meta(reg.region, out, packed);
     if (r == 0) {
         reg.described_loader = loader;
         reg.described_counters = counter_count;
@@ -230,16 +143,8 @@ static int describe_locked(uint64_t exit_ns, const struct prof_runtime_log *log)
     }
 out:
     free(out);
-    free(threads);
-    free(thread_ptrs);
     free(counters);
-    free(counter_ptrs);
     free(schemas);
-    free(schema_ptrs);
-    free(fields);
-    free(field_ptrs);
-    free(modules);
-    free(module_ptrs);
     if (ti)
         rt_threads_snapshot_free(ti, thread_count);
     rt_modules_put(libs);
@@ -336,7 +241,10 @@ void rt_region_tick(uint64_t now_ns)
          reg.described_threads != atomic_load(&threads_generation))) {
         int r = describe_locked(0, NULL);
 
-        if (r < 0)
+        /* Without the module (said once when it failed to load): no description. */
+        if (r == -ELIBACC)
+            reg.described_ns = now_ns;
+        else if (r < 0)
             rt_debug("cannot describe the process in %s: %s", reg.path, strerror(-r));
     }
     (void)pthread_mutex_unlock(&reg.lock);

@@ -10,7 +10,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +21,6 @@
 #include "child/profile/libs.h"
 #include "child/profile/symbols.h"
 #include "child/symbols-plugin.h"
-#include "proto/fleetprof-protocol.h"
 
 #define SYMBOLIZE_TIMEOUT_NS    (5ull * 1000 * 1000 * 1000)
 #define SYMBOL_CACHE_BYTES      (256u * 1024 * 1024)
@@ -40,34 +38,6 @@ static void note_error(struct rt_symbolizer *s, const char *prefix, const char *
  * store the same table; a failure is not remembered, the next profile write tries again. */
 static _Atomic(const struct rt_symbols_plugin *) plugin;
 
-static void *open_plugin(char *error, size_t size)
-{
-    char path[PATH_MAX];
-    const char *slash, *e;
-    Dl_info info;
-    void *handle;
-
-    error[0] = '\0';
-    /* Next to libfleetprof.so (its own path as the loader opened it: LD_PRELOAD, the build
-     * tree, an install): the pair always comes from one build. */
-    if (dladdr((const void *)&plugin, &info) && info.dli_fname &&
-        (slash = strrchr(info.dli_fname, '/')) &&
-        snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname,
-                 RT_SYMBOLS_PLUGIN_NAME) < (int)sizeof(path)) {
-        handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (handle)
-            return handle;
-        e = dlerror();
-        (void)snprintf(error, size, "%.150s", e ? e : RT_SYMBOLS_PLUGIN_NAME);
-    }
-    handle = dlopen(RT_SYMBOLS_PLUGIN_NAME, RTLD_NOW | RTLD_LOCAL);
-    if (!handle && !error[0]) {
-        e = dlerror();
-        (void)snprintf(error, size, "%.150s", e ? e : RT_SYMBOLS_PLUGIN_NAME);
-    }
-    return handle;
-}
-
 /* Returns the local-symbols plugin, loading it on first use; NULL with s->error set when
  * it cannot be loaded. */
 static const struct rt_symbols_plugin *get_plugin(struct rt_symbolizer *s)
@@ -79,7 +49,7 @@ static const struct rt_symbols_plugin *get_plugin(struct rt_symbolizer *s)
 
     if (p)
         return p;
-    handle = open_plugin(error, sizeof(error));
+    handle = rt_dlopen_beside(RT_SYMBOLS_PLUGIN_NAME, error, sizeof(error));
     if (!handle) {
         note_error(s, "cannot load local symbols: ", error);
         rt_debug("cannot load %s (%s): frames stay unresolved", RT_SYMBOLS_PLUGIN_NAME, error);
@@ -130,12 +100,9 @@ static int resolve_batch(struct rt_symbolizer *s, const struct prof_frame_reques
 {
     size_t max = count - start < BATCH_MAX_ADDRESSES ? count - start : BATCH_MAX_ADDRESSES;
     const struct prof_lib **libs = calloc(max, sizeof(*libs));
-    Fleetprof__SymbolModule *mods = calloc(max, sizeof(*mods));
-    Fleetprof__SymbolModule **mod_ptrs = calloc(max, sizeof(*mod_ptrs));
-    Fleetprof__SymbolAddress *addrs = calloc(max, sizeof(*addrs));
-    Fleetprof__SymbolAddress **addr_ptrs = calloc(max, sizeof(*addr_ptrs));
+    struct rt_symbol_module *mods = calloc(max, sizeof(*mods));
+    struct rt_symbol_address *addrs = calloc(max, sizeof(*addrs));
     size_t *index = calloc(max, sizeof(*index)); /* address -> request */
-    Fleetprof__Symbolize msg = FLEETPROF__SYMBOLIZE__INIT;
     struct rt_symbol_batch b = {0};
     size_t n_mods = 0, n_addrs = 0, bytes = 64, last_mod = 0, i;
     int r = -ENOMEM;
@@ -144,8 +111,7 @@ static int resolve_batch(struct rt_symbolizer *s, const struct prof_frame_reques
     b.file_off = calloc(max, sizeof(*b.file_off));
     b.lines = calloc(max, sizeof(*b.lines));
     b.status = calloc(max, sizeof(*b.status));
-    if (!libs || !mods || !mod_ptrs || !addrs || !addr_ptrs || !index || !b.name_off ||
-        !b.file_off || !b.lines || !b.status)
+    if (!libs || !mods || !addrs || !index || !b.name_off || !b.file_off || !b.lines || !b.status)
         goto out;
 
     for (i = start; i < count && n_addrs < max && bytes < BATCH_MAX_REQUEST_BYTES; i++) {
@@ -166,22 +132,18 @@ static int resolve_batch(struct rt_symbolizer *s, const struct prof_frame_reques
             for (k = 0; k < n_mods && libs[k] != lib; k++)
                 ;
             if (k == n_mods) {
-                fleetprof__symbol_module__init(&mods[k]);
                 mods[k].path = lib->path;
-                mods[k].build_id.data = (uint8_t *)lib->build_id;
-                mods[k].build_id.len = lib->build_id_len;
+                mods[k].build_id = lib->build_id;
+                mods[k].build_id_len = lib->build_id_len;
                 mods[k].load_bias = lib->bias;
-                mod_ptrs[k] = &mods[k];
                 libs[k] = lib;
                 n_mods++;
                 bytes += strlen(lib->path) + lib->build_id_len + 32;
             }
             last_mod = k;
         }
-        fleetprof__symbol_address__init(&addrs[n_addrs]);
         addrs[n_addrs].module_index = (uint32_t)k;
         addrs[n_addrs].offset = requests[i].vaddr;
-        addr_ptrs[n_addrs] = &addrs[n_addrs];
         index[n_addrs++] = i;
         bytes += 20;
     }
@@ -190,11 +152,9 @@ static int resolve_batch(struct rt_symbolizer *s, const struct prof_frame_reques
         r = 0;
         goto out;
     }
-    msg.n_modules = n_mods;
-    msg.modules = mod_ptrs;
-    msg.n_addresses = n_addrs;
-    msg.addresses = addr_ptrs;
-    b.request = &msg;
+    b.modules = mods;
+    b.module_count = n_mods;
+    b.addresses = addrs;
     b.count = n_addrs;
     r = rt_ipc_symbolize(&b, SYMBOLIZE_TIMEOUT_NS);
     s->remote_batches++;
@@ -235,9 +195,7 @@ out:
     free(b.status);
     free(libs);
     free(mods);
-    free(mod_ptrs);
     free(addrs);
-    free(addr_ptrs);
     free(index);
     return r;
 }

@@ -599,7 +599,63 @@ def test_exports_only_api_and_interposed_functions(tmp):
     assert {"fleetprof_init", "fleetprof_marker", "fleetprof_counter_add"} <= names
 
 
+IPC_LIBS = ("libuv", "libprotobuf-c", "libfleetprof-ipc")
+
+
+def mapped_ipc_libs(maps):
+    return sorted({os.path.basename(line.split()[-1]) for line in maps.splitlines()
+                   if any(n in line for n in IPC_LIBS)})
+
+
+def test_the_runtime_does_not_link_libuv_or_protobuf(tmp):
+    """Issue #17: libfleetprof.so needs no more than libc, libunwind (the lead's part) and
+    the loader; the IPC client is libfleetprof-ipc.so, loaded when first needed."""
+    out = subprocess.run(["readelf", "-d", LIB], capture_output=True, text=True,
+                         check=True).stdout
+    needed = [line.split("[")[-1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+    assert not [n for n in needed if n.startswith(("libuv", "libprotobuf-c"))], needed
+    assert os.path.exists(os.path.join(os.path.dirname(LIB), "libfleetprof-ipc.so"))
+
+
+def test_a_process_without_a_daemon_never_maps_libuv_or_protobuf(tmp):
+    # The shell sleeps through sampler ticks before cat prints the shell's own maps.
+    script = "sleep 0.05; cat /proc/$$/maps"
+    for how, env in [("loaded", {"FLEETPROF_STARTUP": "0"}), ("started", {}),
+                     ("started, a profile at exit", None)]:
+        extra = {"FLEETPROF_OUTPUT": ""} if env is not None else {}
+        r = run(tmp, ["sh", "-c", script], **(env or {}), **extra)
+        assert r.returncode == 0, r.stderr
+        libs = mapped_ipc_libs(r.stdout)
+        if env is None:
+            # A chunk region (FLEETPROF_OUTPUT) is described with protobuf-c: the module then.
+            assert "libfleetprof-ipc.so" in libs, (how, libs)
+        else:
+            assert libs == [], (how, libs)
+
+
+def test_without_the_ipc_module_a_process_profiles_alone_and_says_why_once(tmp):
+    """libfleetprof.so copied without libfleetprof-ipc.so: no daemon connection and no region
+    description, the reason once on stderr (FLEETPROF_DEBUG), the profile still written."""
+    libdir = os.path.join(tmp, "lib")
+    os.mkdir(libdir)
+    lone = os.path.join(libdir, "libfleetprof.so")
+    subprocess.run(["cp", LIB, lone], check=True)
+    e = dict(os.environ, LD_PRELOAD=lone, FLEETPROF_STARTUP="1", FLEETPROF_DEBUG="1",
+             FLEETPROF_SOCKET=os.path.join(tmp, "no.sock"),
+             FLEETPROF_OUTPUT=os.path.join(tmp, "p-%p.json"))
+    e.pop("LD_LIBRARY_PATH", None)  # meson's: the loader's search path would find it there
+    r = subprocess.run([WORKLOAD, "busy", "0.1"], env=e, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "cannot load libfleetprof-ipc.so" in line]
+    assert len(said) == 1, r.stderr
+    assert pc.sample_stacks(main_thread(only_profile(tmp)))
+
+
 taplib.run([
+    test_the_runtime_does_not_link_libuv_or_protobuf,
+    test_a_process_without_a_daemon_never_maps_libuv_or_protobuf,
+    test_without_the_ipc_module_a_process_profiles_alone_and_says_why_once,
     test_busy_dwarf_symbolized_deep_stacks,
     test_fp_stackwalk,
     test_copy_stackwalk,

@@ -66,6 +66,17 @@ while IFS= read -r file; do
                 fi
             fi
             [[ $inc == daemon/* || $inc == tools/* ]] && report "$where" "child/ must not depend on $incmod/"
+            # libuv and protobuf-c only in libfleetprof-ipc.so (ipc.c, ipc-pack.c), which the
+            # runtime dlopen()s (docs/layers.md): never in libfleetprof.so itself.
+            if [[ $sub != */* && $sub != ipc.c && $sub != ipc-pack.c ]] &&
+                [[ $inc == uv.h || $inc == protobuf-c/* || $inc == proto/* || $inc == ipc/* ]]; then
+                report "$where" "libfleetprof.so must not use $inc: only libfleetprof-ipc.so (ipc.c, ipc-pack.c) may"
+            fi
+            # The module reaches the runtime only through struct rt_ipc_core (ipc-module.h).
+            if [[ ($sub == ipc.c || $sub == ipc-pack.c) && $inc == child/* && $inc != child/ipc-module.h &&
+                $inc != child/profile/* && $inc != child/fds.h ]]; then
+                report "$where" "libfleetprof-ipc.so must reach the runtime only through child/ipc-module.h ($inc)"
+            fi
             # The runtime's layers (docs/architecture.md, "Inside child/"): the core sees
             # neither the daemon client (client.h, ipc-start.h) nor the lifecycle (lifecycle.h), the
             # client not the lifecycle. groups.c holds public API entry points, which like
@@ -74,7 +85,7 @@ while IFS= read -r file; do
                 case "$sub" in
                 preload.c | preload-fds.c | api.c | runtime.c | lifecycle.h) ;;
                 groups.c) [[ $inc != child/lifecycle.h ]] && report "$where" "the runtime's core must not include $inc (above it)" ;;
-                ipc.c | symbolize-remote.c | client.h)
+                client.c | symbolize-remote.c | client.h)
                     [[ $inc == child/lifecycle.h ]] && report "$where" "the daemon client must not include $inc (above it)"
                     ;;
                 *) report "$where" "the runtime's core must not include $inc (above it)" ;;
@@ -128,12 +139,19 @@ calls_up daemon/server.c daemon/core.h $(ls daemon/*.c 2>/dev/null | grep -v '^d
 child_files=$(ls child/*.c 2>/dev/null)
 calls_up child/preload.c child/fds.h $child_files
 calls_up child/preload-fds.c child/fds.h $child_files
-# Below them, the lifecycle (runtime.c), then the daemon client (ipc.c, symbolize-remote.c),
+# Below them, the lifecycle (runtime.c), then the daemon client (client.c, symbolize-remote.c),
 # then the core: a lower file reaches an upper one only through the hooks it was given
 # (struct rt_sampler_hooks, rt_ipc_start()'s profile writer).
-child_core=$(ls child/*.c 2>/dev/null | grep -vE '^child/(preload|preload-fds|api|runtime|ipc|symbolize-remote)\.c$')
-calls_up child/runtime.c "a hook it was given" child/ipc.c child/symbolize-remote.c $child_core
-calls_up child/ipc.c "a hook it was given" $child_core
+child_module="child/ipc.c child/ipc-pack.c" # libfleetprof-ipc.so, dlopen()ed (docs/layers.md)
+child_runtime=$(ls child/*.c 2>/dev/null | grep -vE '^child/(ipc|ipc-pack)\.c$')
+child_core=$(ls child/*.c 2>/dev/null | grep -vE '^child/(preload|preload-fds|api|runtime|client|symbolize-remote|ipc|ipc-pack)\.c$')
+calls_up child/runtime.c "a hook it was given" child/client.c child/symbolize-remote.c $child_core
+calls_up child/client.c "a hook it was given" $child_core
 calls_up child/symbolize-remote.c "a hook it was given" $child_core
+# libfleetprof-ipc.so calls libfleetprof.so only through the table it is handed
+# (struct rt_ipc_core); its link (-z defs) enforces it too.
+for f in $child_runtime; do
+    calls_up "$f" "struct rt_ipc_core" $child_module
+done
 
 exit $fail
