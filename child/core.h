@@ -204,6 +204,8 @@ extern __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
 void rt_loader_gate_enter(void);
 bool rt_loader_gate_try_enter(void);
 void rt_loader_gate_leave(void);
+/* Once, at load (before any fork the runtime must survive): the gate's fork handlers. */
+void rt_loader_gate_install(void);
 
 uint64_t rt_now_ns(void);
 
