@@ -704,10 +704,12 @@ static void read_schedstat(pid_t pid, uint64_t *ret_run_ns, uint64_t *ret_wait_n
     (void)fclose(f);
 }
 
-static uint64_t read_rss_kb(pid_t pid)
+/* The number after field (e.g. "VmRSS:") in /proc/PID/status; 0 if unreadable. */
+static uint64_t read_status_field(pid_t pid, const char *field)
 {
     char path[64], line[256];
-    uint64_t kb = 0;
+    size_t len = strlen(field);
+    uint64_t value = 0;
     FILE *f;
 
     (void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
@@ -715,13 +717,18 @@ static uint64_t read_rss_kb(pid_t pid)
     if (!f)
         return 0;
     while (fgets(line, sizeof(line), f)) {
-        if (!strncmp(line, "VmRSS:", 6)) {
-            kb = strtoull(line + 6, NULL, 10);
+        if (!strncmp(line, field, len)) {
+            value = strtoull(line + len, NULL, 10);
             break;
         }
     }
     (void)fclose(f);
-    return kb;
+    return value;
+}
+
+static uint64_t read_rss_kb(pid_t pid)
+{
+    return read_status_field(pid, "VmRSS:");
 }
 
 /* Resident kB of the daemon's [heap] and of its anonymous mappings (large mallocs). */
@@ -1028,23 +1035,11 @@ static void read_syscalls(pid_t pid, uint64_t *ret_r, uint64_t *ret_w)
     (void)fclose(f);
 }
 
-/* /proc/PID/status voluntary_ctxt_switches: each is a wait for events (or a paced sleep)
- * that ended in a wake-up; 0 if unreadable. */
+/* voluntary_ctxt_switches: each is a wait for events (or a paced sleep) that ended in a
+ * wake-up. */
 static uint64_t read_wakeups(pid_t pid)
 {
-    char path[64], line[128];
-    uint64_t n = 0;
-    FILE *f;
-
-    (void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof(line), f))
-        if (!strncmp(line, "voluntary_ctxt_switches:", 24))
-            n = strtoull(line + 24, NULL, 10);
-    (void)fclose(f);
-    return n;
+    return read_status_field(pid, "voluntary_ctxt_switches:");
 }
 
 static void take_snap(const struct sim_shared *sh, struct snap *s)
