@@ -206,7 +206,9 @@ bool rt_fds_capturing(void)
     return capturing != RT_FDS_CAPTURE_OFF;
 }
 
-bool rt_is_internal_thread(void)
+/* Not instrumented: the loader wrappers ask it, and TSan's own start-up walks the modules
+ * through them before TSan can run instrumented code. */
+RT_NO_TSAN bool rt_is_internal_thread(void)
 {
     return internal_thread != 0;
 }

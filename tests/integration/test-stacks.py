@@ -108,9 +108,13 @@ def test_a_sample_without_stack_says_why(tmp):
     # The handler timed its captures (each gives its stack to one sample, and to the ticks
     # that came while it was pending): a median and a tail.
     log = next(iter(doc["profilingLog"].values()))["runtime"]
-    assert 0 < log["handlerCaptures"] <= real, (log, real)
+    main_real = real
     assert 0 < log["handlerP50Ns"] <= log["handlerP99Ns"], log
     total, real, reasons = stack_census({"threads": [reader]})
+    # The reader too may be caught with a stack, while it still ran (waited for a CPU) on
+    # its way to read(): captures are the whole process's (CI once: 314 against the main
+    # thread's 312 samples).
+    assert 0 < log["handlerCaptures"] <= main_real + real, (log, main_real, real)
     blocked = reasons.pop("(no stack: blocked since the thread started)", 0)
     assert not reasons, f"reader samples without a stack or a known reason: {reasons}"
     assert blocked >= 100, f"only {blocked} reader samples say it was blocked ({real} real)"
