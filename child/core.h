@@ -94,6 +94,7 @@ struct rt_capture {
     uint64_t handler_ns;   /* time in the handler */
     uint64_t cpu_delta_ns; /* set by the sampler when it requests */
     uint32_t flags;        /* PROF_SAMPLE_* */
+    bool in_syscall;       /* caught asleep in a system call (restarted, or cut short) */
     uint32_t frame_count;
     uint64_t frames[PROF_MAX_FRAMES];
     uint32_t label_count;
@@ -113,6 +114,7 @@ struct rt_thread {
     uint64_t register_ns, unregister_ns;
     /* Sampler-owned. */
     uint64_t last_cpu_ns;
+    bool signal_woke_it;   /* its last capture found it asleep: our signal woke it */
     bool sampled;          /* a sample of this thread has been written */
     uint64_t probe_cpu_ns; /* CPU time when last found blocked (UINT64_MAX: never) */
     /* The tick that requested the capture in flight, and the ticks since then: the thread

@@ -143,6 +143,22 @@ static void chain(int sig, siginfo_t *info, void *ucontext)
         pa.sa_handler(sig);
 }
 
+/* Whether the thread was asleep in a system call when the signal came: the kernel either
+ * rewound its instruction pointer onto the syscall instruction to restart the call
+ * (SA_RESTART), or left it just past it with the call failing with EINTR (sleeps and waits
+ * are cut short even with SA_RESTART). Only bytes on the instruction pointer's own page are
+ * read: the thread was executing there, so it is mapped. */
+static bool caught_in_syscall(const void *ucontext)
+{
+    const greg_t *g = ((const ucontext_t *)ucontext)->uc_mcontext.gregs;
+    uintptr_t ip = (uintptr_t)g[REG_RIP];
+    const uint8_t *code = (const uint8_t *)ip;
+
+    if ((ip & 4095) <= 4094 && code[0] == 0x0f && code[1] == 0x05)
+        return true;
+    return g[REG_RAX] == -EINTR && (ip & 4095) >= 2 && code[-2] == 0x0f && code[-1] == 0x05;
+}
+
 static void on_sample_signal(int sig, siginfo_t *info, void *ucontext)
 {
     int saved_errno = errno;
@@ -163,6 +179,7 @@ static void on_sample_signal(int sig, siginfo_t *info, void *ucontext)
             depth = RT_MAX_LABELS;
         memcpy(c->labels, t->labels, depth * sizeof(c->labels[0]));
         c->label_count = depth;
+        c->in_syscall = caught_in_syscall(ucontext);
         rt_stackwalk_capture(c, t, ucontext);
         /* The capture's own cost, for the profile's overhead figures: one more clock read. */
         c->handler_ns = rt_now_ns() - c->time_ns;
@@ -289,6 +306,9 @@ static uint32_t label_native_depth(const struct rt_capture *c, uint64_t code_add
     return 0;
 }
 
+/* At most this much CPU of a thread caught asleep is put down to the signal that woke it. */
+#define RT_SIGNAL_COST_MAX_NS (200 * 1000)
+
 /* Time in the sampling handler per capture (entry to exit, user space: the kernel's
  * delivery and sigreturn are not in it), in buckets of RT_HANDLER_BUCKET_NS up to
  * RT_HANDLER_BUCKETS of them, the last one open-ended. Sampler-written, read by profile
@@ -389,6 +409,7 @@ static void write_sample(struct rt_thread *t)
         labels[i].native_depth = label_native_depth(c, c->labels[i].code_address);
     }
     count_handler_time(c->handler_ns);
+    t->signal_woke_it = c->in_syscall;
     s.tid = t->tid;
     s.time_ns = t->request_ns;
     t->last_entry_ns = t->request_ns;
@@ -559,6 +580,14 @@ static bool sample_threads(uint64_t now, unsigned skipped)
             continue;
         }
         cpu = thread_cpu_ns(t->cpu_clock);
+        if (t->signal_woke_it && cpu - t->last_cpu_ns < RT_SIGNAL_COST_MAX_NS) {
+            /* Asleep when signalled: what it used since (the kernel's delivery, the handler,
+             * going back to sleep) is our signal's, not the program's. Counted, it could
+             * exceed the idle threshold on a slow machine (63 us a signal beside two CPU
+             * hogs here), get the sleeper signalled again, and so on for every tick. */
+            t->last_cpu_ns = cpu;
+        }
+        t->signal_woke_it = false;
         if (cpu - t->last_cpu_ns < idle_cpu_ns && !sample_idle_thread(t, cpu)) {
             /* It (almost) did not run: its stack is the one of its last sample. No signal,
              * so an idle thread is not woken and its blocking calls are not interrupted.
