@@ -1,9 +1,9 @@
 /* daemon/core.h - the daemon's lower core (core.c): what every file of the daemon may call.
  *
- * Layering inside daemon/: main.c -> server.c -> gather.c, symbols-service.c, recover.c ->
- * core.c -> controller.c, groups.c. A file calls only files below it; nothing below
- * server.c calls server.c (tests/lint/check-layering.sh checks that no other file uses a
- * function server.c defines). State shared by these files is in daemon-internal.h.
+ * Layering inside daemon/: main.c -> server.c -> gather.c, symbols-service.c, recover.c,
+ * region-updates.c -> core.c -> controller.c, groups.c. A file calls only files below it;
+ * nothing below server.c calls server.c (tests/lint/check-layering.sh checks that no other
+ * file uses a function server.c defines). State shared by these files is in daemon-internal.h.
  */
 #ifndef FLEETPROF_DAEMON_CORE_H
 #define FLEETPROF_DAEMON_CORE_H

@@ -20,9 +20,11 @@
 #include "daemon/groups.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
+#include "buffer/region-updates.h"
 
 struct buf_region_header;
 struct gather;
+struct region_scan;
 struct loop_pace;
 struct prof_symbols;
 
@@ -64,6 +66,11 @@ struct conn {
     uint64_t evict_ns;         /* the eviction point last stored in evict_page */
     uint64_t destroy_requests; /* DestroyReleasedChunksAtOrBefore sent to it */
     uint64_t region_evictions; /* eviction points stored in its region instead */
+    /* Welcome.updates_in_region: its updates are taken from the ring in evict_page's page
+     * (region-updates.c), by the reader state kept here (never read back from the page). */
+    bool updates_in_region;
+    struct buf_region_updates_reader ring_reader;
+    uint64_t region_updates; /* publications taken from its ring */
     bool final_update;         /* its manager said goodbye: its chunks are gone */
     bool exit_in_region;       /* Welcome.exit_in_region: we build its exit profile from its
                                 * region when its Final asks */
@@ -112,6 +119,7 @@ struct daemon {
     struct exit_profile *exit_profiles_last; /* the newest of that list, NULL when empty */
     struct gather *gather;                   /* the running capture, or NULL */
     struct loop_pace *pace;                  /* owned; NULL when off */
+    struct region_scan *region_scan;         /* owned; NULL until a child publishes in its region */
     struct prof_symbols *symbols;            /* the symbol service's cache; NULL until first used */
     uint8_t *exit_image;                     /* owned scratch: a region's copy (recover.c) */
     size_t exit_image_cap;                   /* its bytes */
@@ -197,6 +205,18 @@ int daemon__exit_image_build(int fd, uint64_t limit, uint8_t **scratch, size_t *
 int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
                           const struct prof_symbolizer *symbolizer, struct json_writer *w,
                           struct daemon_recovery *ret);
+
+/* region-updates.c */
+/* Hello asked to publish its updates in its region: true when c's region header page is
+ * mapped (evictions) and its ring is now read on the daemon's timer; false: messages. */
+bool daemon__region_updates_accept(struct conn *c);
+/* Takes and applies whatever c published in its ring (no-op for other connections): false
+ * when that dropped c (a ring or an update that contradicts itself). */
+bool daemon__region_updates_take(struct conn *c);
+/* c is leaving: its ring is no longer read (idempotent). */
+void daemon__region_updates_leave(struct conn *c);
+/* Stops the timer (daemon_close). */
+void daemon__region_scan_close(struct daemon *d);
 
 /* symbols-service.c */
 /* Answers a child's Symbolize with one or more Symbols (the symbol service). */

@@ -107,6 +107,7 @@ struct daemon_stats {
     uint64_t updates;          /* chunk-manager updates handled */
     uint64_t destroy_requests; /* DestroyReleasedChunksAtOrBefore sent */
     uint64_t region_evictions; /* eviction points written into children's chunk regions */
+    uint64_t region_updates;   /* updates taken from children's chunk regions' rings */
     uint64_t unreleased_bytes;
     uint64_t released_bytes;
     uint64_t global_limit_bytes;

@@ -61,6 +61,7 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
         daemon__departure_add(d, c, how);
         daemon__exit_profile_add(d, c, recovered, recovered_len, NULL);
     }
+    daemon__region_updates_leave(c);
     daemon__region_release(c);
     if (c->exit_len)
         daemon__log(d, DAEMON_LOG_WARNING,
@@ -179,6 +180,7 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     /* A region we hold: a short-lived child may leave its exit profile there for us. */
     c->exit_in_region = h->exit_in_region && c->region_fd >= 0;
     w.exit_in_region = c->exit_in_region;
+    w.updates_in_region = h->updates_in_region && daemon__region_updates_accept(c);
     env.msg_case = FLEETPROF__ENVELOPE__MSG_WELCOME;
     env.welcome = &w;
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s, parent %d) connected", (int)c->pid, c->name,
@@ -230,6 +232,9 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
             on_exit_in_region(c);
         return;
     }
+    /* What it published in its region came first. */
+    if (!daemon__region_updates_take(c))
+        return;
     if (m->request_id == 0 || m->request_id != c->poll_id) {
         /* An update nobody asked for: tolerated a few times (a poll crossing a reply),
          * then the child is flooding. */
@@ -383,6 +388,7 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
         it->state = k->state;
         it->destroy_requests = k->destroy_requests;
         it->region_evictions = k->region_evictions;
+        it->region_updates = k->region_updates;
         ptrs[n++] = it;
     }
     ctl_get_totals(d->ctl, &t);
@@ -392,6 +398,7 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     totals.evicted_chunks = t.evicted_chunks;
     totals.destroy_requests = d->stats.destroy_requests;
     totals.region_evictions = d->stats.region_evictions;
+    totals.region_updates = d->stats.region_updates;
     totals.dropped_children = d->stats.dropped_children;
     totals.rejected_updates = t.rejected_updates;
     totals.exit_profiles = (uint32_t)d->stats.exit_profiles;
@@ -686,6 +693,7 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
     d->listener = NULL;
     loop_pace_close(d->pace);
     d->pace = NULL;
+    daemon__region_scan_close(d);
     for (struct conn *c = d->conns; c; c = c->next) {
         if (c->kind == CONN_CHILD) {
             /* Children stop sampling, and learn from the closed socket that they are on

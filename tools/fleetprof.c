@@ -273,13 +273,13 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
         printf("{\"global_limit_bytes\":%" PRIu64 ",\"unreleased_bytes\":%" PRIu64
                ",\"released_bytes\":%" PRIu64 ",\"evicted_chunks\":%" PRIu64
                ",\"destroy_requests\":%" PRIu64 ",\"region_evictions\":%" PRIu64
-               ",\"dropped_children\":%" PRIu64 ",\"rejected_updates\":%" PRIu64
+               ",\"region_updates\":%" PRIu64 ",\"dropped_children\":%" PRIu64 ",\"rejected_updates\":%" PRIu64
                ",\"symbol_modules_loaded\":%" PRIu64 ",\"symbol_modules_names_only\":%" PRIu64
                ",\"symbol_requests\":%" PRIu64 ",\"exit_profiles\":%" PRIu32
                ",\"exit_profile_bytes\":%" PRIu64 ",\"children\":[",
                rep->global_limit_bytes, t ? t->unreleased_bytes : 0, t ? t->released_bytes : 0,
                t ? t->evicted_chunks : 0, t ? t->destroy_requests : 0, t ? t->region_evictions : 0,
-               t ? t->dropped_children : 0, t ? t->rejected_updates : 0,
+               t ? t->region_updates : 0, t ? t->dropped_children : 0, t ? t->rejected_updates : 0,
                t ? t->symbol_modules_loaded : 0, t ? t->symbol_modules_names_only : 0,
                t ? t->symbol_requests : 0, t ? t->exit_profiles : 0, t ? t->exit_profile_bytes : 0);
         for (size_t i = 0; i < rep->n_children; i++) {
@@ -289,9 +289,11 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
             json_string(s->name);
             printf(",\"unreleased_bytes\":%" PRIu64 ",\"released_bytes\":%" PRIu64
                    ",\"chunks\":%u,\"last_update_age_ms\":%" PRIu64 ",\"state\":\"%s\""
-                   ",\"destroy_requests\":%" PRIu64 ",\"region_evictions\":%" PRIu64 "}",
+                   ",\"destroy_requests\":%" PRIu64 ",\"region_evictions\":%" PRIu64
+                   ",\"region_updates\":%" PRIu64 "}",
                    s->unreleased_bytes, s->released_bytes, s->chunks, s->last_update_age_ms,
-                   state_name(s->state), s->destroy_requests, s->region_evictions);
+                   state_name(s->state), s->destroy_requests, s->region_evictions,
+                   s->region_updates);
         }
         printf("]");
         print_status_groups(rep, true);

@@ -185,6 +185,7 @@ static Fleetprof__ChildStatus child_b = {
         .state = FLEETPROF__CHILD_STATE__CHILD_STATE_GATHERING,
         .destroy_requests = 5,
         .region_evictions = 6,
+        .region_updates = 7,
 };
 static Fleetprof__ChildStatus *children[] = {&child_a, &child_b};
 static Fleetprof__StatusTotals totals = {
@@ -201,7 +202,8 @@ static Fleetprof__StatusTotals totals = {
         15,
         16,
         17,
-        18};
+        18,
+        19};
 static uint64_t durations_a[22] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
                                    12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
 static Fleetprof__GroupTotals group_a = {

@@ -1,0 +1,128 @@
+/* daemon/region-updates.c - children's chunk-manager updates taken from their chunk regions.
+ *
+ * A child whose Hello offers it, and whose region header page we map for evictions anyway,
+ * publishes its updates in an update ring in that page (buffer/region-updates.h) instead
+ * of sending them: no message, no read, no wake-up per update. A timer takes every such
+ * child's ring in one round: 10 ms while rounds find updates, backing off to 40 ms while
+ * none do (an idle fleet wakes us 25 times a second). So the controller learns of a
+ * released chunk, or of memory a new buffer took, at most one round late: a burst of ten
+ * 256 KiB chunks per second per child is one chunk in flight, within invariant 1's slack.
+ * A child's Final still comes as a message; so does everything else.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer/region-updates.h"
+#include "daemon/core.h"
+#include "daemon/daemon-internal.h"
+
+#define SCAN_MIN_MS 10u
+#define SCAN_MAX_MS 40u
+
+struct region_scan {
+    uv_timer_t timer;
+    struct daemon *d;
+    uint64_t period_ms;
+    uint32_t children; /* connected children publishing in their regions */
+};
+
+bool daemon__region_updates_take(struct conn *c)
+{
+    struct daemon *d = c->d;
+    struct buf_region_updates_take t;
+    struct ctl_chunk chunks[BUF_REGION_UPDATES_CAPACITY];
+    struct ctl_update u;
+    struct ctl_actions a;
+    const char *why = NULL;
+    int r;
+
+    if (!c->updates_in_region || c->kind != CONN_CHILD)
+        return true;
+    r = buf_region_updates_take(buf_region_updates_of(c->evict_page), &c->ring_reader, &t, &why);
+    if (r == 0)
+        return true;
+    if (r < 0) {
+        daemon__drop(c, why);
+        return false;
+    }
+    for (size_t i = 0; i < t.count; i++)
+        chunks[i] = (struct ctl_chunk){t.chunks[i].done_ns, t.chunks[i].bytes};
+    u = (struct ctl_update){false, t.unreleased_bytes, t.released_bytes, t.oldest_done_ns,
+                            chunks, t.count};
+    r = ctl_update(d->ctl, c->pid, &u, daemon__now_ns(), &a, &why);
+    if (r < 0) {
+        daemon__drop(c, r == -EBADMSG ? why : strerror(-r));
+        return false;
+    }
+    d->stats.updates++;
+    d->stats.region_updates += t.publications;
+    c->region_updates += t.publications;
+    daemon__apply_actions(d, &a);
+    return true;
+}
+
+static void on_scan(uv_timer_t *timer)
+{
+    struct region_scan *s = timer->data;
+    uint64_t before = s->d->stats.region_updates;
+
+    for (struct conn *c = s->d->conns; c; c = c->next)
+        (void)daemon__region_updates_take(c);
+    /* Busy: the short round; quiet: twice as long each time, up to the long one. */
+    if (s->d->stats.region_updates != before)
+        s->period_ms = SCAN_MIN_MS;
+    else if (s->period_ms < SCAN_MAX_MS)
+        s->period_ms *= 2;
+    (void)uv_timer_start(&s->timer, on_scan, s->period_ms, 0);
+}
+
+bool daemon__region_updates_accept(struct conn *c)
+{
+    struct daemon *d = c->d;
+    struct region_scan *s = d->region_scan;
+
+    if (!c->evict_page || d->closing)
+        return false;
+    if (!s) {
+        s = calloc(1, sizeof(*s));
+        if (!s || uv_timer_init(d->loop, &s->timer) < 0) {
+            free(s);
+            return false; /* updates keep coming as messages */
+        }
+        s->timer.data = s;
+        s->d = d;
+        d->region_scan = s;
+    }
+    buf_region_updates_reader_init(&c->ring_reader, buf_region_updates_of(c->evict_page));
+    c->updates_in_region = true;
+    if (s->children++ == 0 || s->period_ms > SCAN_MIN_MS) {
+        s->period_ms = SCAN_MIN_MS; /* a newcomer's first chunks are memory we do not know */
+        (void)uv_timer_start(&s->timer, on_scan, s->period_ms, 0);
+    }
+    return true;
+}
+
+void daemon__region_updates_leave(struct conn *c)
+{
+    struct region_scan *s = c->d->region_scan;
+
+    if (!c->updates_in_region)
+        return;
+    c->updates_in_region = false;
+    if (s && --s->children == 0)
+        (void)uv_timer_stop(&s->timer);
+}
+
+static void on_scan_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+void daemon__region_scan_close(struct daemon *d)
+{
+    if (d->region_scan) {
+        uv_close((uv_handle_t *)&d->region_scan->timer, on_scan_closed);
+        d->region_scan = NULL;
+    }
+}
