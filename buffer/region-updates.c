@@ -1,10 +1,10 @@
 /* buffer/region-updates.c - chunk-manager updates through a region's header page (see the
  * header for the layout and who writes what). */
+#include "buffer/region-updates.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
-
-#include "buffer/region-updates.h"
 
 static void init_ring(struct buf_region_updates *ring)
 {

@@ -189,6 +189,11 @@ void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns)
     __atomic_store_n(&((struct buf_region_header *)r->head)->exec_ns, now_ns, __ATOMIC_RELEASE);
 }
 
+void *buf_region_header_page(struct buf_region *r)
+{
+    return r->head;
+}
+
 uint64_t buf_region_eviction_ns(const struct buf_region *r)
 {
     return __atomic_load_n(&((const struct buf_region_header *)r->head)->evict_ns,

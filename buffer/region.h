@@ -153,6 +153,10 @@ void buf_region_record_crash_frames(struct buf_region *region, const uint64_t *f
 /* The owner is about to exec (now_ns), or its exec failed (0). Async-signal-safe. */
 void buf_region_mark_exec(struct buf_region *region, uint64_t now_ns);
 
+/* The region's header page (BUF_REGION_PAGE_BYTES, shared with whoever maps the file): where
+ * the owner publishes its update ring (buffer/region-updates.h). */
+void *buf_region_header_page(struct buf_region *region);
+
 /* The eviction point the daemon last stored in the region's header (acquire load: one load,
  * cheap enough for every sampler tick), 0 if none. The value comes from another process:
  * the caller checks it (not backwards, not in the future) before acting on it. */

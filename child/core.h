@@ -375,6 +375,8 @@ int rt_region_fd(void);
 /* The eviction point the daemon last stored in the region's header, 0 if none or no region:
  * one acquire load, for the sampler's tick. Unchecked (another process wrote it). */
 uint64_t rt_region_eviction_ns(void);
+/* The region's header page (its update ring: buffer/region-updates.h), or NULL. */
+void *rt_region_header_page(void);
 void rt_region_record_crash(int sig, int code, uint64_t address, int32_t tid,
                             const uint64_t *frames, uint32_t frame_count);
 /* The whole stack of the crash just recorded (after the record: walking may fault). */

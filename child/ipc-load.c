@@ -102,6 +102,7 @@ static const struct rt_ipc_core core = {
         .groups_snapshot = rt_groups_snapshot,
         .region_eviction_ns = rt_region_eviction_ns,
         .region_fd = rt_region_fd,
+        .region_header_page = rt_region_header_page,
         .hello_info = hello_info,
         .apply_welcome = apply_welcome,
         .destroy_at_or_before = destroy_at_or_before,

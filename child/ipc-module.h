@@ -29,7 +29,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   1u
+#define RT_IPC_MODULE_ABI   2u
 
 struct json_writer;
 struct progress_logger;
@@ -144,6 +144,7 @@ struct rt_ipc_core {
     /* The chunk region (rt_region_eviction_ns(), rt_region_fd()). */
     uint64_t (*region_eviction_ns)(void);
     int (*region_fd)(void);
+    void *(*region_header_page)(void); /* rt_region_header_page() */
     void (*hello_info)(struct rt_hello_info *ret);
     /* The daemon's settings: interval, this process's buffer limit, its clock origin. */
     void (*apply_welcome)(const struct rt_welcome *w);

@@ -38,6 +38,7 @@
 #include <uv.h>
 
 #include "buffer/progress.h"
+#include "buffer/region-updates.h"
 #include "buffer/update.h"
 #include "child/ipc-module.h"
 #include "child/profile/groups.h"
@@ -65,16 +66,20 @@ static struct {
     struct ipc_conn *conn;   /* IPC thread only */
     pthread_t thread;
     bool thread_started;
-    bool loop_ready;                /* loop and wake initialised (for the fork child) */
-    struct buf_update_slot slot;    /* the manager's callback folds here */
-    _Atomic int update_pending;     /* set by the callback, cleared by the sampler's wake */
-    _Atomic int connected;          /* welcomed: settings applied */
-    _Atomic int linked;             /* the socket is open (Hello sent): exit profiles can go */
-    _Atomic int exiting;            /* send Final and close */
-    _Atomic int start_pending;      /* client_start() deferred the connection (ipc-start.h) */
-    _Atomic int region_evictions;   /* the daemon writes its evictions into our region */
-    _Atomic int region_accepted;    /* Welcome.exit_in_region: the daemon builds it if asked */
-    _Atomic int exit_in_region;     /* the exit profile is in the region: the Final says so */
+    bool loop_ready;              /* loop and wake initialised (for the fork child) */
+    struct buf_update_slot slot;  /* the manager's callback folds here */
+    _Atomic int update_pending;   /* set by the callback, cleared by the sampler's wake */
+    _Atomic int connected;        /* welcomed: settings applied */
+    _Atomic int linked;           /* the socket is open (Hello sent): exit profiles can go */
+    _Atomic int exiting;          /* send Final and close */
+    _Atomic int start_pending;    /* client_start() deferred the connection (ipc-start.h) */
+    _Atomic int region_evictions; /* the daemon writes its evictions into our region */
+    _Atomic int region_accepted;  /* Welcome.exit_in_region: the daemon builds it if asked */
+    _Atomic int exit_in_region;   /* the exit profile is in the region: the Final says so */
+    /* Welcome.updates_in_region: the sampler's tick publishes the slot's changes in our
+     * region's update ring (buffer/region-updates.h); only a Final goes by message. */
+    _Atomic int updates_in_region;
+    struct buf_update ring_pending; /* sampler only: taken, not yet published (ring full) */
     uint64_t region_evicted_ns;     /* sampler only: the last eviction point applied */
     bool defer_start;               /* the next client_start() defers: set after a fork */
     uint64_t poll_id;               /* IPC thread only: outstanding poll, 0 = none */
@@ -170,6 +175,33 @@ static void apply_region_eviction(void)
     applying_destroy = false;
 }
 
+/* Sampler only, under updates_in_region: the slot's change goes into our region's update
+ * ring, where the daemon's timer takes it (no message, no wake-up of either side). Returns
+ * false when the slot holds a Final, which goes by message (the IPC thread). A ring the
+ * daemon has not emptied yet keeps the rest for the next tick. */
+static bool publish_in_region(void)
+{
+    void *page = core->region_header_page();
+    struct buf_update u;
+
+    if (!page)
+        return false;
+    if (buf_update_slot_take(&ipc.slot, &u)) {
+        if (u.kind == BUF_UPDATE_FINAL) {
+            buf_update_slot_fold(&ipc.slot, &u); /* back where the IPC thread takes it */
+            buf_update_done(&u);
+            return false;
+        }
+        /* Out of memory, the counts stay right and the chunks are lost, as in the slot. */
+        (void)buf_update_fold(&ipc.ring_pending, &u);
+        buf_update_done(&u);
+    }
+    if (ipc.ring_pending.kind == BUF_UPDATE_CHANGE &&
+        buf_region_updates_publish(buf_region_updates_of(page), &ipc.ring_pending) > 0)
+        atomic_store(&ipc.update_pending, 1); /* the rest on the next tick */
+    return true;
+}
+
 static void client_tick(void)
 {
     uint64_t gen = core->groups_generation();
@@ -193,7 +225,9 @@ static void client_tick(void)
     if (atomic_load_explicit(&ipc.update_pending, memory_order_acquire) &&
         atomic_load(&ipc.connected)) {
         atomic_store(&ipc.update_pending, 0);
-        wake_ipc();
+        if (!atomic_load_explicit(&ipc.updates_in_region, memory_order_relaxed) ||
+            !publish_in_region())
+            wake_ipc();
     }
 }
 
@@ -254,6 +288,18 @@ static bool hold_update(void)
     return true;
 }
 
+/* Changes go through the region (the sampler's tick publishes them), only a Final by
+ * message: a change sent here could overtake older chunks still waiting for room in the
+ * ring, and the daemon refuses chunks out of order. */
+static bool changes_go_through_region(void)
+{
+    size_t released;
+    uint64_t unreleased;
+
+    return atomic_load(&ipc.updates_in_region) &&
+           buf_update_slot_peek(&ipc.slot, &released, &unreleased) != BUF_UPDATE_FINAL;
+}
+
 /* Answers the outstanding poll with whatever the slot holds. */
 static void flush_update(void)
 {
@@ -262,7 +308,8 @@ static void flush_update(void)
     Fleetprof__ChunkMetadata *items = NULL, **ptrs = NULL;
     struct buf_update u;
 
-    if (!ipc.poll_id || !ipc.conn || (ipc.poll_standing && !daemon_caught_up()) || hold_update())
+    if (!ipc.poll_id || !ipc.conn || changes_go_through_region() ||
+        (ipc.poll_standing && !daemon_caught_up()) || hold_update())
         return;
     if (!buf_update_slot_take(&ipc.slot, &u))
         return;
@@ -396,6 +443,8 @@ static void apply_welcome(const Fleetprof__Welcome *w)
     /* Bounded: a hostile or confused daemon cannot make us sit on our updates for long. */
     ipc.update_hold_ns = w->update_hold_ns < 10000000000ull ? w->update_hold_ns : 10000000000ull;
     atomic_store(&ipc.region_accepted, w->exit_in_region);
+    /* Also asked for in Hello only with our region. */
+    atomic_store(&ipc.updates_in_region, w->updates_in_region);
     atomic_store(&ipc.connected, 1);
     core->debug("connected to the daemon at %s", ipc.socket_path);
 }
@@ -885,7 +934,8 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
         core->debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
     ipc.conn = NULL;
     atomic_store(&ipc.connected, 0);
-    atomic_store(&ipc.region_evictions, 0); /* no daemon writes them any more */
+    atomic_store(&ipc.region_evictions, 0);  /* no daemon writes them any more */
+    atomic_store(&ipc.updates_in_region, 0); /* nor reads our ring */
     atomic_store(&ipc.linked, 0);
     (void)pthread_mutex_lock(&ipc.sym_lock); /* a waiting writer resolves locally now */
     if (ipc.sym)
@@ -963,6 +1013,7 @@ static void send_hello(void)
     h.chunk_region = region_fd >= 0;
     h.region_evictions = region_fd >= 0; /* client_tick() reads them from that region */
     h.exit_in_region = region_fd >= 0;
+    h.updates_in_region = region_fd >= 0; /* client_tick() publishes them in that region */
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     /* The region's descriptor goes with the first frame; on a full socket it stays home
@@ -1274,6 +1325,7 @@ static void client_forget_after_fork(void)
             if (fds[i] >= 0)
                 (void)close(fds[i]);
     }
+    buf_update_done(&ipc.ring_pending); /* the parent's chunks: not this process's */
     memset(&ipc, 0, sizeof(ipc));
     ipc.defer_start = true; /* this child may exec at once: connect at the first tick */
 }

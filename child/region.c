@@ -280,6 +280,14 @@ uint64_t rt_region_eviction_ns(void)
     return region ? buf_region_eviction_ns(region) : 0;
 }
 
+void *rt_region_header_page(void)
+{
+    /* No lock: the region is freed only in a forked child, before its sampler runs. */
+    struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+
+    return region ? buf_region_header_page(region) : NULL;
+}
+
 bool rt_region_active(void)
 {
     return __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE) != NULL;

@@ -14,13 +14,13 @@
 
 #include <uv.h>
 
+#include "buffer/region-updates.h"
 #include "child/profile/symbols.h"
 #include "daemon/controller.h"
 #include "daemon/daemon.h"
 #include "daemon/groups.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
-#include "buffer/region-updates.h"
 
 struct buf_region_header;
 struct gather;
@@ -71,12 +71,12 @@ struct conn {
     bool updates_in_region;
     struct buf_region_updates_reader ring_reader;
     uint64_t region_updates; /* publications taken from its ring */
-    bool final_update;         /* its manager said goodbye: its chunks are gone */
-    bool exit_in_region;       /* Welcome.exit_in_region: we build its exit profile from its
-                                * region when its Final asks */
-    uint32_t groups_refused;   /* GroupStats refused (logged up to a few) */
-    bool in_pid_map;           /* linked in d->by_pid (from its Hello to its close) */
-    struct conn *pid_next;     /* chain in d->by_pid */
+    bool final_update;       /* its manager said goodbye: its chunks are gone */
+    bool exit_in_region;     /* Welcome.exit_in_region: we build its exit profile from its
+                              * region when its Final asks */
+    uint32_t groups_refused; /* GroupStats refused (logged up to a few) */
+    bool in_pid_map;         /* linked in d->by_pid (from its Hello to its close) */
+    struct conn *pid_next;   /* chain in d->by_pid */
     struct conn *next;
 };
 

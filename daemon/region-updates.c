@@ -9,11 +9,12 @@
  * 256 KiB chunks per second per child is one chunk in flight, within invariant 1's slack.
  * A child's Final still comes as a message; so does everything else.
  */
+#include "buffer/region-updates.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer/region-updates.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 
@@ -48,8 +49,8 @@ bool daemon__region_updates_take(struct conn *c)
     }
     for (size_t i = 0; i < t.count; i++)
         chunks[i] = (struct ctl_chunk){t.chunks[i].done_ns, t.chunks[i].bytes};
-    u = (struct ctl_update){false, t.unreleased_bytes, t.released_bytes, t.oldest_done_ns,
-                            chunks, t.count};
+    u = (struct ctl_update){false,  t.unreleased_bytes, t.released_bytes, t.oldest_done_ns, chunks,
+                            t.count};
     r = ctl_update(d->ctl, c->pid, &u, daemon__now_ns(), &a, &why);
     if (r < 0) {
         daemon__drop(c, r == -EBADMSG ? why : strerror(-r));

@@ -273,10 +273,10 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
         printf("{\"global_limit_bytes\":%" PRIu64 ",\"unreleased_bytes\":%" PRIu64
                ",\"released_bytes\":%" PRIu64 ",\"evicted_chunks\":%" PRIu64
                ",\"destroy_requests\":%" PRIu64 ",\"region_evictions\":%" PRIu64
-               ",\"region_updates\":%" PRIu64 ",\"dropped_children\":%" PRIu64 ",\"rejected_updates\":%" PRIu64
-               ",\"symbol_modules_loaded\":%" PRIu64 ",\"symbol_modules_names_only\":%" PRIu64
-               ",\"symbol_requests\":%" PRIu64 ",\"exit_profiles\":%" PRIu32
-               ",\"exit_profile_bytes\":%" PRIu64 ",\"children\":[",
+               ",\"region_updates\":%" PRIu64 ",\"dropped_children\":%" PRIu64
+               ",\"rejected_updates\":%" PRIu64 ",\"symbol_modules_loaded\":%" PRIu64
+               ",\"symbol_modules_names_only\":%" PRIu64 ",\"symbol_requests\":%" PRIu64
+               ",\"exit_profiles\":%" PRIu32 ",\"exit_profile_bytes\":%" PRIu64 ",\"children\":[",
                rep->global_limit_bytes, t ? t->unreleased_bytes : 0, t ? t->released_bytes : 0,
                t ? t->evicted_chunks : 0, t ? t->destroy_requests : 0, t ? t->region_evictions : 0,
                t ? t->region_updates : 0, t ? t->dropped_children : 0, t ? t->rejected_updates : 0,

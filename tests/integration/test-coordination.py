@@ -685,7 +685,7 @@ class FakeChild:
     """This process, playing a child frame by frame: Hello (with a region and the
     region_evictions field when asked), then chunk-manager updates under the daemon's poll."""
 
-    def __init__(self, d, region_fd=None, evictions=False):
+    def __init__(self, d, region_fd=None, evictions=False, updates=False):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.s.connect(d.sock)
         self.buf, self.frames = b"", []
@@ -694,6 +694,8 @@ class FakeChild:
             fields.append(field(9, 1))
         if evictions:
             fields.append(field(10, 1))
+        if updates:
+            fields.append(field(12, 1))
         msg = frame(HELLO, *fields)
         if region_fd is not None:
             socket.send_fds(self.s, [msg], [region_fd])
@@ -832,6 +834,7 @@ def test_old_children_and_unusable_regions_get_destroy_messages(tmp):
         d.stop()
         destroys = [f[1] for f in sent if f[0] == DESTROY]
         assert welcome.get(11) is None, f"{name}: region_evictions in the Welcome: {welcome}"
+        assert welcome.get(14) is None, f"{name}: updates_in_region in the Welcome: {welcome}"
         assert destroys, f"{name}: no destroy message: {sent}"
         assert max(m[2][0] for m in destroys) == newest_evicted, (name, destroys)
         assert kid["region_evictions"] == 0 and kid["destroy_requests"] == len(destroys), kid
@@ -840,6 +843,62 @@ def test_old_children_and_unusable_regions_get_destroy_messages(tmp):
             os.close(fd)
         if evictions and fd is not None:
             assert "evictions go by message" in d.log(), d.log()[-2000:]
+
+
+# The update ring in a region's header page (buffer/region-updates.h): magic, capacity, seq,
+# unreleased, released, oldest_done, written, read, read_seq, then 16-byte entries.
+RING_OFFSET, RING_MAGIC, RING_CAPACITY = 2304, 0x50555046, 96
+
+
+def ring_publish(page, seq, unreleased, oldest, written, entries, first_entry):
+    """Publishes as an owner would: entries first, at their slots, then the counts and the
+    written count under an even seq."""
+    for i, (done, size) in enumerate(entries):
+        struct.pack_into("<QQ", page, RING_OFFSET + 64 + ((first_entry + i) % RING_CAPACITY) * 16,
+                         done, size)
+    struct.pack_into("<II", page, RING_OFFSET, RING_MAGIC, RING_CAPACITY)
+    struct.pack_into("<QQQQQ", page, RING_OFFSET + 8, seq, unreleased,
+                     CHUNK * len(entries), oldest, written)
+
+
+def test_updates_through_the_region_of_a_child_that_publishes_them(tmp):
+    """A child that offers its updates in its region (Hello 12) is told so (Welcome 14); what
+    it publishes in its ring reaches the controller with no message, and the daemon moves
+    the ring's read point past it. A ring that lists more chunks than it holds is a child
+    that lies: dropped, with the reason in the log."""
+    fd = region_memfd()
+    page = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    d = Daemon(tmp)
+    try:
+        c = FakeChild(d, fd, evictions=True, updates=True)
+        assert c.welcome.get(14) == [1], f"the Welcome does not say updates_in_region: {c.welcome}"
+        base = time.monotonic_ns() - 10 * 1000 * 1000 * 1000
+        done = [(base + i * 1000, CHUNK) for i in range(3)]
+        ring_publish(page, 2, CHUNK, done[0][0], 3, done, 0)
+        deadline = time.monotonic() + 10
+        while True:
+            (kid,) = [k for k in d.status()["children"] if k["pid"] == os.getpid()]
+            if kid["released_bytes"] == 3 * CHUNK:
+                break
+            assert time.monotonic() < deadline, kid
+            time.sleep(0.02)
+        assert kid["unreleased_bytes"] == CHUNK and kid["region_updates"] == 1, kid
+        read, read_seq = struct.unpack_from("<QQ", page, RING_OFFSET + 48)
+        assert (read, read_seq) == (3, 2), (read, read_seq)
+        assert not [f for f in c.received() if f[0] == UPDATE], "update frames from the daemon?"
+        # A lie: more chunks written than the ring can hold.
+        ring_publish(page, 4, CHUNK, done[0][0], 3 + 1000, [], 3)
+        deadline = time.monotonic() + 10
+        while "its update ring lists more chunks than it holds" not in d.log():
+            assert time.monotonic() < deadline, d.log()[-2000:]
+            time.sleep(0.02)
+        assert f"dropping child {os.getpid()} (fake)" in d.log(), d.log()[-2000:]
+        assert not [k for k in d.status()["children"] if k["pid"] == os.getpid()]
+        c.s.close()
+    finally:
+        d.stop()
+        page.close()
+        os.close(fd)
 
 
 def test_real_children_read_their_evictions_from_their_regions(tmp):
@@ -864,6 +923,8 @@ def test_real_children_read_their_evictions_from_their_regions(tmp):
             time.sleep(0.1)
         st = d.status()
         assert st["region_evictions"] > 0 and st["destroy_requests"] == 0, st
+        # Their updates came through their regions too (the runtime's update ring).
+        assert st["region_updates"] > 0, st
         for p in procs:
             out, _ = p.communicate(timeout=30)
             assert p.returncode == 0
@@ -905,6 +966,7 @@ taplib.run([
     test_daemon_polls_once_or_per_update,
     test_evictions_through_the_region_of_a_child_that_reads_them,
     test_old_children_and_unusable_regions_get_destroy_messages,
+    test_updates_through_the_region_of_a_child_that_publishes_them,
     test_real_children_read_their_evictions_from_their_regions,
     test_exit_during_capture_is_its_answer,
     test_socket_permissions_and_other_uid_refused,

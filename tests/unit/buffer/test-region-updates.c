@@ -2,9 +2,9 @@
  * published, a full ring keeps the rest in order, a ring another process wrote wrong is
  * refused, and an owner and a reader on two threads lose nothing. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
