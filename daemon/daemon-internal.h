@@ -14,7 +14,6 @@
 
 #include <uv.h>
 
-#include "buffer/region-updates.h"
 #include "child/profile/symbols.h"
 #include "daemon/controller.h"
 #include "daemon/daemon.h"
@@ -66,10 +65,10 @@ struct conn {
     uint64_t evict_ns;         /* the eviction point last stored in evict_page */
     uint64_t destroy_requests; /* DestroyReleasedChunksAtOrBefore sent to it */
     uint64_t region_evictions; /* eviction points stored in its region instead */
-    /* Welcome.updates_in_region: its updates are taken from the ring in evict_page's page
-     * (region-updates.c), by the reader state kept here (never read back from the page). */
+    /* Welcome.updates_in_region: its updates are taken from the ring in evict_page's page,
+     * by the entry ring_index of region-updates.c's table. */
     bool updates_in_region;
-    struct buf_region_updates_reader ring_reader;
+    size_t ring_index;
     uint64_t region_updates; /* publications taken from its ring */
     bool final_update;       /* its manager said goodbye: its chunks are gone */
     bool exit_in_region;     /* Welcome.exit_in_region: we build its exit profile from its

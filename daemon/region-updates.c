@@ -21,15 +21,26 @@
 #define SCAN_MIN_MS 10u
 #define SCAN_MAX_MS 40u
 
+/* One publishing child. The round walks these, not the connections: with a large fleet
+ * each look at a connection was a cache miss of its own, and most rounds find most rings
+ * unchanged (one load of the ring's seq). */
+struct ring_child {
+    struct buf_region_updates *ring; /* in the child's header page (c->evict_page) */
+    struct buf_region_updates_reader reader;
+    struct conn *c;
+};
+
 struct region_scan {
     uv_timer_t timer;
     struct daemon *d;
     uint64_t period_ms;
-    uint32_t children; /* connected children publishing in their regions */
+    struct ring_child *children; /* owned; [0, count) in use */
+    size_t count, cap;
 };
 
-bool daemon__region_updates_take(struct conn *c)
+static bool take(struct ring_child *k)
 {
+    struct conn *c = k->c;
     struct daemon *d = c->d;
     struct buf_region_updates_take t;
     struct ctl_chunk chunks[BUF_REGION_UPDATES_CAPACITY];
@@ -38,9 +49,9 @@ bool daemon__region_updates_take(struct conn *c)
     const char *why = NULL;
     int r;
 
-    if (!c->updates_in_region || c->kind != CONN_CHILD)
+    if (c->kind != CONN_CHILD)
         return true;
-    r = buf_region_updates_take(buf_region_updates_of(c->evict_page), &c->ring_reader, &t, &why);
+    r = buf_region_updates_take(k->ring, &k->reader, &t, &why);
     if (r == 0)
         return true;
     if (r < 0) {
@@ -63,13 +74,27 @@ bool daemon__region_updates_take(struct conn *c)
     return true;
 }
 
+bool daemon__region_updates_take(struct conn *c)
+{
+    struct region_scan *s = c->d->region_scan;
+
+    if (!c->updates_in_region || !s)
+        return true;
+    return take(&s->children[c->ring_index]);
+}
+
 static void on_scan(uv_timer_t *timer)
 {
     struct region_scan *s = timer->data;
     uint64_t before = s->d->stats.region_updates;
 
-    for (struct conn *c = s->d->conns; c; c = c->next)
-        (void)daemon__region_updates_take(c);
+    /* take() may drop a child, but its close (which removes it here) comes later. */
+    for (size_t i = 0; i < s->count; i++) {
+        struct ring_child *k = &s->children[i];
+
+        if (__atomic_load_n(&k->ring->seq, __ATOMIC_RELAXED) != k->reader.seq)
+            (void)take(k);
+    }
     /* Busy: the short round; quiet: twice as long each time, up to the long one. */
     if (s->d->stats.region_updates != before)
         s->period_ms = SCAN_MIN_MS;
@@ -78,26 +103,46 @@ static void on_scan(uv_timer_t *timer)
     (void)uv_timer_start(&s->timer, on_scan, s->period_ms, 0);
 }
 
-bool daemon__region_updates_accept(struct conn *c)
+static struct region_scan *scan_of(struct daemon *d)
 {
-    struct daemon *d = c->d;
     struct region_scan *s = d->region_scan;
 
-    if (!c->evict_page || d->closing)
-        return false;
-    if (!s) {
-        s = calloc(1, sizeof(*s));
-        if (!s || uv_timer_init(d->loop, &s->timer) < 0) {
-            free(s);
-            return false; /* updates keep coming as messages */
-        }
-        s->timer.data = s;
-        s->d = d;
-        d->region_scan = s;
+    if (s)
+        return s;
+    s = calloc(1, sizeof(*s));
+    if (!s || uv_timer_init(d->loop, &s->timer) < 0) {
+        free(s);
+        return NULL;
     }
-    buf_region_updates_reader_init(&c->ring_reader, buf_region_updates_of(c->evict_page));
+    s->timer.data = s;
+    s->d = d;
+    d->region_scan = s;
+    return s;
+}
+
+bool daemon__region_updates_accept(struct conn *c)
+{
+    struct region_scan *s;
+    struct ring_child *k;
+
+    if (!c->evict_page || c->d->closing || !(s = scan_of(c->d)))
+        return false; /* updates keep coming as messages */
+    if (s->count == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        struct ring_child *grown = realloc(s->children, cap * sizeof(*grown));
+
+        if (!grown)
+            return false;
+        s->children = grown;
+        s->cap = cap;
+    }
+    k = &s->children[s->count];
+    k->ring = buf_region_updates_of(c->evict_page);
+    k->c = c;
+    buf_region_updates_reader_init(&k->reader, k->ring);
+    c->ring_index = s->count++;
     c->updates_in_region = true;
-    if (s->children++ == 0 || s->period_ms > SCAN_MIN_MS) {
+    if (s->count == 1 || s->period_ms > SCAN_MIN_MS) {
         s->period_ms = SCAN_MIN_MS; /* a newcomer's first chunks are memory we do not know */
         (void)uv_timer_start(&s->timer, on_scan, s->period_ms, 0);
     }
@@ -108,16 +153,22 @@ void daemon__region_updates_leave(struct conn *c)
 {
     struct region_scan *s = c->d->region_scan;
 
-    if (!c->updates_in_region)
+    if (!c->updates_in_region || !s)
         return;
     c->updates_in_region = false;
-    if (s && --s->children == 0)
+    /* The last one takes its place. */
+    s->children[c->ring_index] = s->children[--s->count];
+    s->children[c->ring_index].c->ring_index = c->ring_index;
+    if (s->count == 0)
         (void)uv_timer_stop(&s->timer);
 }
 
 static void on_scan_closed(uv_handle_t *h)
 {
-    free(h->data);
+    struct region_scan *s = h->data;
+
+    free(s->children);
+    free(s);
 }
 
 void daemon__region_scan_close(struct daemon *d)

@@ -51,7 +51,7 @@
  * ran out, and the simulators hold theirs as the runtime does.
  *
  * Usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] [--period-ms MS]
- *                     [--old-child] [--update-hold MS] [--pace MS]
+ *                     [--old-child] [--message-updates] [--update-hold MS] [--pace MS]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,6 +72,7 @@
 
 #include <uv.h>
 
+#include "buffer/region-updates.h"
 #include "buffer/region.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
@@ -144,8 +145,9 @@ struct sim_slot {
 };
 
 struct sim_shared {
-    _Atomic int stop; /* set by the parent: send Final, close, exit */
-    bool old_child;   /* ignore the standing field: answer each poll once */
+    _Atomic int stop;     /* set by the parent: send Final, close, exit */
+    bool old_child;       /* ignore the standing field: answer each poll once */
+    bool message_updates; /* do not offer updates through the region: send them */
     struct sim_slot slot[];
 };
 
@@ -176,6 +178,7 @@ static struct {
     struct ipc_conn *conn;
     struct buf_region *region;  /* our chunk region: only its header is used */
     bool region_evictions;      /* the Welcome said the daemon writes evictions there */
+    bool ring_updates;          /* the Welcome said the daemon takes updates from its ring */
     uint64_t region_evicted_ns; /* the last eviction point applied */
     struct sim_shared *shared;
     struct sim_slot *slot;
@@ -261,6 +264,7 @@ static int sim_send(const Fleetprof__Envelope *env)
 }
 
 static void sim_send_update(void);
+static void sim_changed(void);
 
 static void sim_on_retry(uv_timer_t *t)
 {
@@ -304,6 +308,43 @@ static bool sim_hold_update(void)
     return true;
 }
 
+/* As child/ipc.c publish_in_region(): the change goes into the region's update ring on the
+ * sampler's tick, no message and no hold; what a full ring cannot take waits for the next. An
+ * update counts as handled once the daemon took it from the ring. */
+static void sim_publish_in_region(void)
+{
+    static struct buf_released_chunk list[RING_CAP];
+    struct buf_region_updates *ring = buf_region_updates_of(buf_region_header_page(sim.region));
+    struct buf_update u = {.kind = BUF_UPDATE_CHANGE};
+    int left;
+
+    atomic_store(&sim.slot->answered, buf_region_updates_taken(ring));
+    if (!sim.conn || sim.stopping || !sim.dirty)
+        return;
+    for (size_t i = 0; i < sim.unreported; i++)
+        list[i] = (struct buf_released_chunk){
+                sim.ring[(sim.head + sim.count - sim.unreported + i) % RING_CAP], CHUNK_BYTES};
+    u.unreleased_bytes = sim.unreleased_bytes;
+    u.released_bytes = sim.count * CHUNK_BYTES;
+    if (sim.count)
+        u.oldest_done_ns = sim.ring[sim.head];
+    else if (sim.destroyed_through_ns)
+        u.oldest_done_ns = sim.destroyed_through_ns + 1;
+    u.newly_released = list; /* borrowed: the publication only moves what is left to its front */
+    u.newly_released_count = sim.unreported;
+    left = buf_region_updates_publish(ring, &u);
+    if (left == (int)sim.unreported && sim.unreported) {
+        atomic_fetch_add(&sim.slot->held, 1); /* the daemon has not emptied the ring yet */
+        sim_changed();
+        return;
+    }
+    atomic_fetch_add(&sim.slot->sent, 1);
+    sim.unreported = left > 0 ? (size_t)left : 0;
+    sim.dirty = sim.unreported > 0;
+    if (sim.dirty)
+        sim_changed(); /* the rest on the next tick */
+}
+
 /* Answers the outstanding poll with the manager's state, like child/ipc.c flush_update(). */
 static void sim_send_update(void)
 {
@@ -312,6 +353,10 @@ static void sim_send_update(void)
     Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
 
+    if (sim.ring_updates) {
+        sim_publish_in_region();
+        return;
+    }
     if (!sim.poll_id || !sim.conn || sim.stopping || !sim.dirty)
         return;
     if ((sim.poll_standing && !sim_daemon_caught_up()) || sim_hold_update())
@@ -405,6 +450,9 @@ static void sim_on_period(uv_timer_t *t)
         sim_close_timers();
         return;
     }
+    if (sim.ring_updates) /* what the daemon took meanwhile counts as handled */
+        atomic_store(&sim.slot->answered, buf_region_updates_taken(buf_region_updates_of(
+                                                  buf_region_header_page(sim.region))));
     sim_apply_region_eviction();
     done = now_ns();
     if (done <= sim.last_done_ns)
@@ -452,6 +500,7 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
         if (env->welcome->chunk_bytes != CHUNK_BYTES)
             atomic_fetch_add(&sim.slot->unexpected, 1);
         sim.region_evictions = env->welcome->region_evictions && sim.region;
+        sim.ring_updates = env->welcome->updates_in_region && sim.region;
         sim.hold_ns = sim.shared->old_child ? 0 : env->welcome->update_hold_ns;
         atomic_store(&sim.slot->state, SIM_WELCOMED);
         break;
@@ -555,6 +604,7 @@ static void sim_send_hello(void)
     /* As child/ipc.c send_hello(): the region goes with the first frame. */
     h.chunk_region = sim.region != NULL;
     h.region_evictions = sim.region != NULL;
+    h.updates_in_region = sim.region != NULL && !sim.shared->message_updates;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     if (sim.region && ipc_conn_send_with_fd(sim.conn, &env, buf_region_fd(sim.region)) >= 0)
@@ -617,6 +667,7 @@ static int child_count;
 static char tmp_dir[64], sock_path[128], log_path[128];
 static const char *update_hold_ms; /* --update-hold, passed on to fleetprofd; NULL = its default */
 static const char *pace_ms;        /* --pace, passed on to fleetprofd; NULL = its default */
+static bool message_updates;       /* --message-updates: simulators send their updates */
 
 /* Kills and reaps whatever is left; async-signal-safe, so it also serves the signal handler. */
 static void cleanup(void)
@@ -1211,7 +1262,8 @@ static void summarize_daemon_log(void)
 static void usage(void)
 {
     (void)fprintf(stderr, "usage: bench-daemon [PATH-TO-FLEETPROFD] [--children N] [--large N] "
-                          "[--period-ms MS] [--old-child] [--update-hold MS] [--pace MS]\n");
+                          "[--period-ms MS] [--old-child] [--message-updates] "
+                          "[--update-hold MS] [--pace MS]\n");
 }
 
 /* Descriptors: the daemon holds one per child, and inherits our limit. Raises the soft
@@ -1282,6 +1334,7 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
         return 1;
     }
     shared->old_child = old_child;
+    shared->message_updates = message_updates;
     if (start_daemon(exe) < 0)
         return 1;
     sleep_ms(300);
@@ -1439,8 +1492,9 @@ static int run_fleet(const char *exe, int children, unsigned period_ms, bool pri
         printf("\n%d simulated children (%s), one 256 KiB chunk each per %u ms, --global-limit "
                "256M; %d windows of %.1f s after %.1f s of warm-up\n",
                children,
-               shared->old_child ? "old children: a poll per update, destroy messages"
-                                 : "standing poll, evictions through the region",
+               shared->old_child         ? "old children: a poll per update, destroy messages"
+               : shared->message_updates ? "standing poll, evictions through the region"
+                                         : "updates and evictions through the region",
                period_ms, WINDOWS, WINDOW_MS / 1000.0, WARMUP_MS / 1000.0);
         printf("%-44s %12s %12s %12s %10s\n", "daemon benchmark", "median", "min", "max", "unit");
         printf("%-44s %12.2f %12.2f %12.2f %10s\n", "daemon CPU per update (/proc stat)", us_med,
@@ -1630,6 +1684,8 @@ int main(int argc, char **argv)
             period_ms = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--old-child")) {
             old_child = true;
+        } else if (!strcmp(argv[i], "--message-updates")) {
+            message_updates = true;
         } else if (!strcmp(argv[i], "--update-hold") && i + 1 < argc) {
             update_hold_ms = argv[++i];
         } else if (!strcmp(argv[i], "--pace") && i + 1 < argc) {
