@@ -308,6 +308,14 @@ static bool sim_hold_update(void)
     return true;
 }
 
+/* As the local manager: the oldest live chunk, else just after the last destroyed, else 0. */
+static uint64_t sim_oldest_done_ns(void)
+{
+    if (sim.count)
+        return sim.ring[sim.head];
+    return sim.destroyed_through_ns ? sim.destroyed_through_ns + 1 : 0;
+}
+
 /* As child/ipc.c publish_in_region(): the change goes into the region's update ring on the
  * sampler's tick, no message and no hold; what a full ring cannot take waits for the next. An
  * update counts as handled once the daemon took it from the ring. */
@@ -326,10 +334,7 @@ static void sim_publish_in_region(void)
                 sim.ring[(sim.head + sim.count - sim.unreported + i) % RING_CAP], CHUNK_BYTES};
     u.unreleased_bytes = sim.unreleased_bytes;
     u.released_bytes = sim.count * CHUNK_BYTES;
-    if (sim.count)
-        u.oldest_done_ns = sim.ring[sim.head];
-    else if (sim.destroyed_through_ns)
-        u.oldest_done_ns = sim.destroyed_through_ns + 1;
+    u.oldest_done_ns = sim_oldest_done_ns();
     u.newly_released = list; /* borrowed: the publication only moves what is left to its front */
     u.newly_released_count = sim.unreported;
     left = buf_region_updates_publish(ring, &u);
@@ -372,11 +377,7 @@ static void sim_send_update(void)
     msg.request_id = sim.poll_id;
     msg.unreleased_bytes = sim.unreleased_bytes;
     msg.released_bytes = sim.count * CHUNK_BYTES;
-    /* As the local manager: the oldest live chunk, else just after the last destroyed. */
-    if (sim.count)
-        msg.oldest_done_ns = sim.ring[sim.head];
-    else if (sim.destroyed_through_ns)
-        msg.oldest_done_ns = sim.destroyed_through_ns + 1;
+    msg.oldest_done_ns = sim_oldest_done_ns();
     msg.n_newly_released = sim.unreported;
     msg.newly_released = ptrs;
     msg.standing = sim.poll_standing;
