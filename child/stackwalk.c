@@ -12,6 +12,7 @@
  * could deadlock or read a half-updated link map.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <ucontext.h>
@@ -89,19 +90,48 @@ int rt_stackwalk_init(enum rt_stackwalk mode)
 /* This thread has run unw_backtrace. TLS, so a forked child inherits it with the forking
  * thread's libunwind caches (its address space is the parent's, the caches stay right). */
 static __thread bool warmed __attribute__((tls_model("initial-exec")));
+/* The process's first warm-up ran, and the other threads may make their caches in their
+ * first sample's handler (see below); inherited by a forked child, like libunwind's state. */
+static _Atomic bool process_warmed;
+static _Atomic bool lazy_threads;
+
+/* Whether libunwind's per-thread key is one glibc's pthread_setspecific() stores without
+ * allocating (the first PTHREAD_KEY_2NDLEVEL_SIZE keys): a key made right after it is
+ * numbered above it, keys being handed out lowest free first. */
+static bool libunwind_key_is_static(void)
+{
+    pthread_key_t probe;
+    bool low;
+
+    if (pthread_key_create(&probe, NULL) != 0)
+        return false;
+    low = probe < 32;
+    (void)pthread_key_delete(probe);
+    return low;
+}
 
 void rt_stackwalk_warm_thread(void)
 {
     void *frames[64];
 
-    /* libunwind's first backtrace on a thread costs 0.2-0.4 ms (cache set-up): pay it
-     * here, not in the first signal handler; once per thread, not again in a fork. */
-    if (walk_mode == RT_STACKWALK_DWARF && !warmed && !atomic_load(&libunwind_stopped)) {
-        rt_loader_gate_enter();
-        (void)unw_backtrace(frames, 64);
-        rt_loader_gate_leave();
-        warmed = true;
-    }
+    /* libunwind's first backtrace on a thread makes its cache (256 KiB, 0.2-0.4 ms and here
+     * 64 page faults). The process's first one, outside any handler, also runs libunwind's
+     * one-time set-up (a pthread_once and its key), on which a handler that interrupted it
+     * would deadlock. The other threads' caches are made by their first sample's handler:
+     * a thread that is never sampled (an idle pool: 64 threads cost 18 MiB and 160 ms of
+     * CPU) pays nothing. That is safe as long as the cache's set-up in the handler takes
+     * nothing a signal could find held: libunwind blocks signals around its own pool's
+     * lock and maps its memory with mmap; only pthread_setspecific() could allocate, for a
+     * key above glibc's static ones, in which case every thread is warmed here as before. */
+    if (walk_mode != RT_STACKWALK_DWARF || warmed || atomic_load(&libunwind_stopped) ||
+        atomic_load(&lazy_threads))
+        return;
+    rt_loader_gate_enter();
+    (void)unw_backtrace(frames, 64);
+    rt_loader_gate_leave();
+    warmed = true;
+    if (!atomic_exchange(&process_warmed, true))
+        atomic_store(&lazy_threads, libunwind_key_is_static());
 }
 
 void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void *ucontext)

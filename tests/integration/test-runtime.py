@@ -189,6 +189,24 @@ def test_threads_have_names_and_functions(tmp):
     assert "GeckoMain" in by_name
 
 
+def test_an_idle_thread_pool_costs_no_unwinder_caches(tmp):
+    """64 threads that wait for work that never comes are registered and in the profile,
+    but none of them gets libunwind's per-thread cache (256 KiB each), which a thread's
+    first sample makes: before, each was warmed as it started, 18 MiB for the pool."""
+    def peak_rss_kb(r):
+        assert r.returncode == 0, r.stderr
+        return int(r.stdout.split("max_rss_kb=")[1].split()[0])
+
+    alone = peak_rss_kb(run(tmp, [WORKLOAD, "pool", "64", "0.3"], preload=False))
+    profiled = peak_rss_kb(run(tmp, [WORKLOAD, "pool", "64", "0.3"],
+                               FLEETPROF_STACKWALK="dwarf"))
+    doc = only_profile(tmp)
+    assert len(doc["threads"]) >= 65, f"{len(doc['threads'])} threads in the profile"
+    # The runtime's own share (buffer chunks, registry, the main thread's cache) is a few
+    # MiB; 64 caches would be 16 MiB more.
+    assert profiled - alone < 64 * 96, f"the pool cost {profiled - alone} KiB more profiled"
+
+
 def test_idle_thread_gets_same_samples_without_cpu(tmp):
     r = run(tmp, [WORKLOAD, "idle", "0.5"])
     assert r.returncode == 0, r.stderr
@@ -661,6 +679,7 @@ taplib.run([
     test_copy_stackwalk,
     test_corrupt_frame_pointer_never_kills_the_program,
     test_threads_have_names_and_functions,
+    test_an_idle_thread_pool_costs_no_unwinder_caches,
     test_idle_thread_gets_same_samples_without_cpu,
     test_an_idle_process_skips_its_descriptor_and_memory_checks,
     test_a_descriptor_closed_by_an_unknown_thread_while_idle_is_noticed,

@@ -9,6 +9,9 @@
  *   workload exit-underscore SECONDS   busy, then _exit(3)
  *   workload wait-signal               spins until killed
  *   workload idle SECONDS              sleeps (samples without CPU)
+ *   workload pool N SECONDS            a pool of N threads that wait for work that never
+ *                                      comes (a condition variable), SECONDS long; prints
+ *                                      its peak RSS ("max_rss_kb=K") and CPU ("cpu_us=U")
  *   workload clock SECONDS             wl_clock_loop: reads the clock in a loop, so most
  *                                      samples land in the vdso's clock_gettime
  *   workload close-fds HOW SECONDS     busy, then closes every descriptor from 3 up the way
@@ -73,6 +76,7 @@
  * Functions are noinline and never tail-called, so every frame is on the stack.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
@@ -340,6 +344,50 @@ NOINLINE void wl_worker_main(int index, double seconds)
 {
     worker_tasks[index % 4](work_deadline(seconds));
     sink++;
+}
+
+/* pool: threads parked on a condition variable until the deadline, as a server's idle
+ * workers are; none of them runs after it parked. */
+struct pool {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct timespec until; /* CLOCK_REALTIME, the condition variable's clock */
+};
+
+static void *pool_worker(void *arg)
+{
+    struct pool *p = arg;
+
+    (void)pthread_mutex_lock(&p->lock);
+    while (pthread_cond_timedwait(&p->cond, &p->lock, &p->until) != ETIMEDOUT)
+        ;
+    (void)pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static int idle_pool(int n, double seconds)
+{
+    struct pool p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0, 0}};
+    pthread_t th[256];
+    struct rusage ru;
+    double until;
+
+    if (n < 0 || n > 256)
+        return 2;
+    (void)clock_gettime(CLOCK_REALTIME, &p.until);
+    until = (double)p.until.tv_sec + (double)p.until.tv_nsec / 1e9 + seconds;
+    p.until.tv_sec = (time_t)until;
+    p.until.tv_nsec = (long)((until - (double)p.until.tv_sec) * 1e9);
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&th[i], NULL, pool_worker, &p) != 0)
+            return 1;
+    for (int i = 0; i < n; i++)
+        (void)pthread_join(th[i], NULL);
+    (void)getrusage(RUSAGE_SELF, &ru);
+    printf("max_rss_kb=%ld cpu_us=%ld\n", ru.ru_maxrss,
+           (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000L + ru.ru_utime.tv_usec +
+                   ru.ru_stime.tv_usec);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -670,6 +718,8 @@ int main(int argc, char **argv)
         return segv_handled(atoi(argv[2]));
     } else if (!strcmp(mode, "clock")) {
         wl_clock_loop(work_deadline(seconds));
+    } else if (!strcmp(mode, "pool")) {
+        return idle_pool(atoi(argv[2]), argc > 3 ? atof(argv[3]) : 1.0);
     } else if (!strcmp(mode, "idle")) {
         struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
 
