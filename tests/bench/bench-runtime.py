@@ -19,8 +19,14 @@ Then how long a program takes to end at a 1 s interval (`workload idle 0.05`, an
 to a spinning one), against a 1 ms interval: the exit path and the SIGTERM handler wake the
 sampler rather than wait up to a second for its next tick.
 
-Output: a table, then `BENCH child.overhead_{cpu,wall}_ratio_{dwarf,fp,copy} <r> ratio` and
-`BENCH child.{exit_wall_ms_interval_1ms,exit_wall_ms_interval_1s,sigterm_wall_ms_interval_1s}`. A
+Last, what an idle thread costs: `workload pool 64 0.3` (64 threads that wait for work that
+never comes) alone and preloaded (dwarf, 1 kHz), REPS interleaved runs; the difference in
+peak RSS and in CPU, divided by the 64 threads (child.idle_thread_rss_kB,
+child.idle_thread_cpu_us): what the runtime makes a thread pay that it never samples.
+
+Output: a table, then `BENCH child.overhead_{cpu,wall}_ratio_{dwarf,fp,copy} <r> ratio`,
+`BENCH child.{exit_wall_ms_interval_1ms,exit_wall_ms_interval_1s,sigterm_wall_ms_interval_1s}`
+and `BENCH child.idle_thread_{rss_kB,cpu_us}`. A
 profiled configuration whose run fails (crash, non-zero exit, no profile) gets a FAILED line
 saying why and a `NOT MEASURED` line instead of its figures, and the benchmark exits 1; the
 others still run. Measures, never asserts on time.
@@ -190,6 +196,40 @@ def profile_stats(path, work_wall):
     return {"rate": med(rates), "deep": div(deep, total), "size": os.path.getsize(path)}
 
 
+POOL_THREADS = 64
+
+
+def idle_pool(tmp):
+    """Per idle thread, the runtime's extra peak RSS (kB) and CPU (us): medians over REPS
+    interleaved pairs of `workload pool 64 0.3`, alone and preloaded."""
+    def once(preload):
+        env = preloaded_env(tmp, "1") if preload else {
+            k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_") and k != "LD_PRELOAD"}
+        env["FLEETPROF_STACKWALK"] = "dwarf"
+        r = subprocess.run([IDLE_WORKLOAD, "pool", str(POOL_THREADS), "0.3"], env=env,
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+        if r.returncode != 0 or "max_rss_kb=" not in r.stdout:
+            return None
+        fields = dict(f.split("=") for f in r.stdout.split())
+        return int(fields["max_rss_kb"]), int(fields["cpu_us"])
+
+    rss, cpu = [], []
+    for _ in range(REPS):
+        a, b = once(False), once(True)
+        if a is None or b is None:
+            rss.append(math.nan)
+            cpu.append(math.nan)
+            continue
+        rss.append((b[0] - a[0]) / POOL_THREADS)
+        cpu.append((b[1] - a[1]) / POOL_THREADS)
+    ok = all(finite(x) for x in rss + cpu)
+    print(f"idle pool ({POOL_THREADS} waiting threads, dwarf, preloaded - alone, per thread, "
+          f"medians): peak RSS {cell(med(rss), '.1f')} kB, CPU {cell(med(cpu), '.0f')} us"
+          + ("" if ok else " (FAILED: a run did not end well)"))
+    return {"child.idle_thread_rss_kB": (med(rss) if ok else math.nan, "kB"),
+            "child.idle_thread_cpu_us": (med(cpu) if ok else math.nan, "us")}
+
+
 def main():
     for path in (LIB, WORKLOAD, IDLE_WORKLOAD):
         if not os.path.exists(path):
@@ -264,6 +304,11 @@ def main():
     for mode in MODES:
         figures[f"child.overhead_wall_ratio_{mode}"] = (ratios[mode][1], "ratio")
     figures.update(latency)
+    tmp = tempfile.mkdtemp(prefix="fleetprof-bench-pool-", dir=base_dir)
+    try:
+        figures.update(idle_pool(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return print_figures(figures)
 
 
