@@ -233,14 +233,14 @@ static char *map_big_chunk(void)
 /* A new chunk for w, or NULL. An fd writer's chunk and a memory writer's first
  * JSON_WRITER_SMALL_CHUNKS are small and malloc'd: a long-lived process reuses the memory of
  * its previous writers without a page fault. Later chunks are one huge page each, mapped, and
- * given back to the small cache above, else with munmap (a malloc above glibc's 128 KiB threshold would be mapped anyway,
- * and freeing it would raise that threshold for the whole program we live in). Why: a child's
- * gather thread writes into memory it never touched (a new thread, a new arena), and on this
- * kind of guest (PVM) each 4 KiB page fault costs ~15 us: ~3,900 faults made 3/4 of the CPU
- * of a 16 MB profile. A huge page is one fault, zeroed in ~0.15 ms for 2 MiB; MADV_POPULATE_WRITE
- * of 4 KiB pages was measured too and halves the cost at best. Only a writer that has already
- * filled its small chunks gets one, so a huge page mostly unused costs little next to the
- * writing done. With MADV_HUGEPAGE and THP defrag "always" or "madvise", a fault may compact
+ * given back to the small cache above, else with munmap (a malloc above glibc's 128 KiB threshold
+ * would be mapped anyway, and freeing it would raise that threshold for the whole program we live
+ * in). Why: a child's gather thread writes into memory it never touched (a new thread, a new
+ * arena), and on this kind of guest (PVM) each 4 KiB page fault costs ~15 us: ~3,900 faults made
+ * 3/4 of the CPU of a 16 MB profile. A huge page is one fault, zeroed in ~0.15 ms for 2 MiB;
+ * MADV_POPULATE_WRITE of 4 KiB pages was measured too and halves the cost at best. Only a writer
+ * that has already filled its small chunks gets one, so a huge page mostly unused costs little next
+ * to the writing done. With MADV_HUGEPAGE and THP defrag "always" or "madvise", a fault may compact
  * memory when no huge page is free (watch compact_stall in /proc/vmstat). */
 static struct json_chunk *chunk_alloc(struct json_writer *w)
 {

@@ -580,6 +580,14 @@ static bool sample_threads(uint64_t now, unsigned skipped)
             continue;
         }
         cpu = thread_cpu_ns(t->cpu_clock);
+        if (t->tid == rt.start_tid && !atomic_load(&rt.start_done_ns)) {
+            /* The runtime is still starting on this thread (loading its IPC module,
+             * connecting): that CPU is ours and that stack is ours, not the program's, and a
+             * capture there could name frames no symbol file has (libuv's own). Not
+             * signalled; its CPU counts from the tick after the start. */
+            t->last_cpu_ns = cpu;
+            continue;
+        }
         if (t->signal_woke_it && cpu - t->last_cpu_ns < RT_SIGNAL_COST_MAX_NS) {
             /* Asleep when signalled: what it used since (the kernel's delivery, the handler,
              * going back to sleep) is our signal's, not the program's. Counted, it could
