@@ -131,48 +131,8 @@ static struct json_writer *writer_alloc(int fd)
 static atomic_uint chunk_ways = BUF__JSON_CHUNK_MMAP;
 static atomic_int thp = -1;
 
-/* Big chunks given back, kept for the next writer: a child's captures come one after the
- * other, and each new huge page costs a fault and the kernel zeroing 2 MiB (here, on a PVM
- * guest, a quarter of a child's CPU in a capture of its 8 MiB buffer). Kept MADV_FREE'd: the
- * kernel may take their memory back under pressure (then the next write faults in a zeroed
- * page, as a new mapping would); until it does, reusing one costs nothing. At most
- * BIG_CHUNK_CACHE (32 MiB), no lock: a slot is taken or filled with one atomic operation, so
- * a fork can never leave it locked. */
-#define BIG_CHUNK_CACHE 16u
-static _Atomic(void *) big_cache[BIG_CHUNK_CACHE];
-
-static void *cached_big_chunk(void)
-{
-    for (size_t i = 0; i < BIG_CHUNK_CACHE; i++) {
-        void *p;
-
-        if (atomic_load_explicit(&big_cache[i], memory_order_relaxed) &&
-            (p = atomic_exchange(&big_cache[i], NULL)))
-            return p;
-    }
-    return NULL;
-}
-
-static bool cache_big_chunk(void *p)
-{
-    if (madvise(p, JSON_WRITER_BIG_CHUNK_BYTES, MADV_FREE) < 0)
-        return false; /* memory the kernel could never take back: not kept */
-    for (size_t i = 0; i < BIG_CHUNK_CACHE; i++) {
-        void *expected = NULL;
-
-        if (atomic_compare_exchange_strong(&big_cache[i], &expected, p))
-            return true;
-    }
-    return false;
-}
-
 unsigned buf__json_chunk_ways(unsigned ways)
 {
-    void *p;
-
-    /* A test's new ways start from no kept chunk. */
-    while ((p = cached_big_chunk()))
-        (void)munmap(p, JSON_WRITER_BIG_CHUNK_BYTES);
     atomic_store(&thp, 1);
     return atomic_exchange(&chunk_ways, ways);
 }
@@ -232,15 +192,15 @@ static char *map_big_chunk(void)
 
 /* A new chunk for w, or NULL. An fd writer's chunk and a memory writer's first
  * JSON_WRITER_SMALL_CHUNKS are small and malloc'd: a long-lived process reuses the memory of
- * its previous writers without a page fault. Later chunks are one huge page each, mapped, and
- * given back to the small cache above, else with munmap (a malloc above glibc's 128 KiB threshold
- * would be mapped anyway, and freeing it would raise that threshold for the whole program we live
- * in). Why: a child's gather thread writes into memory it never touched (a new thread, a new
- * arena), and on this kind of guest (PVM) each 4 KiB page fault costs ~15 us: ~3,900 faults made
- * 3/4 of the CPU of a 16 MB profile. A huge page is one fault, zeroed in ~0.15 ms for 2 MiB;
- * MADV_POPULATE_WRITE of 4 KiB pages was measured too and halves the cost at best. Only a writer
- * that has already filled its small chunks gets one, so a huge page mostly unused costs little next
- * to the writing done. With MADV_HUGEPAGE and THP defrag "always" or "madvise", a fault may compact
+ * its previous writers without a page fault. Later chunks are one huge page each, mapped and
+ * given back with munmap (a malloc above glibc's 128 KiB threshold would be mapped anyway,
+ * and freeing it would raise that threshold for the whole program we live in). Why: a child's
+ * gather thread writes into memory it never touched (a new thread, a new arena), and on this
+ * kind of guest (PVM) each 4 KiB page fault costs ~15 us: ~3,900 faults made 3/4 of the CPU
+ * of a 16 MB profile. A huge page is one fault, zeroed in ~0.15 ms for 2 MiB; MADV_POPULATE_WRITE
+ * of 4 KiB pages was measured too and halves the cost at best. Only a writer that has already
+ * filled its small chunks gets one, so a huge page mostly unused costs little next to the
+ * writing done. With MADV_HUGEPAGE and THP defrag "always" or "madvise", a fault may compact
  * memory when no huge page is free (watch compact_stall in /proc/vmstat). */
 static struct json_chunk *chunk_alloc(struct json_writer *w)
 {
@@ -249,9 +209,7 @@ static struct json_chunk *chunk_alloc(struct json_writer *w)
 
     if (w->fd < 0 && w->chunks_made >= JSON_WRITER_SMALL_CHUNKS &&
         (atomic_load(&chunk_ways) & BUF__JSON_CHUNK_MMAP) && thp_enabled()) {
-        c = cached_big_chunk();
-        if (!c)
-            c = (struct json_chunk *)map_big_chunk();
+        c = (struct json_chunk *)map_big_chunk();
         if (c)
             bytes = JSON_WRITER_BIG_CHUNK_BYTES;
     }
@@ -270,12 +228,10 @@ static struct json_chunk *chunk_alloc(struct json_writer *w)
 
 static void chunk_free(struct json_chunk *c)
 {
-    if (c->mapped) {
-        if (!cache_big_chunk(c))
-            (void)munmap(c, JSON_WRITER_BIG_CHUNK_BYTES);
-    } else {
+    if (c->mapped)
+        (void)munmap(c, JSON_WRITER_BIG_CHUNK_BYTES);
+    else
         free(c);
-    }
 }
 
 int json_writer_new_memory(struct json_writer **ret)

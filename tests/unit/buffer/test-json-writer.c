@@ -67,7 +67,7 @@ void *__wrap_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t o
 int __wrap_madvise(void *addr, size_t len, int advice);
 
 static bool mmap_fail, madvise_fail;
-static int mmap_refused, huge_advice, huge_misaligned, free_advice;
+static int mmap_refused, huge_advice, huge_misaligned;
 
 void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
@@ -96,8 +96,6 @@ int __wrap_madvise(void *addr, size_t len, int advice)
         if ((uintptr_t)addr % JSON_WRITER_BIG_CHUNK_BYTES || len != JSON_WRITER_BIG_CHUNK_BYTES)
             huge_misaligned++;
     }
-    if (advice == MADV_FREE)
-        free_advice++;
     if (madvise_fail) {
         errno = EINVAL;
         return -1;
@@ -1478,39 +1476,6 @@ static void test_big_chunks_same_bytes(void **state)
     (void)buf__json_chunk_ways(saved);
 }
 
-/* A writer's big chunks, given back, serve the next writer (a child's next capture) without
- * a new mapping, its fault and the kernel zeroing 2 MiB: kept MADV_FREE'd, at most 16. */
-static void test_big_chunks_are_kept_for_the_next_writer(void **state)
-{
-    unsigned saved = buf__json_chunk_ways(BUF__JSON_CHUNK_MMAP); /* none kept yet */
-    uint64_t seed = test_seed();
-    size_t chunks, largest;
-    int mapped_first;
-    char *a, *b;
-
-    (void)state;
-    huge_advice = free_advice = 0;
-    a = mixed_document(320000, seed, &chunks, &largest); /* ~20 MB: ~10 big chunks */
-    if (largest <= JSON_WRITER_CHUNK_BYTES) {
-        /* The kernel refused MADV_HUGEPAGE (no transparent huge pages): no big chunk. */
-        free(a);
-        (void)buf__json_chunk_ways(saved);
-        skip();
-    }
-    mapped_first = huge_advice;
-    assert_true(mapped_first > 0);
-    assert_true(free_advice >= mapped_first); /* every one given back was kept */
-    huge_advice = 0;
-    b = mixed_document(320000, seed, &chunks, &largest);
-    assert_int_equal(huge_advice, 0); /* all came from the kept ones */
-    assert_true(largest > JSON_WRITER_BIG_CHUNK_BYTES / 2);
-    assert_int_equal(strlen(a), strlen(b));
-    assert_memory_equal(a, b, strlen(a));
-    free(a);
-    free(b);
-    (void)buf__json_chunk_ways(saved);
-}
-
 static void test_fd_writer_closed_pipe(void **state)
 {
     struct sigaction ign = {.sa_handler = SIG_IGN}, old;
@@ -2079,7 +2044,6 @@ int main(void)
             cmocka_unit_test(test_depth_limit),
             cmocka_unit_test(test_fd_writer_matches_memory),
             cmocka_unit_test(test_big_chunks_same_bytes),
-            cmocka_unit_test(test_big_chunks_are_kept_for_the_next_writer),
             cmocka_unit_test(test_fd_writer_closed_pipe),
             cmocka_unit_test(test_fd_writer_bad_fd),
             cmocka_unit_test(test_fd_writer_socket_no_sigpipe),
