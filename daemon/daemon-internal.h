@@ -134,6 +134,10 @@ struct daemon {
 /* gather.c */
 /* Carries out the controller's actions (destroy requests, exit-profile evictions). */
 void daemon__apply_actions(struct daemon *d, struct ctl_actions *a);
+/* A child's chunk-manager update, by message or from its region: given to the controller,
+ * whose actions are then carried out; false when it was refused (c is dropped, the reason
+ * logged). */
+bool daemon__update_apply(struct conn *c, const struct ctl_update *u);
 /* A ProfileData or GatherProgress from a child; returns true if the gather used it. */
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m);
 /* A capture's large piece written to the output as its bytes arrive (ipc_conn_callbacks'

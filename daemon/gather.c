@@ -176,6 +176,22 @@ void daemon__apply_actions(struct daemon *d, struct ctl_actions *a)
     }
 }
 
+bool daemon__update_apply(struct conn *c, const struct ctl_update *u)
+{
+    struct daemon *d = c->d;
+    struct ctl_actions a;
+    const char *why = NULL;
+    int r = ctl_update(d->ctl, c->pid, u, daemon__now_ns(), &a, &why);
+
+    if (r < 0) {
+        daemon__drop(c, r == -EBADMSG ? why : strerror(-r));
+        return false;
+    }
+    d->stats.updates++;
+    daemon__apply_actions(d, &a);
+    return true;
+}
+
 void daemon__exit_profiles_free(struct daemon *d)
 {
     while (d->exit_profiles) {

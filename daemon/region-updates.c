@@ -45,7 +45,6 @@ static bool take(struct ring_child *k)
     struct buf_region_updates_take t;
     struct ctl_chunk chunks[BUF_REGION_UPDATES_CAPACITY];
     struct ctl_update u;
-    struct ctl_actions a;
     const char *why = NULL;
     int r;
 
@@ -62,15 +61,10 @@ static bool take(struct ring_child *k)
         chunks[i] = (struct ctl_chunk){t.chunks[i].done_ns, t.chunks[i].bytes};
     u = (struct ctl_update){false,  t.unreleased_bytes, t.released_bytes, t.oldest_done_ns, chunks,
                             t.count};
-    r = ctl_update(d->ctl, c->pid, &u, daemon__now_ns(), &a, &why);
-    if (r < 0) {
-        daemon__drop(c, r == -EBADMSG ? why : strerror(-r));
+    if (!daemon__update_apply(c, &u))
         return false;
-    }
-    d->stats.updates++;
     d->stats.region_updates += t.publications;
     c->region_updates += t.publications;
-    daemon__apply_actions(d, &a);
     return true;
 }
 

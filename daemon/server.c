@@ -219,9 +219,7 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
     struct daemon *d = c->d;
     struct ctl_chunk stack_chunks[64], *chunks = stack_chunks;
     struct ctl_update u;
-    struct ctl_actions a;
-    const char *why = NULL;
-    int r;
+    bool applied;
 
     if (m->final) {
         c->final_update = true; /* its chunks are gone: nothing to recover */
@@ -259,15 +257,11 @@ static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
         chunks[i] = (struct ctl_chunk){m->newly_released[i]->done_ns, m->newly_released[i]->bytes};
     u = (struct ctl_update){false,  m->unreleased_bytes, m->released_bytes, m->oldest_done_ns,
                             chunks, m->n_newly_released};
-    r = ctl_update(d->ctl, c->pid, &u, daemon__now_ns(), &a, &why);
+    applied = daemon__update_apply(c, &u);
     if (chunks != stack_chunks)
         free(chunks);
-    if (r < 0) {
-        daemon__drop(c, r == -EBADMSG ? why : strerror(-r));
+    if (!applied)
         return;
-    }
-    d->stats.updates++;
-    daemon__apply_actions(d, &a);
     if (c->kind == CONN_CHILD && !c->poll_id) /* sending destroys may have dropped a peer */
         send_poll(c);
 }
