@@ -162,6 +162,16 @@ int buf__walk_blocks(const struct buf__chunk_view *c, const struct buf__chunk_vi
             tail_avail = nh->first_block_offset;
 
         buf_uleb128_decoder_init(&d);
+        /* Block sizes of one or two bytes within the chunk (blocks under 16 KiB, nearly all):
+         * decoded here rather than a call per byte; the same value the decoder gives. */
+        if (pos < end && c->bytes[pos] < 0x80) {
+            size = c->bytes[pos++];
+            k = 1;
+        } else if (end - pos >= 2 && c->bytes[pos + 1] < 0x80) {
+            size = (c->bytes[pos] & 0x7fu) | (uint64_t)c->bytes[pos + 1] << 7;
+            pos += 2;
+            k = 1;
+        }
         while (k == 0) {
             uint8_t byte;
 
