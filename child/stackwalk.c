@@ -10,11 +10,7 @@
  * data, so a thread interrupted inside the loader (rt_in_loader, set by our dlopen,
  * dlclose and dl_iterate_phdr wrappers) gets a frame-pointer walk instead: unwinding there
  * could deadlock or read a half-updated link map.
- *
- * libunwind itself is dlopen()ed by the runtime's first start (rt_stackwalk_init), not linked:
- * a process that preloads libfleetprof.so and never starts it maps no unwinder.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -28,45 +24,6 @@
 
 static enum rt_stackwalk walk_mode;
 static _Atomic bool libunwind_stopped;
-
-/* The local-only libunwind's functions, looked up in its own handle. `ready` is stored last
- * (release): a handler or another thread that reads it true sees every pointer. */
-static struct {
-    int (*backtrace)(void **frames, int size);
-    int (*set_caching_policy)(unw_addr_space_t as, unw_caching_policy_t policy);
-    int (*get_proc_info_by_ip)(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi, void *arg);
-    unw_addr_space_t *local_addr_space;
-    _Atomic bool ready;
-} unw;
-
-/* Whether libunwind may walk now: loaded, and not given up (the program took its pipe). */
-static bool unwinder_usable(void)
-{
-    return atomic_load_explicit(&unw.ready, memory_order_acquire) &&
-           !atomic_load_explicit(&libunwind_stopped, memory_order_relaxed);
-}
-
-/* Loads libunwind.so.8 (the soname the headers are for) once; a forked child inherits it.
- * Its names under UNW_LOCAL_ONLY are _ULx86_64_*, and unw_backtrace as is. */
-static int load_libunwind(void)
-{
-    void *lib;
-
-    if (atomic_load(&unw.ready))
-        return 0;
-    lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        return -ENOENT;
-    *(void **)&unw.backtrace = dlsym(lib, "unw_backtrace");
-    *(void **)&unw.set_caching_policy = dlsym(lib, "_ULx86_64_set_caching_policy");
-    *(void **)&unw.get_proc_info_by_ip = dlsym(lib, "_ULx86_64_get_proc_info_by_ip");
-    *(void **)&unw.local_addr_space = dlsym(lib, "_ULx86_64_local_addr_space");
-    if (!unw.backtrace || !unw.set_caching_policy || !unw.get_proc_info_by_ip ||
-        !unw.local_addr_space)
-        return -ENOSYS; /* kept loaded: libunwind is never unloaded */
-    atomic_store_explicit(&unw.ready, true, memory_order_release);
-    return 0;
-}
 
 void rt_stackwalk_stop_libunwind(void)
 {
@@ -118,21 +75,11 @@ uint32_t rt_fp_walk(uint64_t *frames, uint32_t max, uint64_t ip, uint64_t sp, ui
 
 int rt_stackwalk_init(enum rt_stackwalk mode)
 {
-    int r = load_libunwind();
-
-    if (r < 0) {
-        /* Sampling goes on with frame pointers: a profile, if a poorer one, not none. */
-        if (!atomic_exchange(&libunwind_stopped, true))
-            rt_warn("cannot load libunwind.so.8 (%s): frame-pointer walks only",
-                    r == -ENOENT ? "not found" : "functions missing");
-        walk_mode = RT_STACKWALK_FP;
-        return 0;
-    }
     walk_mode = mode;
     /* Per-thread caches: no lock shared between a signal handler and other threads. Also
      * in fp mode (labels and marker stacks use libunwind): its set-up happens here, where
      * the runtime records the pipe it makes (rt_fds_capture), not later on some thread. */
-    (void)unw.set_caching_policy(*unw.local_addr_space, UNW_CACHE_PER_THREAD);
+    (void)unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     if (mode == RT_STACKWALK_FP)
         return 0;
     if (mode == RT_STACKWALK_COPY)
@@ -176,11 +123,11 @@ void rt_stackwalk_warm_thread(void)
      * nothing a signal could find held: libunwind blocks signals around its own pool's
      * lock and maps its memory with mmap; only pthread_setspecific() could allocate, for a
      * key above glibc's static ones, in which case every thread is warmed here as before. */
-    if (walk_mode != RT_STACKWALK_DWARF || warmed || !unwinder_usable() ||
+    if (walk_mode != RT_STACKWALK_DWARF || warmed || atomic_load(&libunwind_stopped) ||
         atomic_load(&lazy_threads))
         return;
     rt_loader_gate_enter();
-    (void)unw.backtrace(frames, 64);
+    (void)unw_backtrace(frames, 64);
     rt_loader_gate_leave();
     warmed = true;
     if (!atomic_exchange(&process_warmed, true))
@@ -217,7 +164,7 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
         }
         return;
     case RT_STACKWALK_DWARF:
-        if (!unwinder_usable())
+        if (atomic_load_explicit(&libunwind_stopped, memory_order_relaxed))
             break; /* a frame-pointer walk, as in fp mode */
         if (rt_in_loader > 0) {
             atomic_fetch_add_explicit(&unsafe_samples, 1, memory_order_relaxed);
@@ -226,7 +173,7 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
         }
         if (!rt_loader_gate_try_enter())
             break; /* another thread is forking: a frame-pointer walk, as in fp mode */
-        n = unw.backtrace((void **)c->frames, PROF_MAX_FRAMES);
+        n = unw_backtrace((void **)c->frames, PROF_MAX_FRAMES);
         rt_loader_gate_leave();
         for (int i = 0; i < n; i++) {
             if (c->frames[i] == ip) {
@@ -255,9 +202,10 @@ uint32_t rt_stackwalk_crash(uint64_t *frames, uint32_t max, const struct rt_thre
 
     /* As the sampling handler walks (dwarf through the signal frame where it may), since
      * most code has no frame pointers; a frame-pointer walk otherwise. */
-    if (walk_mode == RT_STACKWALK_DWARF && unwinder_usable() && rt_in_loader == 0 &&
+    if (walk_mode == RT_STACKWALK_DWARF &&
+        !atomic_load_explicit(&libunwind_stopped, memory_order_relaxed) && rt_in_loader == 0 &&
         rt_loader_gate_try_enter()) {
-        int n = unw.backtrace((void **)frames, (int)max);
+        int n = unw_backtrace((void **)frames, (int)max);
 
         rt_loader_gate_leave();
 
@@ -289,11 +237,9 @@ int rt_proc_range(uint64_t pc, uint64_t *ret_start, uint64_t *ret_end)
         *ret_end = proc_cache[slot].end;
         return 0;
     }
-    if (!atomic_load_explicit(&unw.ready, memory_order_acquire))
-        return -ENOENT;
     memset(&pi, 0, sizeof(pi));
     rt_loader_gate_enter();
-    r = unw.get_proc_info_by_ip(*unw.local_addr_space, (unw_word_t)pc, &pi, NULL);
+    r = unw_get_proc_info_by_ip(unw_local_addr_space, (unw_word_t)pc, &pi, NULL);
     rt_loader_gate_leave();
     if (r < 0 || pi.start_ip >= pi.end_ip)
         return -ENOENT;
@@ -312,7 +258,7 @@ uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max)
     int n;
     uint32_t out = 0;
 
-    if (!unwinder_usable()) {
+    if (atomic_load(&libunwind_stopped)) {
         const uint64_t *fp = __builtin_frame_address(0);
         uint64_t walked[PROF_MAX_FRAMES];
         uint32_t count;
@@ -328,7 +274,7 @@ uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max)
         return out;
     }
     rt_loader_gate_enter();
-    n = unw.backtrace(buf, (int)(max + 2 < PROF_MAX_FRAMES + 2 ? max + 2 : PROF_MAX_FRAMES + 2));
+    n = unw_backtrace(buf, (int)(max + 2 < PROF_MAX_FRAMES + 2 ? max + 2 : PROF_MAX_FRAMES + 2));
     rt_loader_gate_leave();
 
     for (int i = 2; i < n && out < max; i++)
