@@ -65,6 +65,13 @@ bool rt_ipc_connected(void)
     return m && m->connected();
 }
 
+const char *rt_ipc_untrusted_reason(void)
+{
+    const struct rt_ipc_module *m = rt_ipc_module(false);
+
+    return m ? m->untrusted() : NULL;
+}
+
 bool rt_ipc_owns_fd(int fd)
 {
     const struct rt_ipc_module *m = rt_ipc_module(false);

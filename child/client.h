@@ -25,6 +25,9 @@ void rt_ipc_tick(void);
 /* In a forked child: drop the parent's connection without touching it. */
 void rt_ipc_forget_after_fork(void);
 bool rt_ipc_connected(void);
+/* Why the daemon at FLEETPROF_SOCKET was not trusted with our data (said once on stderr), or
+ * NULL: the process then profiles alone, as without a daemon. */
+const char *rt_ipc_untrusted_reason(void);
 /* Whether fd is one of the connection's (its loop's, its socket). */
 bool rt_ipc_owns_fd(int fd);
 /* The program took one of those: the IPC thread is ended where it waits, what is still ours

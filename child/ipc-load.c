@@ -89,6 +89,7 @@ static const struct rt_ipc_core core = {
         .abi = RT_IPC_MODULE_ABI,
         .size = sizeof(struct rt_ipc_core),
         .debug = rt_debug,
+        .warn = rt_warn,
         .now_ns = rt_now_ns,
         .fd_intact = rt_fd_intact,
         .fd_protect = rt_fd_protect,

@@ -29,7 +29,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   2u
+#define RT_IPC_MODULE_ABI   3u
 
 struct json_writer;
 struct progress_logger;
@@ -128,6 +128,7 @@ struct rt_ipc_core {
     uint32_t abi;  /* RT_IPC_MODULE_ABI */
     uint32_t size; /* sizeof(struct rt_ipc_core) */
     void (*debug)(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* rt_debug */
+    void (*warn)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* rt_warn */
     uint64_t (*now_ns)(void);
     /* Descriptors and threads of the runtime (fds.h). */
     bool (*fd_intact)(int fd);
@@ -183,6 +184,8 @@ struct rt_ipc_module {
     int (*symbolize)(struct rt_symbol_batch *batch, uint64_t timeout_ns);
     /* Packs d as a ProcessDescription into *ret_bytes (malloc()ed, the caller frees it). */
     int (*pack_description)(const struct rt_description *d, uint8_t **ret_bytes, size_t *ret_len);
+    /* Why the daemon at our socket was not trusted (its directory, socket or uid), or NULL. */
+    const char *(*untrusted)(void);
 };
 
 /* The module's only exported symbol (RT_IPC_MODULE_ENTRY). */

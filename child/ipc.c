@@ -42,6 +42,7 @@
 #include "buffer/update.h"
 #include "child/ipc-module.h"
 #include "child/profile/groups.h"
+#include "ipc/socket-trust.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
 
@@ -1055,6 +1056,27 @@ static void *ipc_main(void *arg)
 }
 
 /* Connects and starts the IPC thread, which says Hello first. */
+/* Why the daemon at our socket was not trusted, kept for profilingLog from the first refusal
+ * on (a forked child inherits it, and says nothing again: its parent did). */
+static char untrusted_reason[IPC_TRUST_REASON_MAX];
+static atomic_bool untrusted_set;
+
+static void note_untrusted(const char *reason)
+{
+    if (atomic_load_explicit(&untrusted_set, memory_order_acquire))
+        return;
+    (void)snprintf(untrusted_reason, sizeof(untrusted_reason), "%s", reason);
+    atomic_store_explicit(&untrusted_set, true, memory_order_release);
+    /* Always said: the user asked for this daemon, and someone else may be listening. */
+    core->warn("not connecting to the daemon socket %s: %s; profiling without it", ipc.socket_path,
+               reason);
+}
+
+static const char *client_untrusted(void)
+{
+    return atomic_load_explicit(&untrusted_set, memory_order_acquire) ? untrusted_reason : NULL;
+}
+
 static int start_now(void)
 {
     int r;
@@ -1106,9 +1128,14 @@ static int start_now(void)
         static const struct ipc_conn_callbacks cbs = {.on_message = on_message,
                                                       .on_close = on_close};
 
-        r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, &ipc.conn);
+        char reason[IPC_TRUST_REASON_MAX];
+
+        r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, reason, sizeof(reason),
+                             &ipc.conn);
         core->fds_capture(RT_FDS_CAPTURE_OFF);
-        if (r < 0) /* the thread then idles until client_stop() */
+        if (r == -EPERM) /* the thread then idles until client_stop() */
+            note_untrusted(reason);
+        else if (r < 0)
             core->debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
         else
             atomic_store(&ipc.linked, 1);
@@ -1356,6 +1383,7 @@ static const struct rt_ipc_module module = {
         .exit_in_region = client_exit_in_region,
         .symbolize = client_symbolize,
         .pack_description = rt_ipc_pack_description,
+        .untrusted = client_untrusted,
 };
 
 __attribute__((visibility("default"))) const struct rt_ipc_module *fleetprof_ipc_module(void)

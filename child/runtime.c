@@ -297,7 +297,7 @@ struct write_symbols {
     struct rt_symbolizer sym;
     struct buf_chunked_buffer_state state;
     uint64_t symbolize_ns; /* time spent in the symbolizer */
-    char log[1536];
+    char log[2048];
 };
 
 /* The runtime's own numbers for profilingLog[pid].runtime (symbolization's are the writer's). */
@@ -320,6 +320,7 @@ static void runtime_log_fill(struct prof_runtime_log *l, const struct buf_chunke
     l->handler_p50_ns = handler.p50_ns;
     l->handler_p99_ns = handler.p99_ns;
     rt_sampler_check_stats(&l->descriptor_checks, &l->descriptor_checks_skipped);
+    l->daemon_untrusted = rt_ipc_untrusted_reason();
 }
 
 static void format_runtime_log(struct write_symbols *ws)

@@ -18,6 +18,7 @@
 #include "common/parse.h"
 #include "common/paths.h"
 #include "daemon/daemon.h"
+#include "ipc/socket-trust.h"
 #include "proto/fleetprof-protocol.h"
 
 static enum daemon_log_level max_level = DAEMON_LOG_INFO;
@@ -81,6 +82,18 @@ static void on_signal(uv_signal_t *handle, int signum)
     }
 }
 
+/* The socket's directory refused (ipc_socket_dir_check()), or not made. */
+static void explain_socket_refusal(const char *path, int r, const char *reason)
+{
+    if (r == -EPERM)
+        fprintf(stderr,
+                "fleetprofd: refusing the socket %s: %s; or choose another socket with --socket PATH\n",
+                path, reason);
+    else
+        fprintf(stderr, "fleetprofd: cannot listen on %s: %s\n", path,
+                *reason ? reason : strerror(-r));
+}
+
 static int bad_value(const char *option, const char *value, const char *expected)
 {
     fprintf(stderr, "fleetprofd: invalid %s '%s': expected %s\n", option, value, expected);
@@ -104,7 +117,7 @@ int main(int argc, char **argv)
             {NULL, 0, NULL, 0},
     };
     struct daemon_options opt = {0};
-    char socket_path[4096];
+    char socket_path[4096], resolved[4096], reason[IPC_TRUST_REASON_MAX];
     bool foreground = false;
     uv_loop_t loop;
     int c, r;
@@ -188,6 +201,14 @@ int main(int argc, char **argv)
         }
         opt.socket_path = socket_path;
     }
+    /* Checked before detaching, so that a refusal reaches the terminal and the exit status;
+     * ipc_listener_open() checks again. */
+    r = ipc_socket_dir_check(opt.socket_path, geteuid(), true, resolved, sizeof(resolved), reason,
+                             sizeof(reason));
+    if (r < 0) {
+        explain_socket_refusal(opt.socket_path, r, reason);
+        return 1;
+    }
     opt.log = on_log;
     /* A child that dies mid-write must cost an EPIPE, not the daemon; a file size limit on
      * a capture's output an EFBIG (the capture fails and says so), not the daemon. */
@@ -210,6 +231,9 @@ int main(int argc, char **argv)
                     "fleetprofd: another fleetprofd is serving %s; stop it or choose "
                     "another --socket\n",
                     opt.socket_path);
+        else if (r == -EPERM && ipc_socket_dir_check(opt.socket_path, geteuid(), false, resolved,
+                                                     sizeof(resolved), reason, sizeof(reason)) < 0)
+            explain_socket_refusal(opt.socket_path, r, reason); /* changed since the check */
         else
             fprintf(stderr, "fleetprofd: cannot listen on %s: %s\n", opt.socket_path, strerror(-r));
         (void)uv_loop_close(&loop);

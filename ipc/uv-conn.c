@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/sockios.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -29,6 +30,7 @@
 #include "buffer/leb128.h"
 #include "ipc/ipc-internal.h"
 #include "ipc/ipc.h"
+#include "ipc/socket-trust.h"
 #include "ipc/uv-ipc-internal.h"
 #include "ipc/uv-ipc.h"
 
@@ -367,18 +369,33 @@ int ipc__conn_start(struct ipc_conn *c)
 }
 
 int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_options *opts,
-                     const struct ipc_conn_callbacks *cbs, void *userdata,
-                     struct ipc_conn **ret_conn)
+                     const struct ipc_conn_callbacks *cbs, void *userdata, char *reason,
+                     size_t reason_len, struct ipc_conn **ret_conn)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    char why[IPC_TRUST_REASON_MAX];
+    uid_t uid = geteuid();
     struct ipc_conn *c;
     int fd, r;
 
+    if (!reason || !reason_len) {
+        reason = why;
+        reason_len = sizeof(why);
+    }
+    reason[0] = '\0';
     if (!loop || !path || !cbs || !cbs->on_message || !ret_conn)
         return -EINVAL;
     if (strlen(path) >= sizeof(addr.sun_path))
         return -ENAMETOOLONG;
-    memcpy(addr.sun_path, path, strlen(path) + 1);
+    /* The path's directories and the socket first: nothing is connected to a listener
+     * another user could have put there. */
+    r = ipc_socket_dir_check(path, uid, false, addr.sun_path, sizeof(addr.sun_path), reason,
+                             reason_len);
+    if (r < 0)
+        return r;
+    r = ipc_socket_file_check(addr.sun_path, uid, reason, reason_len);
+    if (r < 0)
+        return r;
 
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
@@ -396,7 +413,23 @@ int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_op
         goto err_discard;
     /* From here the pipe owns fd. */
     fd = -1;
-    (void)ipc__conn_read_peer(c);
+    /* Then the listener itself: who called listen(2) on the socket reached (the socket may
+     * have been renamed into place, or a descriptor passed on). Nothing was sent yet. */
+    r = ipc__conn_read_peer(c);
+    if (r < 0) {
+        (void)snprintf(reason, reason_len, "cannot read the credentials of the listener at %s: %s",
+                       addr.sun_path, strerror(-r));
+        goto err_discard;
+    }
+    if (ipc_peer_check(&c->peer, uid, NULL, 0) < 0) {
+        (void)snprintf(reason, reason_len,
+                       "the daemon listening at %s (pid %ld) runs as uid %lu, not as you (uid "
+                       "%lu) or root; nothing was sent to it",
+                       addr.sun_path, (long)c->peer.pid, (unsigned long)c->peer.uid,
+                       (unsigned long)uid);
+        r = -EPERM;
+        goto err_discard;
+    }
     ipc_conn_set_callbacks(c, cbs, userdata);
     r = ipc__conn_start(c);
     if (r < 0)

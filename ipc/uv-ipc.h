@@ -91,14 +91,22 @@ struct ipc_conn_options {
 };
 
 /* Connects to the listener at path (a non-blocking connect(2), which for a Unix socket either
- * succeeds at once or fails) and starts reading. opts may be NULL. cbs and userdata are
- * copied/borrowed for the connection's life. On success stores the connection in *ret_conn;
- * it belongs to the loop: close it with ipc_conn_close()/ipc_conn_shutdown(), and it is
- * freed after on_close. Returns 0, -EINVAL, -ENAMETOOLONG, -ENOMEM, or the connect error:
- * -ENOENT (no socket), -ECONNREFUSED (stale socket), -EACCES, -EAGAIN (backlog full). */
+ * succeeds at once or fails) and starts reading, if it may be trusted with this process's
+ * data: path's directories pass ipc_socket_dir_check() and the socket
+ * ipc_socket_file_check() (ipc/socket-trust.h) for our effective uid, before connecting; the
+ * listener's credentials (SO_PEERCRED, as it called listen(2)) pass ipc_peer_check() after,
+ * before anything is sent. The connection is made to the resolved path. opts may be NULL.
+ * cbs and userdata are copied/borrowed for the connection's life. On success stores the
+ * connection in *ret_conn; it belongs to the loop: close it with
+ * ipc_conn_close()/ipc_conn_shutdown(), and it is freed after on_close. Returns 0, -EINVAL,
+ * -ENAMETOOLONG, -ENOMEM, -EPERM (the directory, the socket or the listener is another
+ * user's), or the connect error: -ENOENT (no socket), -ECONNREFUSED (stale socket, or not a
+ * socket), -EACCES, -EAGAIN (backlog full). On failure a sentence for the user goes into
+ * reason (may be NULL; IPC_TRUST_REASON_MAX bytes hold any), empty when the error says it
+ * all; the loop must run once more to release what a failed connection set up. */
 int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_options *opts,
-                     const struct ipc_conn_callbacks *cbs, void *userdata,
-                     struct ipc_conn **ret_conn);
+                     const struct ipc_conn_callbacks *cbs, void *userdata, char *reason,
+                     size_t reason_len, struct ipc_conn **ret_conn);
 
 /* Replaces the callbacks and userdata (the listener's on_accept must call it). */
 void ipc_conn_set_callbacks(struct ipc_conn *conn, const struct ipc_conn_callbacks *cbs,
@@ -192,10 +200,13 @@ struct ipc_listener_options {
     bool allow_any_uid;           /* skip the peer uid check (tests only) */
 };
 
-/* Listens on path. Creates the missing directories of path with mode 0700, binds the socket
- * with mode 0600, and removes a stale socket left by a dead daemon. opts may be NULL.
- * Returns 0 and stores the listener in *ret_listener, or -EADDRINUSE (a live listener owns
- * path), -EEXIST (path is not a socket), -ENOTDIR, -ENAMETOOLONG, -EACCES, -ENOMEM... */
+/* Listens on path. Creates the missing directories of path with mode 0700, refuses a
+ * directory that ipc_socket_dir_check() (ipc/socket-trust.h) refuses, binds the socket with
+ * mode 0600 at the resolved path, and removes a stale socket left by a dead daemon. opts may
+ * be NULL. Returns 0 and stores the listener in *ret_listener, or -EPERM (the directory, or
+ * one above it, is another user's or writable by others: ipc_socket_dir_check() says which),
+ * -EADDRINUSE (a live listener owns path), -EEXIST (path is not a socket), -ENOTDIR,
+ * -ENAMETOOLONG, -EACCES, -ENOMEM... */
 int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listener_options *opts,
                       const struct ipc_listener_callbacks *cbs, void *userdata,
                       struct ipc_listener **ret_listener);

@@ -1,9 +1,10 @@
 /* ipc/uv-listener.c - the listening socket: path hygiene, accept, peer credential check.
  *
- * The socket's directory is created 0700 and the socket 0600 (fchmod before bind, which
- * Linux honours for AF_UNIX, and chmod after, in case it does not), so only the owner can
- * connect; SO_PEERCRED then refuses any other uid but root for sockets reached otherwise
- * (a directory the owner loosened, a passed descriptor). A socket file left by a dead
+ * The socket's missing directories are created 0700, and the directory must then be ours or
+ * root's and writable by nobody else (ipc/socket-trust.h); the socket is made 0600 (fchmod
+ * before bind, which Linux honours for AF_UNIX, and chmod after, in case it does not), so
+ * only the owner can connect; SO_PEERCRED then refuses any other uid but root for sockets reached
+ * otherwise (a directory the owner loosened, a passed descriptor). A socket file left by a dead
  * daemon is recognised by connect(2) failing with ECONNREFUSED, and removed; a live one
  * makes open fail with -EADDRINUSE. The socket is bound and listening under a temporary
  * name in the same directory before it is renamed into place, so that a client that sees
@@ -23,6 +24,7 @@
 #include <uv.h>
 
 #include "ipc/ipc.h"
+#include "ipc/socket-trust.h"
 #include "ipc/uv-ipc-internal.h"
 #include "ipc/uv-ipc.h"
 
@@ -53,36 +55,6 @@ int ipc_peer_check(const struct ipc_peer *peer, uid_t self_uid, char *reason, si
                        "peer pid %ld runs as uid %lu, this side runs as uid %lu: refused",
                        (long)peer->pid, (unsigned long)peer->uid, (unsigned long)self_uid);
     return -EPERM;
-}
-
-/* Creates every missing directory above path's last component with mode 0700. Existing
- * directories are left as they are (the user may point us into /run/user/UID or /tmp). */
-static int make_parent_dirs(const char *path)
-{
-    char buf[sizeof(((struct sockaddr_un *)NULL)->sun_path)];
-    struct stat st;
-    char *slash;
-
-    (void)snprintf(buf, sizeof(buf), "%s", path);
-    slash = strrchr(buf, '/');
-    if (!slash || slash == buf)
-        return 0;
-    *slash = '\0';
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, IPC_SOCKET_DIR_MODE) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, IPC_SOCKET_DIR_MODE) < 0 && errno != EEXIST)
-        return -errno;
-    if (stat(buf, &st) < 0)
-        return -errno;
-    if (!S_ISDIR(st.st_mode))
-        return -ENOTDIR;
-    return 0;
 }
 
 /* Removes a stale socket at path; fails if a live listener owns it or it is not a socket. */
@@ -226,12 +198,16 @@ int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listen
         return -EINVAL;
     if (strlen(path) >= sizeof(addr.sun_path))
         return -ENAMETOOLONG;
-    memcpy(addr.sun_path, path, strlen(path) + 1);
+    /* Missing directories made, then the directory checked: a listener in a directory
+     * another user can write could be replaced by theirs (socket-trust.h). */
+    r = ipc_socket_dir_check(path, geteuid(), true, addr.sun_path, sizeof(addr.sun_path), NULL, 0);
+    if (r < 0)
+        return r;
 
     l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
-    l->path = strdup(path);
+    l->path = strdup(addr.sun_path);
     if (!l->path) {
         r = -ENOMEM;
         goto err_free;
@@ -244,9 +220,6 @@ int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listen
     l->userdata = userdata;
     l->uid = geteuid();
 
-    r = make_parent_dirs(path);
-    if (r < 0)
-        goto err_free_path;
     r = clear_stale_socket(&addr);
     if (r < 0)
         goto err_free_path;
@@ -261,7 +234,7 @@ int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listen
         r = -errno;
         goto err_close_fd;
     }
-    bind_name(path, bound, sizeof(bound));
+    bind_name(l->path, bound, sizeof(bound));
     memcpy(addr.sun_path, bound, strlen(bound) + 1);
     (void)unlink(bound); /* a temporary name left by a daemon of our pid that died */
     if (bind(fd, (const struct sockaddr *)&addr, sizeof(addr)) < 0) {
@@ -278,11 +251,11 @@ int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listen
         r = -errno;
         goto err_unlink;
     }
-    if (strcmp(bound, path) != 0 && rename(bound, path) < 0) {
+    if (strcmp(bound, l->path) != 0 && rename(bound, l->path) < 0) {
         r = -errno;
         goto err_unlink;
     }
-    memcpy(bound, path, strlen(path) + 1); /* the name to remove on failure from here on */
+    memcpy(bound, l->path, strlen(l->path) + 1); /* the name to remove on failure from here on */
     r = uv_pipe_init(loop, &l->pipe, 0);
     if (r < 0)
         goto err_unlink;

@@ -24,6 +24,7 @@
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
+#include "tools/daemon-client.h"
 #include "tools/export-pprof.h"
 
 #define METER_PERIOD_NS 500000000ull /* non-tty: at most one line per 0.5 s */
@@ -212,21 +213,6 @@ static void on_capture_idle(uv_timer_t *t)
         ipc_conn_close(c->conn);
 }
 
-static void explain_connect_error(const char *socket_path, int r)
-{
-    if (r == -ENOENT || r == -ECONNREFUSED)
-        fprintf(stderr,
-                "fleetprof: no daemon is listening on %s; start one with "
-                "`fleetprofd --socket %s` or pass --socket PATH (or use `fleetprof record`)\n",
-                socket_path, socket_path);
-    else if (r == -EACCES)
-        fprintf(stderr, "fleetprof: no permission to connect to %s; run as the daemon's user\n",
-                socket_path);
-    else
-        fprintf(stderr, "fleetprof: cannot talk to the daemon on %s: %s\n", socket_path,
-                strerror(-r));
-}
-
 /* The daemon may run in another directory: send an absolute path. The directory must exist;
  * whether it is writable is the daemon's to say (it writes the file). Returns 0 or 1. */
 static int absolute_output(const char *path, char *out, size_t size)
@@ -292,7 +278,7 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
     Fleetprof__CaptureRequest req = FLEETPROF__CAPTURE_REQUEST__INIT;
     struct capture_client c = {.status = -1, .socket_path = socket_path};
     const char *output = "fleetprof.json", *pprof = NULL;
-    char path[PATH_MAX];
+    char path[PATH_MAX], refused[IPC_TRUST_REASON_MAX];
     uint64_t timeout_ns = 0;
     int ch, r;
 
@@ -334,9 +320,9 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
         fprintf(stderr, "fleetprof: %s\n", uv_strerror(r));
         return 1;
     }
-    r = ipc_conn_connect(&c.loop, socket_path, NULL, &cbs, &c, &c.conn);
+    r = daemon_client_connect(&c.loop, socket_path, &cbs, &c, refused, &c.conn);
     if (r < 0) {
-        explain_connect_error(socket_path, r);
+        daemon_client_explain(socket_path, r, refused);
         (void)uv_loop_close(&c.loop);
         return 1;
     }
@@ -353,7 +339,7 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
     env.capture_request = &req;
     r = ipc_conn_send(c.conn, &env);
     if (r < 0) {
-        explain_connect_error(socket_path, r);
+        daemon_client_explain(socket_path, r, NULL);
         c.status = 1;
         ipc_conn_close(c.conn);
     }

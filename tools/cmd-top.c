@@ -28,9 +28,9 @@
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
 #include "tools/commands.h"
+#include "tools/daemon-client.h"
 #include "tools/top-model.h"
 
-#define REQUEST_TIMEOUT_MS 5000
 #define INTERVAL_MAX_NS    (3600 * 1000000000ull)
 #define INTERVAL_MIN_NS    50000000ull
 /* Processes send their totals about once a second: a rate over less would show them in
@@ -50,12 +50,12 @@ struct fetch {
     uv_poll_t signals;     /* signal_pipe[0]: a signal ends the request at once */
     struct ipc_conn *conn; /* NULL once closed */
     uint64_t id;
-    const char *group;         /* borrowed: the breakdown asked for, or NULL */
-    struct top_snapshot *snap; /* owned until handed to the caller */
-    char daemon_error[256];    /* the daemon's Error message, "" if none */
-    int daemon_code;           /* its errno */
-    int error;                 /* negative errno, 0 while fine */
-    char reason[128];          /* the connection's close reason */
+    const char *group;                 /* borrowed: the breakdown asked for, or NULL */
+    struct top_snapshot *snap;         /* owned until handed to the caller */
+    char daemon_error[256];            /* the daemon's Error message, "" if none */
+    int daemon_code;                   /* its errno */
+    int error;                         /* negative errno, 0 while fine */
+    char reason[IPC_TRUST_REASON_MAX]; /* why the connection failed or closed */
 };
 
 static void on_fetch_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *userdata)
@@ -132,14 +132,14 @@ static int fetch_report(const char *socket_path, const char *group, uint64_t id,
     r = uv_loop_init(&f->loop);
     if (r < 0)
         return f->error = r;
-    r = ipc_conn_connect(&f->loop, socket_path, NULL, &cbs, f, &f->conn);
+    r = daemon_client_connect(&f->loop, socket_path, &cbs, f, f->reason, &f->conn);
     if (r < 0) {
         (void)uv_loop_close(&f->loop);
         return f->error = r;
     }
     (void)uv_timer_init(&f->loop, &f->timer);
     f->timer.data = f;
-    (void)uv_timer_start(&f->timer, on_fetch_timeout, REQUEST_TIMEOUT_MS, 0);
+    (void)uv_timer_start(&f->timer, on_fetch_timeout, DAEMON_CLIENT_TIMEOUT_MS, 0);
     (void)uv_poll_init(&f->loop, &f->signals, signal_pipe[0]);
     f->signals.data = f;
     (void)uv_poll_start(&f->signals, UV_READABLE, on_fetch_signal);
@@ -168,17 +168,8 @@ static void explain_fetch_error(const char *socket_path, const struct fetch *f)
 {
     int r = f->error;
 
-    if (r == -ENOENT || r == -ECONNREFUSED)
-        fprintf(stderr,
-                "fleetprof: no daemon is listening on %s; start one with "
-                "`fleetprofd --socket %s` or pass --socket PATH\n",
-                socket_path, socket_path);
-    else if (r == -EACCES)
-        fprintf(stderr, "fleetprof: no permission to connect to %s; run as the daemon's user\n",
-                socket_path);
-    else if (r == -ETIMEDOUT)
-        fprintf(stderr, "fleetprof: the daemon on %s did not answer within %d s\n", socket_path,
-                REQUEST_TIMEOUT_MS / 1000);
+    if (r == -EPERM || r == -ENOENT || r == -ECONNREFUSED || r == -EACCES || r == -ETIMEDOUT)
+        daemon_client_explain(socket_path, r, f->reason);
     else if (r == -EREMOTEIO && (f->daemon_code == ENOSYS || f->daemon_code == ENOMSG ||
                                  f->daemon_code == EPROTONOSUPPORT))
         fprintf(stderr,

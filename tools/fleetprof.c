@@ -21,8 +21,7 @@
 #include "proto/fleetprof-protocol.h"
 #include "tools/cmd-capture.h"
 #include "tools/commands.h"
-
-#define REQUEST_TIMEOUT_MS 5000
+#include "tools/daemon-client.h"
 
 /* One request, one reply: a tiny synchronous client on its own loop. */
 struct exchange {
@@ -33,6 +32,7 @@ struct exchange {
     Fleetprof__Envelope *reply; /* owned copy (packed + unpacked) */
     int error;
     const char *reason;
+    char refused[IPC_TRUST_REASON_MAX]; /* why the connection was not made */
 };
 
 static void on_reply(struct ipc_conn *conn, const Fleetprof__Envelope *env, void *userdata)
@@ -90,35 +90,20 @@ static int request(const char *socket_path, Fleetprof__Envelope *env,
     r = uv_loop_init(&x->loop);
     if (r < 0)
         return r;
-    r = ipc_conn_connect(&x->loop, socket_path, NULL, &cbs, x, &x->conn);
+    r = daemon_client_connect(&x->loop, socket_path, &cbs, x, x->refused, &x->conn);
     if (r < 0) {
         (void)uv_loop_close(&x->loop);
         return r;
     }
     (void)uv_timer_init(&x->loop, &x->timer);
     x->timer.data = x;
-    (void)uv_timer_start(&x->timer, on_timeout, REQUEST_TIMEOUT_MS, 0);
+    (void)uv_timer_start(&x->timer, on_timeout, DAEMON_CLIENT_TIMEOUT_MS, 0);
     r = ipc_conn_send(x->conn, env);
     if (r < 0)
         ipc_conn_close(x->conn);
     (void)uv_run(&x->loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(&x->loop);
     return r < 0 ? r : x->error;
-}
-
-static void explain_connect_error(const char *socket_path, int r)
-{
-    if (r == -ENOENT || r == -ECONNREFUSED)
-        fprintf(stderr,
-                "fleetprof: no daemon is listening on %s; start one with "
-                "`fleetprofd --socket %s` or pass --socket PATH\n",
-                socket_path, socket_path);
-    else if (r == -ETIMEDOUT)
-        fprintf(stderr, "fleetprof: the daemon on %s did not answer within %d s\n", socket_path,
-                REQUEST_TIMEOUT_MS / 1000);
-    else
-        fprintf(stderr, "fleetprof: cannot talk to the daemon on %s: %s\n", socket_path,
-                strerror(-r));
 }
 
 static void print_bytes(char *out, size_t size, uint64_t b)
@@ -258,7 +243,7 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
     env.status_request = &req;
     r = request(socket_path, &env, FLEETPROF__ENVELOPE__MSG_STATUS_REPORT, &x);
     if (r < 0) {
-        explain_connect_error(socket_path, r);
+        daemon_client_explain(socket_path, r, x.refused);
         return 1;
     }
     if (x.reply->msg_case == FLEETPROF__ENVELOPE__MSG_ERROR) {

@@ -27,12 +27,14 @@ struct prof_runtime_log {
     uint64_t sampling_stopped_at_us;
     uint64_t handler_captures, handler_p50_ns, handler_p99_ns; /* the signal handler's cost */
     uint64_t descriptor_checks, descriptor_checks_skipped;     /* the sampler's 10 ms checks */
-    bool built_from_region; /* written by the daemon from the child's chunk region */
+    bool built_from_region;       /* written by the daemon from the child's chunk region */
+    const char *daemon_untrusted; /* why the daemon was not used, NULL or "" = it was, or none */
 };
 
 /* Formats l as a JSON object into out (NUL-terminated, cut at size: size must hold at least
- * 1536 bytes for every field to fit). Strings are copied without the characters a JSON string
- * would need escaped, so that text from another process cannot break the object. */
+ * 1536 bytes for every field to fit, 2048 with daemon_untrusted). Strings are copied without the
+ * characters a JSON string would need escaped, so that text from another process cannot break the
+ * object. */
 void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_log *l);
 
 #endif /* FLEETPROF_CHILD_PROFILE_RUNTIME_LOG_H */

@@ -638,7 +638,7 @@ static int sim_main(struct sim_shared *shared, int index, int children, unsigned
         sim.region = NULL;
     atomic_store(&sim.slot->region_fd, sim.region ? buf_region_fd(sim.region) : -1);
     for (int i = 0; i < CONNECT_RETRIES; i++) {
-        r = ipc_conn_connect(&sim.loop, path, NULL, &cbs, NULL, &sim.conn);
+        r = ipc_conn_connect(&sim.loop, path, NULL, &cbs, NULL, NULL, 0, &sim.conn);
         if (r != -EAGAIN && r != -ECONNREFUSED)
             break;
         atomic_fetch_add(&sim.slot->connect_retries, 1);
@@ -987,7 +987,7 @@ static int query_status(struct status_query *q)
     if (r < 0)
         return r;
     (void)uv_timer_init(&loop, &q->timer);
-    r = ipc_conn_connect(&loop, sock_path, NULL, &cbs, q, &q->conn);
+    r = ipc_conn_connect(&loop, sock_path, NULL, &cbs, q, NULL, 0, &q->conn);
     if (r < 0) {
         uv_close((uv_handle_t *)&q->timer, NULL);
     } else {

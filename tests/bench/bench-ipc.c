@@ -87,7 +87,7 @@ static int run_child(const char *path)
     if (uv_loop_init(&loop) < 0)
         return 4;
     for (int i = 0; i < 1000 && r < 0; i++) {
-        r = ipc_conn_connect(&loop, path, NULL, &child_cbs, NULL, &conn);
+        r = ipc_conn_connect(&loop, path, NULL, &child_cbs, NULL, NULL, 0, &conn);
         if (r < 0)
             (void)usleep(10000);
     }

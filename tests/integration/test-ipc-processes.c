@@ -156,7 +156,7 @@ static void *child_thread(void *arg)
 
     CHILD_CHECK(uv_loop_init(&c->loop) == 0);
     for (int i = 0; i < 1000 && (r == -ENOENT || r == -ECONNREFUSED); i++) {
-        r = ipc_conn_connect(&c->loop, c->path, NULL, &child_cbs, c, &c->conn);
+        r = ipc_conn_connect(&c->loop, c->path, NULL, &child_cbs, c, NULL, 0, &c->conn);
         if (r < 0)
             sleep_ms(10);
     }
@@ -463,7 +463,7 @@ static void test_uid_mismatch_refused(void **state)
         CHILD_CHECK(setgid(NOBODY) == 0);
         CHILD_CHECK(setuid(NOBODY) == 0);
         CHILD_CHECK(uv_loop_init(&c.loop) == 0);
-        CHILD_CHECK(ipc_conn_connect(&c.loop, path, NULL, &child_cbs, &c, &c.conn) == 0);
+        CHILD_CHECK(ipc_conn_connect(&c.loop, path, NULL, &child_cbs, &c, NULL, 0, &c.conn) == 0);
         hello.id = 1;
         hello.version = FLEETPROF_PROTOCOL_VERSION;
         hello.pid = getpid();

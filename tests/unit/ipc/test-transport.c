@@ -236,8 +236,9 @@ static void open_listener(struct fixture *f)
 
 static void connect_client(struct fixture *f, const struct ipc_conn_options *opts)
 {
-    assert_int_equal(
-            ipc_conn_connect(&f->loop, f->path, opts, &peer_cbs, &f->client, &f->client.conn), 0);
+    assert_int_equal(ipc_conn_connect(&f->loop, f->path, opts, &peer_cbs, &f->client, NULL, 0,
+                                      &f->client.conn),
+                     0);
     SPIN_UNTIL(f, f->server.conn != NULL);
 }
 
@@ -323,8 +324,9 @@ static void test_listen_path_hygiene(void **state)
     assert_true(fd >= 0);
     assert_int_equal(close(fd), 0);
     assert_int_equal(ipc_listener_open(&f->loop, file, NULL, &listener_cbs, f, &second), -EEXIST);
-    assert_int_equal(ipc_conn_connect(&f->loop, file, NULL, &peer_cbs, NULL, &f->client.conn),
-                     -ECONNREFUSED);
+    assert_int_equal(
+            ipc_conn_connect(&f->loop, file, NULL, &peer_cbs, NULL, NULL, 0, &f->client.conn),
+            -ECONNREFUSED);
 
     memset(longpath, 'x', sizeof(longpath) - 1);
     longpath[0] = '/';
@@ -332,8 +334,9 @@ static void test_listen_path_hygiene(void **state)
     assert_int_equal(ipc_listener_open(&f->loop, longpath, NULL, &listener_cbs, f, &second),
                      -ENAMETOOLONG);
     (void)snprintf(file, sizeof(file), "%s/missing/sock", f->dir);
-    assert_int_equal(ipc_conn_connect(&f->loop, file, NULL, &peer_cbs, NULL, &f->client.conn),
-                     -ENOENT);
+    assert_int_equal(
+            ipc_conn_connect(&f->loop, file, NULL, &peer_cbs, NULL, NULL, 0, &f->client.conn),
+            -ENOENT);
 }
 
 static void test_request_reply(void **state)
@@ -426,8 +429,8 @@ static void test_queue_cap_and_drain(void **state)
     assert_true(lfd >= 0);
     assert_int_equal(bind(lfd, (struct sockaddr *)&addr, sizeof(addr)), 0);
     assert_int_equal(listen(lfd, 4), 0);
-    assert_int_equal(ipc_conn_connect(&f->loop, addr.sun_path, &opts, &peer_cbs, &f->client,
-                                      &f->client.conn),
+    assert_int_equal(ipc_conn_connect(&f->loop, addr.sun_path, &opts, &peer_cbs, &f->client, NULL,
+                                      0, &f->client.conn),
                      0);
     sfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     assert_true(sfd >= 0);
@@ -486,8 +489,9 @@ static void test_send_errors(void **state)
     Fleetprof__ProfileData piece = FLEETPROF__PROFILE_DATA__INIT;
 
     open_listener(f);
-    assert_int_equal(
-            ipc_conn_connect(&f->loop, f->path, &opts, &peer_cbs, &f->client, &f->client.conn), 0);
+    assert_int_equal(ipc_conn_connect(&f->loop, f->path, &opts, &peer_cbs, &f->client, NULL, 0,
+                                      &f->client.conn),
+                     0);
     SPIN_UNTIL(f, f->server.conn != NULL);
     assert_int_equal(ipc_conn_send(f->client.conn, &env), -EINVAL);
     piece.request_id = 1;
@@ -666,8 +670,9 @@ static void test_accept_refused_by_caller(void **state)
     struct fixture *f = *state;
 
     assert_int_equal(ipc_listener_open(&f->loop, f->path, NULL, &cbs, f, &f->listener), 0);
-    assert_int_equal(
-            ipc_conn_connect(&f->loop, f->path, NULL, &peer_cbs, &f->client, &f->client.conn), 0);
+    assert_int_equal(ipc_conn_connect(&f->loop, f->path, NULL, &peer_cbs, &f->client, NULL, 0,
+                                      &f->client.conn),
+                     0);
     assert_int_equal(ipc_conn_send(f->client.conn, sample(FLEETPROF__ENVELOPE__MSG_HELLO)), 0);
     SPIN_UNTIL(f, f->client.closed == 1);
     assert_int_equal(f->accepted, 1);
