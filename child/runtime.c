@@ -33,6 +33,7 @@
 #include "child/lifecycle.h"
 #include "child/profile/libs.h"
 #include "child/profile/runtime-log.h"
+#include "common/outfile.h"
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool hooks_installed;
@@ -456,7 +457,7 @@ static void release_sigxfsz(const sigset_t *old, bool was_pending)
 
 int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
 {
-    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    char path[PATH_MAX], tmp[PATH_MAX + FLEETPROF_TMPFILE_EXTRA];
     struct json_writer *w = NULL;
     sigset_t old_mask;
     bool xfsz_pending;
@@ -467,12 +468,11 @@ int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
     r = expand_path(pattern, path, sizeof(path));
     if (r < 0)
         return r;
-    /* A temp file renamed into place: readers see the old file or a complete new one. */
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A new file of ours renamed into place (common/outfile.h): readers see the old file or a
+     * complete new one, and a link planted in a shared FLEETPROF_DIR is never followed. */
+    fd = fleetprof_tmpfile_beside(path, tmp, sizeof(tmp));
     if (fd < 0)
-        return -errno;
+        return fd;
     hold_sigxfsz(&old_mask, &xfsz_pending);
     r = json_writer_new_fd(fd, &w);
     if (r == 0)

@@ -37,6 +37,7 @@
 
 #include "buffer/json-writer.h"
 #include "child/profile/gecko.h"
+#include "common/outfile.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 
@@ -1211,24 +1212,29 @@ static bool pid_reported_since(const struct daemon *d, int32_t pid)
     return false;
 }
 
-/* Creates the temp file next to the output (O_EXCL: never someone else's file) and finds the
- * directory for spools. */
+/* Creates the temp file next to the output (common/outfile.h: O_EXCL, never someone else's
+ * file; mode 0600) and finds the directory for spools. */
 static int open_output(struct gather *g)
 {
     const char *slash = strrchr(g->path, '/');
 
-    if (asprintf(&g->tmp_path, "%s.tmp.%d.%llu", g->path, (int)getpid(),
-                 (unsigned long long)g->id) < 0) {
-        g->tmp_path = NULL;
+    size_t tmp_size = strlen(g->path) + FLEETPROF_TMPFILE_EXTRA;
+
+    g->tmp_path = malloc(tmp_size);
+    if (!g->tmp_path)
         return fail(g, -ENOMEM, "out of memory");
-    }
     g->dir = !slash ? strdup(".")
                     : strndup(g->path, slash == g->path ? 1 : (size_t)(slash - g->path));
     if (!g->dir)
         return fail(g, -ENOMEM, "out of memory");
-    g->fd = open(g->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (g->fd < 0)
-        return fail(g, -errno, "cannot create a file next to %.400s: %s", g->path, strerror(errno));
+    g->fd = fleetprof_tmpfile_beside(g->path, g->tmp_path, tmp_size);
+    if (g->fd < 0) {
+        int r = g->fd;
+
+        g->fd = -1;
+        g->tmp_path[0] = '\0';
+        return fail(g, r, "cannot create a file next to %.400s: %s", g->path, strerror(-r));
+    }
     return 0;
 }
 

@@ -33,6 +33,7 @@
 #include "child/profile/runtime-log.h"
 #include "child/profile/symbolize-local.h"
 #include "child/profile/symbols.h"
+#include "common/outfile.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
@@ -536,7 +537,7 @@ int daemon_recover_file(const char *path, const char *out_path, struct daemon_re
     struct json_writer *w = NULL;
     uint8_t *mem = NULL;
     size_t len = 0;
-    char tmp[4200];
+    char tmp[PATH_MAX + FLEETPROF_TMPFILE_EXTRA];
     int fd, out = -1, r;
 
     error[0] = '\0';
@@ -552,15 +553,11 @@ int daemon_recover_file(const char *path, const char *out_path, struct daemon_re
         (void)snprintf(error, error_size, "cannot read %s: %s", path, strerror(-r));
         return r;
     }
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", out_path) >= (int)sizeof(tmp)) {
-        r = -ENAMETOOLONG;
-        (void)snprintf(error, error_size, "%s: %s", out_path, strerror(-r));
-        goto out;
-    }
-    out = mkostemp(tmp, O_CLOEXEC);
+    out = fleetprof_tmpfile_beside(out_path, tmp, sizeof(tmp));
     if (out < 0) {
-        r = -errno;
-        (void)snprintf(error, error_size, "cannot create %s: %s", tmp, strerror(-r));
+        r = out;
+        (void)snprintf(error, error_size, "cannot create a file next to %s: %s", out_path,
+                       strerror(-r));
         goto out;
     }
     r = prof_symbols_new(0, &symbols);

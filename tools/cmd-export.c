@@ -10,12 +10,14 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/outfile.h"
 #include "tools/commands.h"
 #include "tools/export-pprof.h"
 #include "tools/idmap.h"
@@ -221,9 +223,9 @@ int cmd_export(int argc, char **argv)
     struct json_doc *doc = NULL;
     struct collapsed col = {0};
     bool split = false;
-    char why[512];
+    char why[512], tmp[PATH_MAX + FLEETPROF_TMPFILE_EXTRA] = "";
     FILE *out = stdout;
-    int c, r, status = 1;
+    int c, r, fd, status = 1;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "hf:o:", longopts, NULL)) != -1) {
@@ -264,10 +266,20 @@ int cmd_export(int argc, char **argv)
         json_doc_free(doc);
         return status;
     }
-    if (out_path && !(out = fopen(out_path, "w"))) {
-        (void)fprintf(stderr, "fleetprof export: cannot write %s: %s\n", out_path, strerror(errno));
-        json_doc_free(doc);
-        return 1;
+    if (out_path) { /* written beside it, then renamed over it (common/outfile.h) */
+        fd = fleetprof_tmpfile_beside(out_path, tmp, sizeof(tmp));
+        out = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (!out) {
+            r = fd < 0 ? fd : -errno;
+            if (fd >= 0) {
+                (void)close(fd);
+                (void)unlink(tmp);
+            }
+            (void)fprintf(stderr, "fleetprof export: cannot write %s: %s\n", out_path,
+                          strerror(-r));
+            json_doc_free(doc);
+            return 1;
+        }
     }
     col.out = out;
     col.doc = doc;
@@ -284,6 +296,12 @@ int cmd_export(int argc, char **argv)
                       out_path ? out_path : "standard output", strerror(errno));
         r = -EIO;
     }
+    if (out != stdout && r >= 0 && rename(tmp, out_path) < 0) {
+        (void)fprintf(stderr, "fleetprof export: cannot write %s: %s\n", out_path, strerror(errno));
+        r = -EIO;
+    }
+    if (out != stdout && r < 0)
+        (void)unlink(tmp);
     status = r < 0 ? 1 : 0;
     free(col.path);
     free(col.stack_canon);

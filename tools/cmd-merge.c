@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "buffer/json-writer.h"
+#include "common/outfile.h"
 #include "tools/commands.h"
 #include "tools/json-read.h"
 #include "tools/profile-read.h"
@@ -289,29 +290,19 @@ static int compare_inputs(const void *a, const void *b)
     return ia->position < ib->position ? -1 : ia->position > ib->position;
 }
 
-/* Creates path.tmp.XXXXXX with the mode a new file would get. */
+/* Creates path.tmp.XXXXXX (common/outfile.h). */
 static int open_temp(const char *path, char **ret_tmp, int *ret_fd)
 {
-    mode_t mask;
-    char *tmp;
-    int fd, r;
+    size_t size = strlen(path) + FLEETPROF_TMPFILE_EXTRA;
+    char *tmp = malloc(size);
+    int fd;
 
-    if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
+    if (!tmp)
         return -ENOMEM;
-    fd = mkostemp(tmp, O_CLOEXEC);
+    fd = fleetprof_tmpfile_beside(path, tmp, size);
     if (fd < 0) {
-        r = -errno;
         free(tmp);
-        return r;
-    }
-    mask = umask(0);
-    (void)umask(mask);
-    if (fchmod(fd, 0666 & ~mask) < 0) {
-        r = -errno;
-        (void)close(fd);
-        (void)unlink(tmp);
-        free(tmp);
-        return r;
+        return fd;
     }
     *ret_tmp = tmp;
     *ret_fd = fd;

@@ -20,6 +20,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "common/outfile.h"
 #include "profile.pb-c.h"
 #include "tools/idmap.h"
 #include "tools/json-read.h"
@@ -716,16 +717,14 @@ static int write_pprof(struct exporter *x, struct pprof *pp, const char *path)
     if (std_out) {
         fd = dup(STDOUT_FILENO);
     } else {
-        mode_t mask = umask(0);
+        size_t size = strlen(path) + FLEETPROF_TMPFILE_EXTRA;
 
-        umask(mask);
-        if (asprintf(&tmp, "%s.XXXXXX", path) < 0)
+        tmp = malloc(size);
+        if (!tmp)
             return fail(x, -ENOMEM, "%s", name);
-        fd = mkstemp(tmp);
-        if (fd >= 0 && fchmod(fd, 0666 & ~mask) < 0) {
-            r = -errno;
-            goto err_unlink;
-        }
+        fd = fleetprof_tmpfile_beside(path, tmp, size);
+        if (fd < 0)
+            errno = -fd;
     }
     if (fd < 0) {
         r = -errno;
