@@ -23,6 +23,7 @@
 
 #include "common/parse.h"
 #include "daemon/daemon.h"
+#include "ipc/socket-trust.h"
 #include "proto/fleetprof-protocol.h"
 #include "tools/cmd-capture.h"
 #include "tools/commands.h"
@@ -203,6 +204,7 @@ static int make_private_dir(struct record *rec)
 {
     const char *bases[2] = {getenv("XDG_RUNTIME_DIR"), "/tmp"};
     const size_t sun_path_max = sizeof(((struct sockaddr_un *)NULL)->sun_path);
+    char resolved[sizeof(((struct sockaddr_un *)NULL)->sun_path)], reason[IPC_TRUST_REASON_MAX];
 
     for (size_t i = 0; i < 2; i++) {
         const char *base = bases[i];
@@ -217,6 +219,14 @@ static int make_private_dir(struct record *rec)
         if (!mkdtemp(rec->dir))
             continue;
         (void)snprintf(rec->socket, sizeof(rec->socket), "%s/fleetprof.sock", rec->dir);
+        /* Ours, but what is above it must be safe too (docs/security.md): else the next. */
+        if (ipc_socket_dir_check(rec->socket, geteuid(), false, resolved, sizeof(resolved), reason,
+                                 sizeof(reason)) < 0) {
+            fprintf(stderr, "fleetprof record: not in %s: %s\n", base, reason);
+            (void)rmdir(rec->dir);
+            errno = EPERM;
+            continue;
+        }
         (void)snprintf(rec->exit_dir, sizeof(rec->exit_dir), "%s/exit", rec->dir);
         if (mkdir(rec->exit_dir, 0700) < 0) {
             fprintf(stderr, "fleetprof record: cannot create %s: %s\n", rec->exit_dir,

@@ -295,6 +295,24 @@ def test_a_real_daemon_is_still_trusted(tmp):
         d.stop()
 
 
+def test_record_keeps_its_private_directory_out_of_a_loose_runtime_dir(tmp):
+    """A XDG_RUNTIME_DIR others can write (not sticky) is passed over, and said so: record's
+    private directory goes to /tmp instead, and the recording works."""
+    loose = tempfile.mkdtemp(prefix="fpsec-xdg-")  # short: the socket path must fit
+    atexit.register(shutil.rmtree, loose, True)
+    os.chmod(loose, 0o777)
+    out = os.path.join(tmp, "rec.json")
+    r = subprocess.run([CLI, "record", "--no-summary", "-o", out, "--", WORKLOAD, "busy", "0.1"],
+                       env={**os.environ, "XDG_RUNTIME_DIR": loose}, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"not in {loose}: {loose}, above the socket directory, is writable" in r.stderr, \
+        r.stderr
+    assert os.listdir(loose) == [], os.listdir(loose)
+    doc = pc.load_valid(out)
+    assert len(list(pc.all_processes(doc))) >= 1
+
+
 def test_links_planted_in_a_shared_fleetprof_dir_are_not_followed(tmp):
     """FLEETPROF_DIR in a sticky world-writable directory: another user plants links at the
     names a process will write (its exit profile, its temp file, its chunk file), pointing at
@@ -411,6 +429,7 @@ if __name__ == "__main__":
         test_a_runtime_sends_nothing_to_another_users_listener_in_our_directory,
         test_a_socket_directory_with_the_wrong_mode,
         test_a_real_daemon_is_still_trusted,
+        test_record_keeps_its_private_directory_out_of_a_loose_runtime_dir,
         test_links_planted_in_a_shared_fleetprof_dir_are_not_followed,
         test_every_file_we_write_is_private,
     ])
