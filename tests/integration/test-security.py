@@ -198,16 +198,22 @@ def test_the_default_socket_is_refused_in_a_directory_another_user_made(tmp):
     need_root()
     uid = 4242
     d = f"/tmp/fleetprof-{uid}"
+    # That user may not reach the build tree (a checkout in a private directory): copies of
+    # the two programs, which link nothing of ours dynamically, where it can.
+    bin_dir = tempfile.mkdtemp(prefix="fpsec-bin-")
+    atexit.register(shutil.rmtree, bin_dir, True)
+    os.chmod(bin_dir, 0o755)
+    daemon, cli = shutil.copy(DAEMON, bin_dir), shutil.copy(CLI, bin_dir)
     subprocess.run(["rm", "-rf", d], check=True)
     try:
         run_as(nobody(), ["mkdir", "-m", "0777", d])
         e = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
-        r = subprocess.run([DAEMON], env=e, preexec_fn=as_user(uid), capture_output=True,
+        r = subprocess.run([daemon], env=e, preexec_fn=as_user(uid), capture_output=True,
                            text=True, timeout=30)
         assert r.returncode == 1, f"exit {r.returncode}: {r.stderr}"
         assert f"the socket directory {d} belongs to uid {nobody()}" in r.stderr, r.stderr
         assert os.listdir(d) == [], os.listdir(d)
-        r = subprocess.run([CLI, "status"], env=e, preexec_fn=as_user(uid),
+        r = subprocess.run([cli, "status"], env=e, preexec_fn=as_user(uid),
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 1 and "refusing the daemon socket" in r.stderr, r.stderr
     finally:
