@@ -102,6 +102,8 @@ int daemon_capture(struct daemon *d, const char *output_path, const char *produc
 
 struct daemon_stats {
     uint64_t children;         /* connected profiled processes */
+    uint64_t connecting;       /* connections not yet children: accepted and silent so far,
+                                * plus 1 while any waits in the listen backlog */
     uint64_t children_total;   /* ever connected */
     uint64_t dropped_children; /* disconnected for misbehaving */
     uint64_t updates;          /* chunk-manager updates handled */

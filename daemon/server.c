@@ -719,4 +719,7 @@ void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret)
     ret->released_bytes = t.released_bytes;
     ret->symbol_modules_loaded = symbols.modules_loaded;
     ret->symbol_modules_names_only = symbols.modules_names_only;
+    ret->connecting = d->listener && ipc_listener_pending(d->listener) > 0;
+    for (const struct conn *c = d->conns; c; c = c->next)
+        ret->connecting += c->kind == CONN_NEW;
 }

@@ -215,4 +215,9 @@ int ipc_listener_open(uv_loop_t *loop, const char *path, const struct ipc_listen
  * are not affected. Idempotent; the listener is freed from the loop. */
 void ipc_listener_close(struct ipc_listener *listener);
 
+/* Whether a connection waits in the listen backlog, not yet accepted (the loop accepts it in
+ * its next poll phase: a timer that fires first does not see it among the connections).
+ * Returns 1, 0, or a negative errno (-EBADF once closed). */
+int ipc_listener_pending(const struct ipc_listener *listener);
+
 #endif /* FLEETPROF_IPC_UV_IPC_H */

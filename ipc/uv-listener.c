@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +289,24 @@ err_free_path:
 err_free:
     free(l);
     return r;
+}
+
+int ipc_listener_pending(const struct ipc_listener *l)
+{
+    struct pollfd p = {.events = POLLIN};
+    uv_os_fd_t fd;
+    int r;
+
+    if (!l || l->closing)
+        return -EBADF;
+    r = uv_fileno((const uv_handle_t *)&l->pipe, &fd);
+    if (r < 0)
+        return r;
+    p.fd = fd;
+    r = poll(&p, 1, 0);
+    if (r < 0)
+        return -errno;
+    return r > 0 && (p.revents & POLLIN) ? 1 : 0;
 }
 
 void ipc_listener_close(struct ipc_listener *l)

@@ -584,8 +584,14 @@ static void on_settle_tick(uv_timer_t *t)
     else
         rec->settle_quiet = 0;
     rec->settle_last = s;
-    /* No connection left means every exit profile was read to its end. */
-    if (s.children == 0 || rec->settle_quiet >= SETTLE_QUIET_TICKS ||
+    /* No connection left, and none waiting to be accepted or to be read, means every exit
+     * profile was read to its end. A connection counts as a child only once its Hello is read,
+     * a poll phase after it is accepted, and ticks run before the poll phase: a process whose
+     * connection was accepted in the round that saw CMD exit (or not yet accepted) was counted
+     * nowhere, and left out of the file. */
+    if (s.connecting)
+        rec->settle_quiet = 0;
+    if ((s.children == 0 && !s.connecting) || rec->settle_quiet >= SETTLE_QUIET_TICKS ||
         rec->settle_ticks >= SETTLE_MAX_TICKS)
         start_capture(rec);
 }

@@ -242,6 +242,24 @@ static void connect_client(struct fixture *f, const struct ipc_conn_options *opt
     SPIN_UNTIL(f, f->server.conn != NULL);
 }
 
+/* A connection in the backlog is seen before the loop accepts it: what `record` waits for
+ * before it takes "no connection left" to mean every process was read. */
+static void test_pending_connections_are_seen_before_accept(void **state)
+{
+    struct fixture *f = *state;
+
+    open_listener(f);
+    assert_int_equal(ipc_listener_pending(f->listener), 0);
+    /* connect(2) completes into the backlog; the loop has not run. */
+    assert_int_equal(ipc_conn_connect(&f->loop, f->path, NULL, &peer_cbs, &f->client, NULL, 0,
+                                      &f->client.conn),
+                     0);
+    assert_null(f->server.conn);
+    assert_int_equal(ipc_listener_pending(f->listener), 1);
+    SPIN_UNTIL(f, f->server.conn != NULL);
+    assert_int_equal(ipc_listener_pending(f->listener), 0);
+}
+
 static void test_peer_check(void **state)
 {
     struct ipc_peer same = {.pid = 10, .uid = 1000}, root = {.pid = 11, .uid = 0},
@@ -751,6 +769,8 @@ int main(void)
             cmocka_unit_test(test_peer_check),
             cmocka_unit_test_setup_teardown(test_listen_path_hygiene, setup, teardown),
             cmocka_unit_test_setup_teardown(test_request_reply, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_pending_connections_are_seen_before_accept, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_pipelined_order, setup, teardown),
             cmocka_unit_test_setup_teardown(test_queue_cap_and_drain, setup, teardown),
             cmocka_unit_test_setup_teardown(test_send_errors, setup, teardown),
