@@ -21,6 +21,7 @@
 
 #include <uv.h>
 
+#include "common/outfile.h"
 #include "common/parse.h"
 #include "daemon/daemon.h"
 #include "ipc/socket-trust.h"
@@ -172,28 +173,35 @@ check:
     return 0;
 }
 
-/* Fails early (before CMD runs, maybe for hours) when the output cannot be written: its
- * directory must exist and be writable. Returns 0, or 1 after explaining. */
+/* Fails early (before CMD runs, maybe for hours) when the output cannot be written: an
+ * existing path must be a regular file (renaming over a directory, a device or a FIFO is not
+ * what the user meant), and a file must be creatable beside it, as the capture will create
+ * its own (tried, then removed: access(2) says yes to root on a read-only or virtual file
+ * system). Returns 0, or 1 after explaining. */
 static int check_output(const char *option, const char *path)
 {
-    const char *slash = strrchr(path, '/');
-    char dir[PATH_MAX];
+    char tmp[PATH_MAX + FLEETPROF_TMPFILE_EXTRA];
+    struct stat st;
+    int fd;
 
-    if (!slash)
-        (void)snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        (void)snprintf(dir, sizeof(dir), "/");
-    else
-        (void)snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    if (!*path || (slash && !slash[1])) {
+    if (!*path || path[strlen(path) - 1] == '/' || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
         fprintf(stderr, "fleetprof record: %s %s: expected a file name, not a directory\n", option,
                 path);
         return 1;
     }
-    if (access(dir, W_OK | X_OK) < 0) {
-        fprintf(stderr, "fleetprof record: cannot write %s: %s: %s\n", path, dir, strerror(errno));
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        fprintf(stderr, "fleetprof record: %s %s: not a regular file; name a file to write\n",
+                option, path);
         return 1;
     }
+    fd = fleetprof_tmpfile_beside(path, tmp, sizeof(tmp));
+    if (fd < 0) {
+        fprintf(stderr, "fleetprof record: cannot write %s: cannot create a file beside it: %s\n",
+                path, strerror(-fd));
+        return 1;
+    }
+    (void)close(fd);
+    (void)unlink(tmp);
     return 0;
 }
 

@@ -419,6 +419,24 @@ def test_record_pprof_writes_the_same_profile_as_export(tmp):
     assert not os.path.exists(marker), "CMD ran although --pprof could not be written"
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_cmd_runs(tmp):
+    """-o naming a directory (with or without a slash), a device, a directory that does not
+    exist, or a place no file can be created (/proc, even for root): refused at once with
+    the reason, CMD not run, nothing left behind."""
+    marker = os.path.join(tmp, "ran")
+    sub = os.path.join(tmp, "sub")
+    os.mkdir(sub)
+    cases = [(sub, "not a directory"), (sub + "/", "not a directory"),
+             ("/dev/null", "not a regular file"),
+             (os.path.join(tmp, "no", "x.json"), "cannot create a file beside it"),
+             ("/proc/fleetprof-x.json", "cannot create a file beside it")]
+    for out, why in cases:
+        r = record(tmp, "--no-summary", "-o", out, "--", "touch", marker)
+        assert r.returncode == 1 and why in r.stderr, f"-o {out}: {r.returncode}: {r.stderr}"
+        assert not os.path.exists(marker), f"-o {out}: CMD ran"
+    assert os.listdir(sub) == [] and sorted(os.listdir(tmp)) == ["sub"], os.listdir(tmp)
+
+
 def test_export_pprof_errors(tmp):
     """Clear one-line errors: unknown format and bad arguments (2), unreadable input or
     unwritable output (1), and no file left behind."""
@@ -775,6 +793,7 @@ if __name__ == "__main__":
         test_export_pprof_totals_equal_the_profiles,
         test_export_pprof_split_one_file_per_process,
         test_record_pprof_writes_the_same_profile_as_export,
+        test_an_output_that_cannot_be_written_is_refused_before_cmd_runs,
         test_export_pprof_errors,
         test_capture_pprof,
     test_a_process_title_names_the_process,
