@@ -3,15 +3,19 @@
  * without writing their profile (SIGKILL, a crash, the OOM killer).
  *
  * One file becomes OUT; several are recovered one by one next to OUT and merged into one
- * fleet profile (cmd_merge), exactly as `fleetprof merge` folds exit profiles. `merge`
+ * fleet profile (cmd_merge), exactly as `fleetprof merge` folds exit profiles, with the
+ * profiles given beside them (a FLEETPROF_DIR holds both: killed processes' chunk files and
+ * the exit profiles of those that ended; a directory argument stands for both). `merge`
  * itself takes chunk files among its inputs through recover_chunks_to_temp().
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/daemon.h"
@@ -19,11 +23,13 @@
 
 static void usage(FILE *out)
 {
-    (void)fprintf(out, "Usage: fleetprof recover -o OUT.json FILE.chunks...\n"
+    (void)fprintf(out, "Usage: fleetprof recover -o OUT.json FILE.chunks|PROFILE.json|DIR...\n"
                        "Builds the profiles of processes that died without writing one (killed or\n"
                        "crashed) from the chunk files they left in FLEETPROF_DIR or next to\n"
-                       "FLEETPROF_OUTPUT; several files are merged into one fleet profile. The\n"
-                       "files are left in place.\n");
+                       "FLEETPROF_OUTPUT; several files are merged into one fleet profile, with\n"
+                       "the profiles given beside them (a directory: its chunk files and\n"
+                       "profiles). The files are left in place. Exits 1 when an input could not\n"
+                       "be used (each is named).\n");
 }
 
 bool is_chunk_file(const char *path)
@@ -85,14 +91,81 @@ int recover_chunks_to_temp(const char *path, const char *near, char **ret_tmp)
     return 0;
 }
 
+/* Whether path names a profile a process or a tool wrote (merged as it is). */
+static bool is_profile_file(const char *path)
+{
+    size_t n = strlen(path);
+
+    return n > 5 && strcmp(path + n - 5, ".json") == 0 && !strstr(path, ".tmp.");
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The inputs: each file argument as it is, and a directory's chunk files and profiles (a
+ * FLEETPROF_DIR), in name order. Appends malloc()ed paths to *list. Returns 0 or 1 after
+ * explaining. */
+static int add_input(const char *arg, char ***list, size_t *n, size_t *cap)
+{
+    struct stat st;
+    size_t first = *n;
+
+    if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
+        DIR *dir = opendir(arg);
+        struct dirent *e;
+
+        if (!dir) {
+            (void)fprintf(stderr, "fleetprof recover: %s: %s\n", arg, strerror(errno));
+            return 1;
+        }
+        while ((e = readdir(dir))) {
+            char *path;
+
+            if (!is_chunk_file(e->d_name) && !is_profile_file(e->d_name))
+                continue;
+            if (*n == *cap) {
+                size_t ncap = *cap ? *cap * 2 : 16;
+                char **grown = realloc(*list, ncap * sizeof(**list));
+
+                if (!grown)
+                    break;
+                *list = grown;
+                *cap = ncap;
+            }
+            if (asprintf(&path, "%s/%s", arg, e->d_name) < 0)
+                break;
+            (*list)[(*n)++] = path;
+        }
+        (void)closedir(dir);
+        qsort(*list + first, *n - first, sizeof(**list), by_name);
+        if (*n == first)
+            (void)fprintf(stderr, "fleetprof recover: %s holds no chunk file or profile\n", arg);
+        return *n == first;
+    }
+    if (*n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        char **grown = realloc(*list, ncap * sizeof(**list));
+
+        if (!grown)
+            return 1;
+        *list = grown;
+        *cap = ncap;
+    }
+    (*list)[*n] = strdup(arg);
+    return (*list)[(*n)++] ? 0 : 1;
+}
+
 int cmd_recover(int argc, char **argv)
 {
     static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     const char *out = NULL;
-    char **merge_argv = NULL;
-    int c, n, merged = 0, status = 1;
+    char **inputs = NULL, **merge_argv = NULL, **temps = NULL;
+    size_t n = 0, cap = 0, n_temps = 0, merged = 0, unusable = 0;
+    int c, status = 1;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
@@ -114,33 +187,50 @@ int cmd_recover(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    n = argc - optind;
-    if (n == 1)
-        return recover_chunks_to(argv[optind], out, false) < 0 ? 1 : 0;
+    for (int i = optind; i < argc; i++)
+        unusable += (size_t)add_input(argv[i], &inputs, &n, &cap);
+    if (n == 1 && unusable == 0 && is_chunk_file(inputs[0])) {
+        status = recover_chunks_to(inputs[0], out, false) < 0 ? 1 : 0;
+        goto out;
+    }
 
-    /* Several: each next to OUT, then one merge. */
-    merge_argv = calloc((size_t)n + 4, sizeof(*merge_argv));
-    if (!merge_argv) {
+    /* Several: each chunk file recovered next to OUT, the profiles as they are, then one
+     * merge. */
+    merge_argv = calloc(n + 4, sizeof(*merge_argv));
+    temps = calloc(n + 1, sizeof(*temps));
+    if (!merge_argv || !temps) {
         (void)fprintf(stderr, "fleetprof recover: out of memory\n");
-        return 1;
+        goto out;
     }
     merge_argv[0] = "merge";
     merge_argv[1] = "-o";
     merge_argv[2] = (char *)out;
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         char *tmp;
 
-        if (recover_chunks_to_temp(argv[optind + i], out, &tmp) == 0)
-            merge_argv[3 + merged++] = tmp;
+        if (!is_chunk_file(inputs[i]))
+            merge_argv[3 + merged++] = inputs[i]; /* a profile: merge says if it is not one */
+        else if (recover_chunks_to_temp(inputs[i], out, &tmp) == 0)
+            merge_argv[3 + merged++] = temps[n_temps++] = tmp;
+        else
+            unusable++; /* named by the recovery */
     }
     if (merged == 0)
-        (void)fprintf(stderr, "fleetprof recover: none of the %d files could be recovered\n", n);
+        (void)fprintf(stderr, "fleetprof recover: none of the %zu files could be used\n", n);
     else
-        status = cmd_merge(3 + merged, merge_argv);
-    for (int i = 0; i < merged; i++) {
-        (void)unlink(merge_argv[3 + i]);
-        free(merge_argv[3 + i]);
+        status = cmd_merge(3 + (int)merged, merge_argv);
+    if (status == 0 && unusable)
+        (void)fprintf(stderr, "fleetprof recover: wrote %s without %zu input%s it could not use\n",
+                      out, unusable, unusable == 1 ? "" : "s");
+    for (size_t i = 0; i < n_temps; i++) {
+        (void)unlink(temps[i]);
+        free(temps[i]);
     }
+out:
+    for (size_t i = 0; i < n; i++)
+        free(inputs[i]);
+    free(inputs);
     free(merge_argv);
-    return status != 0 ? 1 : merged == n ? 0 : 1;
+    free(temps);
+    return status != 0 || unusable ? 1 : 0;
 }

@@ -285,7 +285,41 @@ def test_a_program_with_its_own_segv_handler_keeps_running(tmp):
     assert not crash_markers(pc.load_valid(profiles[0]))
 
 
+def test_recover_over_a_directory(tmp):
+    """A FLEETPROF_DIR after a run: exit profiles of the processes that ended, a chunk file
+    of one that was killed. `recover -o OUT DIR/*` and `recover -o OUT DIR` take all of them
+    and exit 0; a file that is neither makes it name that file and exit 1, OUT still
+    written with the rest."""
+    d = os.path.join(tmp, "dir")
+    for _ in range(2):
+        r = subprocess.run([WORKLOAD, "busy", "0.1"], env=env_for(FLEETPROF_DIR=d),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    p = start_killable(d, [WORKLOAD, "busy", "60"])
+    wait_until(lambda: taplib.cpu_seconds(p.pid) >= 0.1, "some CPU")
+    p.kill()
+    p.wait()
+    names = sorted(os.listdir(d))
+    assert len(names) == 3 and names[-1] == f"fleetprof-{p.pid}.chunks", names
+    for args in ([os.path.join(d, n) for n in names], [d]):
+        out = os.path.join(tmp, "all.json")
+        r = recover(out, *args)
+        doc = pc.load_valid(out)
+        pids = sorted(q["meta"]["fleetprof"]["pid"] for q in pc.all_processes(doc)
+                      if "pid" in q["meta"].get("fleetprof", {}))
+        assert p.pid in pids and len(pids) == 3, f"{args}: {pids}: {r.stderr}"
+        os.unlink(out)
+    bad = os.path.join(d, "junk.chunks")
+    with open(bad, "w") as f:
+        f.write("not a region")
+    r = recover(out, d, expect_ok=False)
+    assert r.returncode == 1 and "junk.chunks" in r.stderr and "could not use" in r.stderr, \
+        r.stderr
+    assert len(list(pc.all_processes(pc.load_valid(out)))) >= 3
+
+
 taplib.run([
+    test_recover_over_a_directory,
     test_sigkill_keeps_samples,
     test_normal_exit_leaves_no_chunk_file,
     test_forked_workers_each_keep_their_own,
