@@ -492,6 +492,22 @@ int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
     return r;
 }
 
+/* Whether this process outlived the session that profiled it: the daemon's socket gone, and
+ * FLEETPROF_DIR with its parent (record's private directory, removed once its file is
+ * written). Its exit profile then has nowhere to go, and that is not the program's business:
+ * nothing on its stderr. A FLEETPROF_DIR the user named is made at exit if its parent is
+ * there, and a failure to write it is said. */
+static bool session_gone(void)
+{
+    char parent[PATH_MAX];
+    const char *slash = strrchr(rt.cfg.dir, '/');
+
+    if (!rt.cfg.socket[0] || access(rt.cfg.socket, F_OK) == 0 || !slash || slash == rt.cfg.dir)
+        return false;
+    (void)snprintf(parent, sizeof(parent), "%.*s", (int)(slash - rt.cfg.dir), rt.cfg.dir);
+    return access(parent, F_OK) < 0 && errno == ENOENT;
+}
+
 /* A process whose buffer holds at most this much leaves its exit profile in its region for
  * the daemon to build, when the daemon offers to. Measured (issue #17): the daemon builds
  * ~1,400 entries (64 KiB of buffer) in ~0.8 ms of its single-threaded loop, ~0.55 us an
@@ -566,7 +582,9 @@ static void write_exit_profile(bool process_ends)
 
             (void)mkdir(rt.cfg.dir, 0700);
             r = rt_write_profile_to(dir_path, now);
-            if (r < 0) /* the daemon is gone too: this profile is lost, say so */
+            if (r == -ENOENT && session_gone())
+                rt_debug("the daemon and %s are gone: no exit profile", rt.cfg.dir);
+            else if (r < 0) /* the daemon is gone too: this profile is lost, say so */
                 rt_warn("cannot write the exit profile to %s: %s", rt.cfg.dir, strerror(-r));
             written = r == 0;
         }

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pprof_text  # noqa: E402
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
+from daemon_helper import wait_until  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
@@ -437,6 +438,24 @@ def test_an_output_that_cannot_be_written_is_refused_before_cmd_runs(tmp):
     assert os.listdir(sub) == [] and sorted(os.listdir(tmp)) == ["sub"], os.listdir(tmp)
 
 
+def test_a_process_outliving_record_exits_silently(tmp):
+    """A descendant that ends after record wrote its file and removed its private directory:
+    its exit profile has nowhere to go, and it says nothing on the program's stderr."""
+    err = os.path.join(tmp, "late.err")
+    out = os.path.join(tmp, "out.json")
+    r = record(tmp, "--no-summary", "-o", out, "--", "sh", "-c",
+               f'( sleep 1; "{WORKLOAD}" busy 0.05; echo finished >&2 ) 2>"{err}" & exit 0')
+    assert r.returncode == 0, r.stderr
+
+    def finished():
+        with open(err) as f:
+            return "finished" in f.read()
+    wait_until(finished, "the late descendant's end")
+    with open(err) as f:
+        text = f.read()
+    assert "fleetprof" not in text, f"the program's stderr got: {text!r}"
+
+
 def test_export_pprof_errors(tmp):
     """Clear one-line errors: unknown format and bad arguments (2), unreadable input or
     unwritable output (1), and no file left behind."""
@@ -794,6 +813,7 @@ if __name__ == "__main__":
         test_export_pprof_split_one_file_per_process,
         test_record_pprof_writes_the_same_profile_as_export,
         test_an_output_that_cannot_be_written_is_refused_before_cmd_runs,
+        test_a_process_outliving_record_exits_silently,
         test_export_pprof_errors,
         test_capture_pprof,
     test_a_process_title_names_the_process,
