@@ -27,10 +27,15 @@ enum daemon_log_level {
 /* Receives every event worth a line: the embedder decides where lines go. */
 typedef void (*daemon_log_fn)(void *userdata, enum daemon_log_level level, const char *message);
 
-#define DAEMON_UPDATE_HOLD_OFF UINT64_MAX
-#define DAEMON_UPDATE_HOLD_NS  (200ull * 1000 * 1000) /* the default; bench-daemon sized it */
-#define DAEMON_PACE_OFF        UINT64_MAX
-#define DAEMON_PACE_NS         (2ull * 1000 * 1000) /* the default (daemon/pace.h) */
+#define DAEMON_UPDATE_HOLD_OFF               UINT64_MAX
+#define DAEMON_UPDATE_HOLD_NS                (200ull * 1000 * 1000) /* the default; bench-daemon sized it */
+#define DAEMON_PACE_OFF                      UINT64_MAX
+#define DAEMON_PACE_NS                       (2ull * 1000 * 1000) /* the default (daemon/pace.h) */
+#define DAEMON_CHUNK_BYTES                   (256u << 10)         /* the default chunk */
+/* The smallest global limit: what one process needs, the chunk it writes in and one it
+ * released. Below it every released chunk is evicted as soon as it is reported, and every
+ * exit profile as soon as it is stored: a file of nothing. */
+#define DAEMON_GLOBAL_LIMIT_MIN(chunk_bytes) (2 * (uint64_t)(chunk_bytes))
 
 struct daemon_options {
     const char *socket_path;      /* required */

@@ -130,6 +130,10 @@ int main(int argc, char **argv)
         case 'g':
             if (parse_size(optarg, &opt.global_limit_bytes) < 0 || opt.global_limit_bytes == 0)
                 return bad_value("--global-limit", optarg, "a size such as 256M or 1G");
+            if (opt.global_limit_bytes < DAEMON_GLOBAL_LIMIT_MIN(DAEMON_CHUNK_BYTES))
+                return bad_value("--global-limit", optarg,
+                                 "at least 512K: one process's chunk to write in and one it "
+                                 "released (256K each)");
             break;
         case 'p':
             if (parse_size(optarg, &opt.process_limit_bytes) < 0 ||

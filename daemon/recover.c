@@ -60,7 +60,7 @@ static const struct prof_schema_field crash_fields[] = {
  * manager holds besides, in slots, and the header. */
 static uint64_t region_limit(const struct daemon *d)
 {
-    uint64_t chunk = d->opt.chunk_bytes ? d->opt.chunk_bytes : 256u << 10;
+    uint64_t chunk = d->opt.chunk_bytes ? d->opt.chunk_bytes : DAEMON_CHUNK_BYTES;
     uint64_t limit = d->opt.process_limit_bytes ? d->opt.process_limit_bytes : 64u << 20;
 
     /* Twice the limit covers slot rounding and a child's own larger limit up to that. */

@@ -629,7 +629,7 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     if (!d->opt.process_limit_bytes)
         d->opt.process_limit_bytes = 64ull << 20;
     if (!d->opt.chunk_bytes)
-        d->opt.chunk_bytes = 256u << 10;
+        d->opt.chunk_bytes = DAEMON_CHUNK_BYTES;
     if (!d->opt.interval_ns)
         d->opt.interval_ns = 1000000;
     if (!d->opt.child_timeout_ns)
@@ -638,7 +638,8 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
         d->opt.update_hold_ns = DAEMON_UPDATE_HOLD_NS;
     if (!d->opt.pace_ns)
         d->opt.pace_ns = DAEMON_PACE_NS;
-    if (d->opt.chunk_bytes < (64u << 10) || d->opt.chunk_bytes > d->opt.process_limit_bytes) {
+    if (d->opt.chunk_bytes < (64u << 10) || d->opt.chunk_bytes > d->opt.process_limit_bytes ||
+        d->opt.global_limit_bytes < DAEMON_GLOBAL_LIMIT_MIN(d->opt.chunk_bytes)) {
         free(d);
         return -EINVAL;
     }

@@ -733,6 +733,13 @@ int cmd_record(int argc, char **argv)
                         optarg);
                 goto err_usage;
             }
+            if (opt.global_limit_bytes < DAEMON_GLOBAL_LIMIT_MIN(DAEMON_CHUNK_BYTES)) {
+                fprintf(stderr,
+                        "fleetprof record: --global-limit %s is too small: at least 512K, one "
+                        "process's chunk to write in and one it released (256K each)\n",
+                        optarg);
+                goto err_usage;
+            }
             break;
         case 'w':
             if (!strcmp(optarg, "fp")) {

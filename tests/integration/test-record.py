@@ -438,6 +438,20 @@ def test_an_output_that_cannot_be_written_is_refused_before_cmd_runs(tmp):
     assert os.listdir(sub) == [] and sorted(os.listdir(tmp)) == ["sub"], os.listdir(tmp)
 
 
+def test_a_global_limit_below_one_process_is_refused(tmp):
+    """--global-limit below what one process needs (two chunks) would write a file of
+    nothing: refused before CMD runs, with the minimum; fleetprofd the same."""
+    marker = os.path.join(tmp, "ran")
+    for limit in ("1K", "511K"):
+        r = record(tmp, "--global-limit", limit, "-o", os.path.join(tmp, "x.json"), "--",
+                   "touch", marker)
+        assert r.returncode == 2 and "at least 512K" in r.stderr, r.stderr
+        assert not os.path.exists(marker), "CMD ran"
+    r = subprocess.run([DAEMON, "--foreground", "--global-limit", "1K", "--socket",
+                        os.path.join(tmp, "s")], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "at least 512K" in r.stderr, r.stderr
+
+
 def test_a_process_outliving_record_exits_silently(tmp):
     """A descendant that ends after record wrote its file and removed its private directory:
     its exit profile has nowhere to go, and it says nothing on the program's stderr."""
@@ -813,6 +827,7 @@ if __name__ == "__main__":
         test_export_pprof_split_one_file_per_process,
         test_record_pprof_writes_the_same_profile_as_export,
         test_an_output_that_cannot_be_written_is_refused_before_cmd_runs,
+        test_a_global_limit_below_one_process_is_refused,
         test_a_process_outliving_record_exits_silently,
         test_export_pprof_errors,
         test_capture_pprof,
