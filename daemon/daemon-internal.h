@@ -87,6 +87,8 @@ struct departure {
     char name[64];
     uint64_t time_ns;
     char recovered[200]; /* how its profile was recovered from its chunks ("" = it was not) */
+    const char *dropped; /* static: why its kept exit profile was dropped between captures
+                          * (evicted, expired); NULL: it ended without one */
 };
 
 /* A child's whole profile, sent as it exited, kept until the next capture. */

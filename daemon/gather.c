@@ -114,6 +114,30 @@ __attribute__((format(printf, 3, 4))) static void event(struct gather *g, int32_
     daemon__log(g->d, DAEMON_LOG_DEBUG, "capture: %s", text);
 }
 
+/* Departures: what the next capture's log says of processes it will not have */
+
+/* A new departure record, or NULL when DEPARTURES_MAX are kept (then counted). */
+static struct departure *departure_push(struct daemon *d, int32_t pid, const char *name)
+{
+    struct departure *dep;
+
+    if (d->departure_count == DEPARTURES_MAX) {
+        d->departures_dropped++;
+        return NULL;
+    }
+    if (!d->departures) {
+        d->departures = calloc(DEPARTURES_MAX, sizeof(*d->departures));
+        if (!d->departures) {
+            d->departures_dropped++;
+            return NULL;
+        }
+    }
+    dep = &d->departures[d->departure_count++];
+    *dep = (struct departure){.pid = pid, .time_ns = daemon__now_ns()};
+    (void)snprintf(dep->name, sizeof(dep->name), "%s", name);
+    return dep;
+}
+
 /* Exit profiles */
 
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why)
@@ -126,8 +150,14 @@ void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char 
             d->exit_profiles_last = NULL;
         daemon__log(d, DAEMON_LOG_INFO, "exit profile of child %d (%s, %zu bytes) %s", (int)e->pid,
                     e->name, e->len, why);
-        if (d->gather)
+        if (d->gather) {
             event(d->gather, e->pid, "exit profile of child %d (%s) %s", (int)e->pid, e->name, why);
+        } else { /* named in the next capture's log: a process is never dropped unsaid */
+            struct departure *dep = departure_push(d, e->pid, e->name);
+
+            if (dep)
+                dep->dropped = why;
+        }
         d->stats.exit_profiles--;
         d->stats.exit_profile_bytes -= e->len;
         ctl_remove_owned(d->ctl, e->receipt_ns);
@@ -248,24 +278,10 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
 
 void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered)
 {
-    struct departure *dep;
+    struct departure *dep = departure_push(d, c->pid, c->name);
 
-    if (d->departure_count == DEPARTURES_MAX) {
-        d->departures_dropped++;
-        return;
-    }
-    if (!d->departures) {
-        d->departures = calloc(DEPARTURES_MAX, sizeof(*d->departures));
-        if (!d->departures) {
-            d->departures_dropped++;
-            return;
-        }
-    }
-    dep = &d->departures[d->departure_count++];
-    dep->pid = c->pid;
-    (void)snprintf(dep->name, sizeof(dep->name), "%s", c->name);
-    dep->time_ns = daemon__now_ns();
-    (void)snprintf(dep->recovered, sizeof(dep->recovered), "%s", recovered ? recovered : "");
+    if (dep)
+        (void)snprintf(dep->recovered, sizeof(dep->recovered), "%s", recovered ? recovered : "");
     daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) ended without sending an exit profile%s%s",
                 (int)c->pid, c->name, recovered ? "; recovered: " : "", recovered ? recovered : "");
 }
@@ -1319,6 +1335,11 @@ static int start(struct gather *g)
     }
 
     for (size_t i = 0; i < d->departure_count; i++) {
+        if (d->departures[i].dropped) {
+            event(g, d->departures[i].pid, "exit profile of child %d (%s) %s",
+                  (int)d->departures[i].pid, d->departures[i].name, d->departures[i].dropped);
+            continue;
+        }
         if (d->departures[i].recovered[0]) {
             g->recovered++;
             event(g, d->departures[i].pid,
@@ -1337,7 +1358,7 @@ static int start(struct gather *g)
               (int)d->departures[i].pid, d->departures[i].name);
     }
     if (d->departures_dropped)
-        event(g, 0, "%llu more children ended without an exit profile",
+        event(g, 0, "%llu more children ended without an exit profile, or lost it to the limit",
               (unsigned long long)d->departures_dropped);
     d->departure_count = 0;
     d->departures_dropped = 0;

@@ -452,6 +452,28 @@ def test_a_global_limit_below_one_process_is_refused(tmp):
     assert r.returncode == 2 and "at least 512K" in r.stderr, r.stderr
 
 
+def test_every_process_evicted_by_the_limit_is_named(tmp):
+    """A global limit that cannot hold the fleet: the exit profiles it evicts before the
+    capture are named in its log (before, only evictions during a capture were: the file
+    held 1 of 41 processes and its log said nothing of the other 40). Each of the 41 is in
+    the file or named as evicted, and the summary counts them."""
+    n = 40
+    out = os.path.join(tmp, "limited.json")
+    r = record(tmp, "--global-limit", "1M", "--no-summary", "-o", out, "--", SHORTLIVED, str(n),
+               "30")
+    assert r.returncode == 0, r.stderr
+    doc = check_file(out)
+    in_file = {process_pid(p) for p in processes(doc)}
+    (log,) = doc["profileGatheringLog"].values()
+    evicted = {e[2] for e in log["events"] if len(e) > 2 and "evicted by the global" in e[1]}
+    assert len(in_file) < n + 1, f"the limit evicted nothing: {len(in_file)} processes"
+    assert not in_file & evicted, f"in the file and evicted: {in_file & evicted}"
+    assert len(in_file | evicted) == n + 1, \
+        f"{len(in_file)} in the file + {len(evicted)} named evicted, of {n + 1}"
+    s = subprocess.run([CLI, "summary", out], capture_output=True, text=True, timeout=60)
+    assert f"dropped {len(evicted)}." in s.stdout, s.stdout
+
+
 def test_a_process_outliving_record_exits_silently(tmp):
     """A descendant that ends after record wrote its file and removed its private directory:
     its exit profile has nowhere to go, and it says nothing on the program's stderr."""
@@ -828,6 +850,7 @@ if __name__ == "__main__":
         test_record_pprof_writes_the_same_profile_as_export,
         test_an_output_that_cannot_be_written_is_refused_before_cmd_runs,
         test_a_global_limit_below_one_process_is_refused,
+        test_every_process_evicted_by_the_limit_is_named,
         test_a_process_outliving_record_exits_silently,
         test_export_pprof_errors,
         test_capture_pprof,
