@@ -28,6 +28,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,24 +96,104 @@ struct gather {
     bool finishing;
 };
 
-/* One profileGatheringLog event: [ms, "message"] or [ms, "message", pid]. */
-__attribute__((format(printf, 3, 4))) static void event(struct gather *g, int32_t pid,
-                                                        const char *fmt, ...)
+/* What a profileGatheringLog event says of a process, as its "kind" (the summary counts
+ * processes by it, never by the message's words: tools/summary-log.c). */
+enum ev_kind {
+    EV_NOTE,        /* nothing about a process's fate */
+    EV_ASKED,       /* asked for its profile */
+    EV_ANSWERED,    /* its profile is in the file */
+    EV_DROPPED,     /* it is not, and "reason" says why */
+    EV_NO_PROGRESS, /* given up on */
+};
+
+static const char *const ev_kind_names[] = {
+        [EV_NOTE] = "note",       [EV_ASKED] = "waitedFor",        [EV_ANSWERED] = "answered",
+        [EV_DROPPED] = "dropped", [EV_NO_PROGRESS] = "noProgress",
+};
+
+/* An event's named arguments: text from a process (its name, its error) goes only here, so
+ * that it can never be read as the daemon's words. */
+struct ev_args {
+    int32_t pid;        /* 0: none */
+    const char *name;   /* the process's name; NULL: none */
+    const char *reason; /* why it was dropped, or what went wrong; NULL: none */
+    const char *how;    /* how its profile was made (the daemon's words); NULL: none */
+    uint64_t bytes;
+    bool with_bytes;
+};
+
+/* The message with {pid}, {name}, {reason}, {how} and {bytes} replaced, for the daemon's own
+ * log line. */
+static void ev_render(char *out, size_t size, const char *message, const struct ev_args *a)
 {
-    char text[512];
+    size_t o = 0;
+
+    for (const char *m = message; *m && o + 1 < size;) {
+        char num[24];
+        const char *v = NULL;
+        size_t skip = 0;
+
+        if (!strncmp(m, "{pid}", 5) && a->pid) {
+            (void)snprintf(num, sizeof(num), "%d", (int)a->pid);
+            v = num, skip = 5;
+        } else if (!strncmp(m, "{name}", 6) && a->name) {
+            v = a->name, skip = 6;
+        } else if (!strncmp(m, "{reason}", 8) && a->reason) {
+            v = a->reason, skip = 8;
+        } else if (!strncmp(m, "{how}", 5) && a->how) {
+            v = a->how, skip = 5;
+        } else if (!strncmp(m, "{bytes}", 7) && a->with_bytes) {
+            (void)snprintf(num, sizeof(num), "%" PRIu64, a->bytes);
+            v = num, skip = 7;
+        }
+        if (!v) {
+            out[o++] = *m++;
+            continue;
+        }
+        o += (size_t)snprintf(out + o, size - o, "%s", v);
+        o = o < size ? o : size - 1;
+        m += skip;
+    }
+    out[o < size ? o : size - 1] = '\0';
+}
+
+/* One profileGatheringLog event: [ms, message, {"kind", and a's arguments that are set}].
+ * The message names the arguments as {pid}, {name}, {reason}, {how}, {bytes}; fmt may add
+ * numbers and the daemon's own words through printf, never a process's text. */
+__attribute__((format(printf, 4, 5))) static void
+event(struct gather *g, enum ev_kind kind, const struct ev_args *a, const char *fmt, ...)
+{
+    char message[512], text[1024];
+    struct json_writer *w = g->events;
     va_list ap;
 
     va_start(ap, fmt);
-    (void)vsnprintf(text, sizeof(text), fmt, ap);
+    (void)vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
-    json_writer_array_begin(g->events, NULL);
-    json_writer_time_ms(g->events, NULL, (int64_t)(daemon__now_ns() - g->d->start_ns));
-    json_writer_string(g->events, NULL, text);
-    if (pid)
-        json_writer_int(g->events, NULL, pid);
-    json_writer_array_end(g->events);
+    json_writer_array_begin(w, NULL);
+    json_writer_time_ms(w, NULL, (int64_t)(daemon__now_ns() - g->d->start_ns));
+    json_writer_string(w, NULL, message);
+    json_writer_object_begin(w, NULL);
+    json_writer_string(w, "kind", ev_kind_names[kind]);
+    if (a->pid)
+        json_writer_int(w, "pid", a->pid);
+    if (a->name)
+        json_writer_string(w, "name", a->name);
+    if (a->reason)
+        json_writer_string(w, "reason", a->reason);
+    if (a->how)
+        json_writer_string(w, "how", a->how);
+    if (a->with_bytes)
+        json_writer_uint(w, "bytes", a->bytes);
+    json_writer_object_end(w);
+    json_writer_array_end(w);
+    ev_render(text, sizeof(text), message, a);
     daemon__log(g->d, DAEMON_LOG_DEBUG, "capture: %s", text);
 }
+
+/* The arguments that name process p, or e. */
+#define EV_OF(x, ...) (&(struct ev_args){.pid = (x)->pid, .name = (x)->name, __VA_ARGS__})
+#define EV_NONE       (&(struct ev_args){0})
 
 /* Departures: what the next capture's log says of processes it will not have */
 
@@ -151,7 +232,8 @@ void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char 
         daemon__log(d, DAEMON_LOG_INFO, "exit profile of child %d (%s, %zu bytes) %s", (int)e->pid,
                     e->name, e->len, why);
         if (d->gather) {
-            event(d->gather, e->pid, "exit profile of child %d (%s) %s", (int)e->pid, e->name, why);
+            event(d->gather, EV_DROPPED, EV_OF(e, .reason = why),
+                  "exit profile of child {pid} ({name}) {reason}");
         } else { /* named in the next capture's log: a process is never dropped unsaid */
             struct departure *dep = departure_push(d, e->pid, e->name);
 
@@ -684,8 +766,8 @@ static bool piece_store(struct gather *g, struct pending *p, const char *data, s
 
     /* Checked on the first byte, not after the last, so that no garbage is streamed. */
     if (p->len == 0 && n > 0 && data[0] != '{') {
-        event(g, p->pid, "child %d (%s) dropped: its profile is not a JSON object", (int)p->pid,
-              p->name);
+        event(g, EV_DROPPED, EV_OF(p, .reason = "its profile is not a JSON object"),
+              "child {pid} ({name}) dropped: {reason}");
         drop_data(g, p);
         mark_done(g, p);
         return false;
@@ -696,8 +778,8 @@ static bool piece_store(struct gather *g, struct pending *p, const char *data, s
         return false;
     }
     if (r < 0) {
-        event(g, p->pid, "child %d (%s) dropped: no spool file for its profile: %s", (int)p->pid,
-              p->name, strerror(-r));
+        event(g, EV_DROPPED, EV_OF(p, .reason = strerror(-r)),
+              "child {pid} ({name}) dropped: no spool file for its profile: {reason}");
         drop_data(g, p);
         mark_done(g, p);
         return false;
@@ -726,7 +808,8 @@ static void profile_complete(struct gather *g, struct pending *p)
 
 static void piece_complete(struct gather *g, struct pending *p)
 {
-    event(g, p->pid, "received %zu bytes from child %d (%s)", p->len, (int)p->pid, p->name);
+    event(g, EV_ANSWERED, EV_OF(p, .bytes = p->len, .with_bytes = true),
+          "received {bytes} bytes from child {pid} ({name})");
     profile_complete(g, p);
 }
 
@@ -742,25 +825,26 @@ void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData
         return;
     }
     if (m->error && *m->error) {
-        event(g, p->pid, "child %d (%s) could not write its profile: %s", (int)p->pid, p->name,
-              m->error);
+        event(g, EV_DROPPED, EV_OF(p, .reason = m->error),
+              "child {pid} ({name}) could not write its profile: {reason}");
         drop_data(g, p);
         mark_done(g, p);
         return;
     }
     if (!piece_fits(p, m, n)) {
-        event(g, p->pid, "child %d (%s) dropped: %s", (int)p->pid, p->name,
-              m->offset != p->len ? "profile pieces out of order"
-              : p->len + n > PIECE_TOTAL_MAX || m->total > PIECE_TOTAL_MAX
-                      ? "profile too large"
-                      : "profile size not as announced");
+        event(g, EV_DROPPED,
+              EV_OF(p, .reason = m->offset != p->len ? "profile pieces out of order"
+                                 : p->len + n > PIECE_TOTAL_MAX || m->total > PIECE_TOTAL_MAX
+                                         ? "profile too large"
+                                         : "profile size not as announced"),
+              "child {pid} ({name}) dropped: {reason}");
         drop_data(g, p);
         mark_done(g, p);
         return;
     }
     if (p->len + n == 0 && m->last) {
-        event(g, p->pid, "child %d (%s) dropped: its profile is not a JSON object", (int)p->pid,
-              p->name);
+        event(g, EV_DROPPED, EV_OF(p, .reason = "its profile is not a JSON object"),
+              "child {pid} ({name}) dropped: {reason}");
         drop_data(g, p);
         mark_done(g, p);
         return;
@@ -834,9 +918,9 @@ void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress 
         return;
     p->progress = m->proportion;
     if (m->proportion != UINT32_MAX)
-        event(g, p->pid, "child %d (%s) is at %.0f%% (%s)", (int)p->pid, p->name,
-              (double)m->proportion * 100.0 / (double)(1u << 31),
-              m->location && *m->location ? m->location : "?");
+        event(g, EV_NOTE, EV_OF(p, .how = m->location && *m->location ? m->location : "?"),
+              "child {pid} ({name}) is at %.0f%% ({how})",
+              (double)m->proportion * 100.0 / (double)(1u << 31));
 }
 
 /* A whole profile of p's process (json, len; taken and freed) answers in place of what p
@@ -857,8 +941,8 @@ static bool answer_with(struct gather *g, struct pending *p, char *json, size_t 
         return false;
     }
     if (r < 0) {
-        event(g, p->pid, "child %d (%s) dropped: no spool file for its %s profile: %s", (int)p->pid,
-              p->name, what, strerror(-r));
+        event(g, EV_DROPPED, EV_OF(p, .reason = strerror(-r)),
+              "child {pid} ({name}) dropped: no spool file for its %s profile: {reason}", what);
         drop_data(g, p);
         mark_done(g, p);
         return false;
@@ -879,11 +963,10 @@ bool daemon__gather_on_exit_profile(struct conn *c, char *json, size_t len, cons
      * away next, and the capture would log it as gone without an answer. */
     if (!answer_with(g, p, json, len, "exit"))
         return true;
-    event(g, p->pid,
-          "child %d (%s) exited during the capture: its exit profile is its answer, "
-          "%zu bytes%s%s",
-          (int)p->pid, p->name, len, built ? ", built by the daemon from its shared chunks: " : "",
-          built ? built : "");
+    event(g, EV_ANSWERED, EV_OF(p, .how = built, .bytes = len, .with_bytes = true),
+          "child {pid} ({name}) exited during the capture: its exit profile is its answer, "
+          "{bytes} bytes%s",
+          built ? ", built by the daemon from its shared chunks: {how}" : "");
     profile_complete(g, p);
     return true;
 }
@@ -900,10 +983,11 @@ bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, c
     if (p->done)
         return false;
     if (!recovered) {
-        event(g, p->pid,
-              "child %d (%s) went away during the capture; its partial data (%zu "
-              "bytes) was dropped",
-              (int)p->pid, p->name, p->len);
+        event(g, EV_DROPPED,
+              EV_OF(p, .reason = "went away during the capture", .bytes = p->len,
+                    .with_bytes = true),
+              "child {pid} ({name}) went away during the capture; its partial data ({bytes} "
+              "bytes) was dropped");
         drop_data(g, p);
         mark_done(g, p);
         return false;
@@ -912,10 +996,9 @@ bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, c
     if (!answer_with(g, p, recovered, len, "recovered"))
         return true;
     g->recovered++;
-    event(g, p->pid,
-          "recovered the profile of child %d (%s) from its shared chunks, as it died during "
-          "the capture: %s",
-          (int)p->pid, p->name, how);
+    event(g, EV_ANSWERED, EV_OF(p, .how = how),
+          "recovered the profile of child {pid} ({name}) from its shared chunks, as it died "
+          "during the capture: {how}");
     profile_complete(g, p);
     return true;
 }
@@ -954,13 +1037,15 @@ static void on_round(uv_timer_t *t)
             if (used >= sizeof(pids))
                 used = sizeof(pids) - 1;
         }
-        event(g, 0, "gave up waiting: no progress for %.0f ms from %s",
-              (double)g->child_timeout_ns / 1e6, pids);
+        event(g, EV_NOTE, &(struct ev_args){.reason = pids},
+              "gave up waiting: no progress for %.0f ms from {reason}",
+              (double)g->child_timeout_ns / 1e6);
         for (size_t i = 0; i < g->count; i++) {
             struct pending *p = &g->pending[i];
 
             if (!p->done) {
-                event(g, p->pid, "gave up on child %d (%s): no progress", (int)p->pid, p->name);
+                event(g, EV_NO_PROGRESS, EV_OF(p, .reason = "no progress"),
+                      "gave up on child {pid} ({name}): {reason}");
                 g->given_up++;
                 drop_data(g, p);
                 p->done = true;
@@ -1131,8 +1216,9 @@ static void finish(struct gather *g)
     /* Every child is done unless the output failed: no one is current, spools complete. */
     if (!g->write_error)
         (void)flush_spools(g);
-    event(g, 0, "capture complete: %u processes, %llu bytes from children, %u given up",
-          g->processes, (unsigned long long)g->bytes, g->given_up);
+    event(g, EV_NOTE, EV_NONE,
+          "capture complete: %u processes, %llu bytes from children, %u given up", g->processes,
+          (unsigned long long)g->bytes, g->given_up);
     if (!g->write_error)
         finish_elements(g);
     if (!g->write_error)
@@ -1290,14 +1376,11 @@ static int write_stored(struct gather *g)
         if (r < 0)
             return r;
         g->exit_profiles++;
-        if (e->built[0])
-            event(g, e->pid,
-                  "added the exit profile of child %d (%s), %zu bytes, built by the daemon from "
-                  "its shared chunks as it exited: %s",
-                  (int)e->pid, e->name, e->len, e->built);
-        else
-            event(g, e->pid, "added the exit profile of child %d (%s), %zu bytes", (int)e->pid,
-                  e->name, e->len);
+        event(g, EV_ANSWERED,
+              EV_OF(e, .how = e->built[0] ? e->built : NULL, .bytes = e->len, .with_bytes = true),
+              "added the exit profile of child {pid} ({name}), {bytes} bytes%s",
+              e->built[0] ? ", built by the daemon from its shared chunks as it exited: {how}"
+                          : "");
         d->exit_profiles = e->next;
         if (!d->exit_profiles)
             d->exit_profiles_last = NULL;
@@ -1336,29 +1419,30 @@ static int start(struct gather *g)
 
     for (size_t i = 0; i < d->departure_count; i++) {
         if (d->departures[i].dropped) {
-            event(g, d->departures[i].pid, "exit profile of child %d (%s) %s",
-                  (int)d->departures[i].pid, d->departures[i].name, d->departures[i].dropped);
+            event(g, EV_DROPPED, EV_OF(&d->departures[i], .reason = d->departures[i].dropped),
+                  "exit profile of child {pid} ({name}) {reason}");
             continue;
         }
         if (d->departures[i].recovered[0]) {
             g->recovered++;
-            event(g, d->departures[i].pid,
-                  "recovered the profile of child %d (%s) from its shared chunks, as it died "
-                  "without one: %s",
-                  (int)d->departures[i].pid, d->departures[i].name, d->departures[i].recovered);
+            event(g, EV_ANSWERED, EV_OF(&d->departures[i], .how = d->departures[i].recovered),
+                  "recovered the profile of child {pid} ({name}) from its shared chunks, as it "
+                  "died without one: {how}");
             continue;
         }
         /* An exec'd process drops its connection (close-on-exec) and reconnects with the
          * same pid: it did not end, its new image reports for it. */
         if (pid_reported_since(d, d->departures[i].pid))
             continue;
-        event(g, d->departures[i].pid,
-              "child %d (%s) ended without sending an exit profile (killed, or it could not "
-              "reach the daemon in time)",
-              (int)d->departures[i].pid, d->departures[i].name);
+        event(g, EV_DROPPED,
+              EV_OF(&d->departures[i],
+                    .reason = "ended without sending an exit profile (killed, or it could not "
+                              "reach the daemon in time)"),
+              "child {pid} ({name}) {reason}");
     }
     if (d->departures_dropped)
-        event(g, 0, "%llu more children ended without an exit profile, or lost it to the limit",
+        event(g, EV_DROPPED, &(struct ev_args){.reason = "not listed: too many"},
+              "%llu more children ended without an exit profile, or lost it to the limit",
               (unsigned long long)d->departures_dropped);
     d->departure_count = 0;
     d->departures_dropped = 0;
@@ -1383,10 +1467,10 @@ static int start(struct gather *g)
         msg.id = g->id;
         env.msg_case = FLEETPROF__ENVELOPE__MSG_GATHER_PROFILE;
         env.gather_profile = &msg;
-        event(g, p->pid, "asked child %d (%s) for its profile", (int)p->pid, p->name);
+        event(g, EV_ASKED, EV_OF(p, .reason = NULL), "asked child {pid} ({name}) for its profile");
         if (ipc_conn_send(c->ipc, &env) < 0) {
-            event(g, p->pid, "child %d (%s) cannot be asked: its connection is failing",
-                  (int)p->pid, p->name);
+            event(g, EV_DROPPED, EV_OF(p, .reason = "its connection is failing"),
+                  "child {pid} ({name}) cannot be asked: {reason}");
             p->done = true;
             g->done_count++;
         }

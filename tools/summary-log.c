@@ -20,7 +20,12 @@
  *   argument's value ("asked child {pid} ({name}) for its profile"); the arguments not used
  *   by a placeholder are printed after the message as key=value.
  *
- *   The digest classifies each event by its message, case-insensitively, first match wins:
+ *   "kind" says what the event tells of its process: "waitedFor", "answered", "dropped",
+ *   "noProgress", or "note" (nothing); the digest counts by it. fleetprofd writes every event
+ *   so, with the process's name and error only in arguments, never in the message: a process
+ *   named "lost-worker" that answered is counted as answered. Without "kind" (files from
+ *   before), the digest classifies each event by its message, case-insensitively, first match
+ *   wins:
  *     dropped     "dropped", "drop ", "evicted", "expired", "too large", "rejected",
  *                 "refused", "discard", "lost", "ended without"
  *                 (the reason is the "reason" argument, else the whole event)
@@ -111,6 +116,20 @@ enum event_class { EV_OTHER, EV_DROP, EV_STALL, EV_ANSWER, EV_WAIT };
 static const char *const class_json_names[] = {NULL, "dropped", "noProgress", "answered",
                                                "waitedFor"};
 
+/* The class an event's "kind" names (the daemon's typed events), or -1 for none. */
+static int class_of_kind(const char *kind)
+{
+    if (!kind)
+        return -1;
+    if (!strcmp(kind, "note"))
+        return EV_OTHER;
+    for (size_t c = 1; c < sizeof(class_json_names) / sizeof(class_json_names[0]); c++)
+        if (!strcmp(kind, class_json_names[c]))
+            return (int)c;
+    return -1;
+}
+
+/* Files from before typed events: the class from the message's words. */
 static enum event_class classify(const char *message)
 {
     static const struct {
@@ -296,8 +315,11 @@ static void render_event(const struct json_doc *d, const struct json_value *ev, 
         msg = close + 1;
     }
     for (size_t i = 0; i < n_named; i++) {
-        if (i < MAX_PLACEHOLDERS && used[i])
-            continue;
+        size_t klen;
+        const char *k = json_value_string(d, json_object_key_at(d, named, i), &klen);
+
+        if ((i < MAX_PLACEHOLDERS && used[i]) || (k && klen == 4 && !memcmp(k, "kind", 4)))
+            continue; /* said by the text, or by the digest's counts */
         sb_adds(sb, "  ");
         append_value(d, json_object_key_at(d, named, i), sb, 0);
         sb_adds(sb, "=");
@@ -444,8 +466,10 @@ static void walk_log(const struct json_doc *d, const struct json_value *log, str
     for (size_t i = 0; i < json_value_len(events); i++) {
         const struct json_value *ev = json_array_at(d, events, i);
         const char *msg = json_value_string(d, json_array_at(d, ev, 1), NULL);
-        enum event_class cls = msg ? classify(msg) : EV_OTHER;
-        const struct json_value *reason = json_object_get(d, json_array_at(d, ev, 2), "reason");
+        const struct json_value *named = json_array_at(d, ev, 2);
+        int kind = class_of_kind(json_value_string(d, json_object_get(d, named, "kind"), NULL));
+        enum event_class cls = kind >= 0 ? (enum event_class)kind : msg ? classify(msg) : EV_OTHER;
+        const struct json_value *reason = json_object_get(d, named, "reason");
         double ms = 0;
         bool has_ms = json_value_double(d, json_array_at(d, ev, 0), &ms) == 0;
 

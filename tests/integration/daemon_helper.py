@@ -3,6 +3,7 @@ always stopped (SIGTERM, then SIGKILL) by the test's cleanup. Paths come from th
 directory that meson passes as the test script's first argument."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -78,7 +79,23 @@ def process(doc, pid):
                          f"{[p['meta']['fleetprof']['pid'] for p in pc.all_processes(doc)]}")
 
 
+def render_event(e):
+    """A gathering-log event as [ms, text, pid] ([ms, text] without a pid): a typed one
+    ([ms, message, {"kind", "pid", "name", ...}]) with the message's {key} placeholders
+    filled from its arguments; an older one as it is."""
+    if len(e) > 2 and isinstance(e[2], dict):
+        args = e[2]
+        text = re.sub(r"\{(\w+)\}", lambda m: str(args.get(m.group(1), m.group(0))), e[1])
+        return [e[0], text] + ([args["pid"]] if "pid" in args else [])
+    return list(e)
+
+
+def gathering_events(doc):
+    """A capture's gathering-log events, rendered (render_event)."""
+    (log,) = doc["profileGatheringLog"].values()
+    return [render_event(e) for e in log["events"]]
+
+
 def events(doc):
     """The texts of a capture's gathering-log events."""
-    (log,) = doc["profileGatheringLog"].values()
-    return [e[1] for e in log["events"]]
+    return [e[1] for e in gathering_events(doc)]

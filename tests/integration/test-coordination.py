@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 from wire import capture, field, frame, parse_fields, read_frames, split_frames, varint  # noqa: E402
 import taplib  # noqa: E402
-from daemon_helper import Daemon  # noqa: E402
+from daemon_helper import Daemon, events  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
@@ -761,8 +761,7 @@ def test_exit_during_capture_is_its_answer(tmp):
         with open(out) as f:
             doc = json.load(f)
         fakes = [p for p in doc["processes"] if p.get("meta", {}).get("fakeExitProfile")]
-        (log,) = doc["profileGatheringLog"].values()
-        texts = [e[1] for e in log["events"]]
+        texts = events(doc)
         assert len(fakes) == 1, f"{len(fakes)} copies of the exit profile in the capture: {texts}"
         assert any("exited during the capture: its exit profile is its answer" in e
                    for e in texts), texts

@@ -21,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
-from daemon_helper import Daemon  # noqa: E402
+from daemon_helper import Daemon, gathering_events  # noqa: E402
 from wire import capture, capture_ok, field, frame, read_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
@@ -44,8 +44,7 @@ def connected(d, n, timeout=15):
 
 
 def gathering_log(doc):
-    (log,) = doc["profileGatheringLog"].values()
-    return log["events"]
+    return gathering_events(doc)
 
 
 def checked(path):

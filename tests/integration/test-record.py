@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pprof_text  # noqa: E402
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
-from daemon_helper import wait_until  # noqa: E402
+from daemon_helper import gathering_events, wait_until  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
@@ -226,8 +226,7 @@ def test_record_keeps_every_child_that_ends_at_once(tmp):
         assert len(masters) == 1, f"run {run}: {len(masters)} processes without a profiled parent"
         master = process_pid(masters[0])
         children = [p for p in procs if p["meta"]["fleetprof"]["ppid"] == master]
-        (log,) = doc["profileGatheringLog"].values()
-        lost = [e[1] for e in log["events"] if "without" in e[1]]
+        lost = [e[1] for e in gathering_events(doc) if "without" in e[1]]
         assert len(children) == n and len(set(pids)) == len(pids), \
             f"run {run}: {len(children)} of {n} children in the file: {lost}"
         recovered = [process_pid(p) for p in children if p["meta"]["fleetprof"].get("recovered")]
@@ -464,8 +463,8 @@ def test_every_process_evicted_by_the_limit_is_named(tmp):
     assert r.returncode == 0, r.stderr
     doc = check_file(out)
     in_file = {process_pid(p) for p in processes(doc)}
-    (log,) = doc["profileGatheringLog"].values()
-    evicted = {e[2] for e in log["events"] if len(e) > 2 and "evicted by the global" in e[1]}
+    evicted = {e[2] for e in gathering_events(doc)
+               if len(e) > 2 and "evicted by the global" in e[1]}
     assert len(in_file) < n + 1, f"the limit evicted nothing: {len(in_file)} processes"
     assert not in_file & evicted, f"in the file and evicted: {in_file & evicted}"
     assert len(in_file | evicted) == n + 1, \

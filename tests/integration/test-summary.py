@@ -216,8 +216,29 @@ def test_tree_view(tmp):
     assert any(job in deep for job in JOBS), deep
 
 
+def test_the_digest_counts_by_kind_not_by_words(tmp):
+    """The gathering log's events are typed: a process's name is an argument, never the
+    daemon's words, so a program named "dropped-lost" that answered is counted as answered
+    (before, the summary searched the text and counted it as dropped)."""
+    prog = os.path.join(tmp, "dropped-lost")
+    os.symlink(WORKLOAD, prog)
+    out = os.path.join(tmp, "named.json")
+    r = rec.record(tmp, "--no-summary", "-o", out, "--", prog, "busy", "0.1")
+    assert r.returncode == 0, r.stderr
+    with open(out) as f:
+        doc = json.load(f)
+    (log,) = doc["profileGatheringLog"].values()
+    named = [e for e in log["events"] if len(e) > 2 and isinstance(e[2], dict)
+             and e[2].get("name") == "dropped-lost"]
+    assert named and all("dropped-lost" not in e[1] for e in named), named
+    assert all(isinstance(e[2], dict) and e[2].get("kind") for e in log["events"]), log
+    text = summary(out)
+    assert "answered 1, no answer 0, no progress 0, dropped 0." in text, text
+
+
 if __name__ == "__main__":
     taplib.run([
+        test_the_digest_counts_by_kind_not_by_words,
         test_demo_summary_fits_a_screen,
         test_summary_of_200_short_lived_children,
         test_ranked_by_cpu_not_by_sleeping_samples,
