@@ -82,6 +82,14 @@ struct daemon_capture_progress {
     uint64_t bytes;          /* profile bytes received so far */
 };
 
+/* A process a capture's file lacks, as its log names it. */
+struct daemon_lost_process {
+    int32_t pid;
+    char name[64];
+    char reason[160];
+};
+#define DAEMON_LOST_LISTED 256 /* processes listed by name; more are counted */
+
 struct daemon_capture_result {
     int error;           /* 0, or a negative errno (the file was not written) */
     const char *message; /* what went wrong, for the user; NULL on success */
@@ -91,6 +99,9 @@ struct daemon_capture_result {
     uint32_t given_up;   /* children that made no progress in time */
     uint32_t recovered;  /* processes whose profile was read back from their chunks after
                           * they died without one (killed, crashed) */
+    uint32_t lost;       /* processes the file lacks, named in its log (given_up included) */
+    const struct daemon_lost_process *lost_list; /* the first lost_listed of them, borrowed */
+    size_t lost_listed;
 };
 
 typedef void (*daemon_capture_progress_cb)(void *userdata,

@@ -28,8 +28,8 @@
  */
 #include <assert.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +94,9 @@ struct gather {
     uint64_t file_bytes;
     uint64_t child_timeout_ns; /* the daemon's, or the capture request's own */
     bool finishing;
+    struct daemon_lost_process *lost; /* named in the log, not in the file; owned */
+    size_t lost_listed;
+    uint32_t lost_total;
 };
 
 /* What a profileGatheringLog event says of a process, as its "kind" (the summary counts
@@ -157,6 +160,25 @@ static void ev_render(char *out, size_t size, const char *message, const struct 
     out[o < size ? o : size - 1] = '\0';
 }
 
+/* A process the file will lack: counted once, listed while there is room. */
+static void lost_add(struct gather *g, const struct ev_args *a)
+{
+    struct daemon_lost_process *l;
+
+    for (size_t i = 0; i < g->lost_listed; i++)
+        if (g->lost[i].pid == a->pid)
+            return;
+    g->lost_total++;
+    if (!g->lost)
+        g->lost = calloc(DAEMON_LOST_LISTED, sizeof(*g->lost));
+    if (!g->lost || g->lost_listed == DAEMON_LOST_LISTED)
+        return;
+    l = &g->lost[g->lost_listed++];
+    l->pid = a->pid;
+    (void)snprintf(l->name, sizeof(l->name), "%s", a->name ? a->name : "?");
+    (void)snprintf(l->reason, sizeof(l->reason), "%s", a->reason ? a->reason : "dropped");
+}
+
 /* One profileGatheringLog event: [ms, message, {"kind", and a's arguments that are set}].
  * The message names the arguments as {pid}, {name}, {reason}, {how}, {bytes}; fmt may add
  * numbers and the daemon's own words through printf, never a process's text. */
@@ -189,6 +211,8 @@ event(struct gather *g, enum ev_kind kind, const struct ev_args *a, const char *
     json_writer_array_end(w);
     ev_render(text, sizeof(text), message, a);
     daemon__log(g->d, DAEMON_LOG_DEBUG, "capture: %s", text);
+    if ((kind == EV_DROPPED || kind == EV_NO_PROGRESS) && a->pid)
+        lost_add(g, a);
 }
 
 /* The arguments that name process p, or e. */
@@ -1108,6 +1132,7 @@ static void gather_free(struct gather *g)
     free(g->path);
     free(g->tmp_path);
     free(g->dir);
+    free(g->lost);
     free(g->product);
     free(g);
 }
@@ -1141,6 +1166,9 @@ static void complete(struct gather *g)
     res.processes = g->processes;
     res.given_up = g->given_up;
     res.recovered = g->recovered;
+    res.lost = g->lost_total;
+    res.lost_list = g->lost;
+    res.lost_listed = g->lost_listed;
     daemon__log(g->d, g->write_error ? DAEMON_LOG_WARNING : DAEMON_LOG_INFO,
                 g->write_error ? "capture failed: %s" : "capture written to %s (%u processes)",
                 g->write_error ? g->message : g->path, g->processes);
@@ -1154,7 +1182,19 @@ static void complete(struct gather *g)
         msg.path = g->path;
         msg.bytes = g->file_bytes;
         msg.processes = g->processes;
+        Fleetprof__LostProcess lost[16], *lost_ptrs[16];
+
         msg.given_up = g->given_up;
+        msg.lost = g->lost_total;
+        for (size_t i = 0; i < g->lost_listed && i < 16; i++) {
+            fleetprof__lost_process__init(&lost[i]);
+            lost[i].pid = g->lost[i].pid;
+            lost[i].name = g->lost[i].name;
+            lost[i].reason = g->lost[i].reason;
+            lost_ptrs[i] = &lost[i];
+            msg.n_lost_processes = i + 1;
+        }
+        msg.lost_processes = lost_ptrs;
         msg.error = g->write_error ? g->message : (char *)"";
         env.msg_case = FLEETPROF__ENVELOPE__MSG_CAPTURE_RESULT;
         env.capture_result = &msg;

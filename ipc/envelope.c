@@ -760,6 +760,12 @@ int ipc_envelope_validate(const Fleetprof__Envelope *env, const char **ret_reaso
             INVALID("capture_result: request_id is 0");
         if (!text_ok(m->path, IPC_TEXT_MAX_BYTES) || !text_ok(m->error, IPC_TEXT_MAX_BYTES))
             INVALID("capture_result: path or error too long");
+        if (m->n_lost_processes > 16 || m->n_lost_processes > m->lost)
+            INVALID("capture_result: more lost processes listed than counted, or over 16");
+        for (size_t i = 0; i < m->n_lost_processes; i++)
+            if (!m->lost_processes[i] || !text_ok(m->lost_processes[i]->name, IPC_TEXT_MAX_BYTES) ||
+                !text_ok(m->lost_processes[i]->reason, IPC_TEXT_MAX_BYTES))
+                INVALID("capture_result: a lost process's name or reason too long");
         return 0;
     }
     case FLEETPROF__ENVELOPE__MSG__NOT_SET:

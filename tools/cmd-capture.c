@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "common/parse.h"
+#include "daemon/daemon.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -162,8 +163,24 @@ static void on_capture_message(struct ipc_conn *conn, const Fleetprof__Envelope 
         }
         gather_meter_finish(&c->meter);
         gather_format_bytes(b, sizeof(b), res->bytes);
-        printf("wrote %s (%s): %" PRIu32 " process%s\n", res->path, b, res->processes,
+        printf("wrote %s (%s): %" PRIu32 " process%s", res->path, b, res->processes,
                res->processes == 1 ? "" : "es");
+        if (res->lost)
+            printf(", %" PRIu32 " lost", res->lost);
+        putchar('\n');
+        {
+            struct daemon_lost_process list[16];
+            size_t n = 0;
+
+            for (; n < res->n_lost_processes && n < 16; n++) {
+                list[n].pid = res->lost_processes[n]->pid;
+                (void)snprintf(list[n].name, sizeof(list[n].name), "%s",
+                               res->lost_processes[n]->name);
+                (void)snprintf(list[n].reason, sizeof(list[n].reason), "%s",
+                               res->lost_processes[n]->reason);
+            }
+            print_lost(stdout, "fleetprof capture", res->lost, list, n);
+        }
         c->status = 0;
         break;
     }
@@ -348,6 +365,18 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
     if (c.status == 0 && pprof && write_pprof_beside(path, pprof, "fleetprof capture", stdout) < 0)
         c.status = 1;
     return c.status < 0 ? 1 : c.status;
+}
+
+void print_lost(FILE *out, const char *who, uint32_t lost, const struct daemon_lost_process *list,
+                size_t listed)
+{
+    size_t shown = listed < 5 ? listed : 5;
+
+    for (size_t i = 0; i < shown; i++)
+        fprintf(out, "%s: lost %d (%s): %s\n", who, (int)list[i].pid, list[i].name, list[i].reason);
+    if (lost > shown)
+        fprintf(out, "%s: and %zu more lost (fleetprof summary --log names each)\n", who,
+                (size_t)lost - shown);
 }
 
 int write_pprof_beside(const char *json_path, const char *pprof_path, const char *who, FILE *out)

@@ -27,6 +27,12 @@ int cmd_record(int argc, char **argv);
  * stderr, after who ("fleetprof record"). Returns 0 or a negative errno. */
 int write_pprof_beside(const char *json_path, const char *pprof_path, const char *who, FILE *out);
 
+/* The processes a written file lacks, one line each (at most 5, then how many more), after
+ * who ("fleetprof record"): what record and capture print under their last line. */
+struct daemon_lost_process;
+void print_lost(FILE *out, const char *who, uint32_t lost, const struct daemon_lost_process *list,
+                size_t listed);
+
 /* A progress display for gathering, on stderr. On a terminal: one line redrawn in place
  * ("gathering: 3/9 processes, 12.4 MiB") and erased by gather_meter_finish(); otherwise at
  * most one line every 0.5 s and a final line. One thread; embed it. */

@@ -539,8 +539,8 @@ static void on_capture_done(void *userdata, const struct daemon_capture_result *
         fprintf(stderr, "fleetprof record: wrote %s (%s): %" PRIu32 " process%s",
                 res->path ? res->path : rec->output, b, res->processes,
                 res->processes == 1 ? "" : "es");
-        if (res->given_up)
-            fprintf(stderr, ", %" PRIu32 " gave up (see profileGatheringLog)", res->given_up);
+        if (res->lost)
+            fprintf(stderr, ", %" PRIu32 " lost", res->lost);
         if (res->recovered)
             fprintf(stderr, ", %" PRIu32 " recovered after %s killed or crashed", res->recovered,
                     res->recovered == 1 ? "it was" : "they were");
@@ -548,6 +548,7 @@ static void on_capture_done(void *userdata, const struct daemon_capture_result *
             fprintf(stderr, " (%s was killed by signal %d, %s)", rec->cmd_name,
                     rec->cmd_status - 128, strsignal(rec->cmd_status - 128));
         fputc('\n', stderr);
+        print_lost(stderr, "fleetprof record", res->lost, res->lost_list, res->lost_listed);
     }
     if (rec->cmd_running) {
         /* Ctrl-C, and CMD outlived its grace: the capture is done, now it must go. */

@@ -21,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
-from daemon_helper import Daemon, gathering_events  # noqa: E402
+from daemon_helper import CLI, Daemon, gathering_events  # noqa: E402
 from wire import capture, capture_ok, field, frame, read_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
@@ -153,6 +153,13 @@ def test_stopped_worker_is_given_up_in_time(tmp):
         gave_up = next(e[0] for e in log if e[1].startswith(f"gave up on child {procs[1].pid}"))
         assert gave_up - last_answer <= 2 * 1000 + 250, \
             f"gave up {gave_up - last_answer:.0f} ms after the last answer: {log}"
+        # The result counts it as lost, and `fleetprof capture` names it with the reason.
+        assert result.get(7) == [1], result
+        r = subprocess.run([CLI, "capture", "--socket", d.sock, "-o", os.path.join(tmp, "2.json")],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "2 processes, 1 lost" in r.stdout, r.stdout
+        assert f"lost {procs[1].pid} (workload): no progress" in r.stdout, r.stdout
     finally:
         for p in procs:
             p.send_signal(signal.SIGCONT)

@@ -471,6 +471,9 @@ def test_every_process_evicted_by_the_limit_is_named(tmp):
         f"{len(in_file)} in the file + {len(evicted)} named evicted, of {n + 1}"
     s = subprocess.run([CLI, "summary", out], capture_output=True, text=True, timeout=60)
     assert f"dropped {len(evicted)}." in s.stdout, s.stdout
+    # record's last line counts them and names the first.
+    assert f"{len(in_file)} processes, {len(evicted)} lost" in r.stderr, r.stderr
+    assert "evicted by the global memory limit" in r.stderr, r.stderr
 
 
 def test_a_process_outliving_record_exits_silently(tmp):

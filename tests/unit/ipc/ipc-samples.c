@@ -265,7 +265,10 @@ static Fleetprof__CaptureResult capture_result = {
         7654321,
         5,
         "1 child timed out",
-        1};
+        1,
+        1,
+        0,
+        NULL};
 
 static Fleetprof__GroupsReport groups_report = {
         .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__groups_report__descriptor),
