@@ -272,6 +272,27 @@ static size_t count_exit_profiles(const char *exit_dir)
     return n;
 }
 
+/* The processes the capture lacks that did not leave their profile in exit_dir either (it
+ * is folded in next): those listed go to kept. Returns how many are lost in all. */
+static uint32_t still_lost(const struct record *rec, const struct daemon_capture_result *res,
+                           struct daemon_lost_process *kept, size_t *ret_kept)
+{
+    uint32_t lost = res->lost;
+    size_t n = 0;
+
+    for (size_t i = 0; i < res->lost_listed; i++) {
+        char path[sizeof(rec->exit_dir) + 16];
+
+        (void)snprintf(path, sizeof(path), "%s/%d.json", rec->exit_dir, (int)res->lost_list[i].pid);
+        if (access(path, F_OK) == 0)
+            lost--;
+        else
+            kept[n++] = res->lost_list[i];
+    }
+    *ret_kept = n;
+    return lost;
+}
+
 /* Folds the n profiles in exit_dir into the output with `fleetprof merge` (atomic: the output
  * is then either what it was or the merged file). with_output: the gathered output is an
  * input too; otherwise (nothing was gathered) the output is made of these profiles alone.
@@ -517,6 +538,9 @@ static void explain_no_profile(const struct record *rec)
 static void on_capture_done(void *userdata, const struct daemon_capture_result *res)
 {
     struct record *rec = userdata;
+    static struct daemon_lost_process kept[DAEMON_LOST_LISTED];
+    size_t n_kept = 0;
+    uint32_t lost;
     char b[32];
 
     gather_meter_finish(&rec->meter);
@@ -539,8 +563,9 @@ static void on_capture_done(void *userdata, const struct daemon_capture_result *
         fprintf(stderr, "fleetprof record: wrote %s (%s): %" PRIu32 " process%s",
                 res->path ? res->path : rec->output, b, res->processes,
                 res->processes == 1 ? "" : "es");
-        if (res->lost)
-            fprintf(stderr, ", %" PRIu32 " lost", res->lost);
+        lost = still_lost(rec, res, kept, &n_kept);
+        if (lost)
+            fprintf(stderr, ", %" PRIu32 " lost", lost);
         if (res->recovered)
             fprintf(stderr, ", %" PRIu32 " recovered after %s killed or crashed", res->recovered,
                     res->recovered == 1 ? "it was" : "they were");
@@ -548,7 +573,7 @@ static void on_capture_done(void *userdata, const struct daemon_capture_result *
             fprintf(stderr, " (%s was killed by signal %d, %s)", rec->cmd_name,
                     rec->cmd_status - 128, strsignal(rec->cmd_status - 128));
         fputc('\n', stderr);
-        print_lost(stderr, "fleetprof record", res->lost, res->lost_list, res->lost_listed);
+        print_lost(stderr, "fleetprof record", lost, kept, n_kept);
     }
     if (rec->cmd_running) {
         /* Ctrl-C, and CMD outlived its grace: the capture is done, now it must go. */
