@@ -677,6 +677,31 @@ err_free:
     return r;
 }
 
+/* What no capture will write now: the exit profiles kept since the last one, and the
+ * processes that ended without one. Said, never dropped without a word. */
+static void log_unwritten(struct daemon *d)
+{
+    char pids[256];
+    size_t used = 0, n = 0;
+
+    pids[0] = '\0';
+    for (const struct exit_profile *e = d->exit_profiles; e; e = e->next, n++)
+        if (used < sizeof(pids) - 32)
+            used += (size_t)snprintf(pids + used, sizeof(pids) - used, "%s%d (%s)",
+                                     used ? ", " : "", (int)e->pid, e->name);
+    for (size_t i = 0; i < d->departure_count; i++, n++)
+        if (used < sizeof(pids) - 32)
+            used += (size_t)snprintf(pids + used, sizeof(pids) - used, "%s%d (%s)",
+                                     used ? ", " : "", (int)d->departures[i].pid,
+                                     d->departures[i].name);
+    n += d->departures_dropped;
+    if (n)
+        daemon__log(d, DAEMON_LOG_ERROR,
+                    "closing with %zu process%s ended since the last capture and in none: %s%s; "
+                    "capture before stopping the daemon to keep them",
+                    n, n == 1 ? "" : "es", pids, used >= sizeof(pids) - 32 ? ", ..." : "");
+}
+
 void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata)
 {
     if (d->closing)
@@ -684,6 +709,7 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
     d->closing = true;
     d->close_done = done;
     d->close_userdata = userdata;
+    log_unwritten(d);
     ipc_listener_close(d->listener); /* also removes the socket file */
     d->listener = NULL;
     loop_pace_close(d->pace);

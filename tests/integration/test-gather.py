@@ -21,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
-from daemon_helper import CLI, Daemon, gathering_events  # noqa: E402
+from daemon_helper import CLI, Daemon, gathering_events, wait_until  # noqa: E402
 from wire import capture, capture_ok, field, frame, read_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
@@ -678,7 +678,23 @@ def test_write_error_fails_the_capture_and_the_daemon_goes_on(tmp):
             os.waitpid(kid, 0)
 
 
+def test_a_stopping_daemon_names_the_profiles_it_never_wrote(tmp):
+    """SIGTERM with an exit profile kept since the last capture: the daemon says which
+    processes no capture will have (it used to discard them without a word)."""
+    d = Daemon(tmp)
+    try:
+        p = subprocess.run([WORKLOAD, "busy", "0.1"], env=env(d), capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        wait_until(lambda: "kept the exit profile of child" in d.log(), "the exit profile kept")
+    finally:
+        d.stop()
+    assert "closing with 1 process ended since the last capture and in none" in d.log(), d.log()
+    assert "(workload)" in d.log().split("closing with", 1)[1], d.log()
+
+
 taplib.run([
+    test_a_stopping_daemon_names_the_profiles_it_never_wrote,
     test_stopped_worker_is_given_up_in_time,
     test_slow_progress_is_kept_silence_is_dropped,
     test_child_dying_mid_stream_is_dropped_and_logged,
