@@ -155,6 +155,6 @@ int daemon__send(struct conn *c, Fleetprof__Envelope *env)
 
 void daemon__maybe_finish_close(struct daemon *d)
 {
-    if (d->closing && !d->conns && !d->gather && d->finish_close)
+    if (d->closing && !d->conns && !d->gather && !d->socket_watch_open && d->finish_close)
         d->finish_close(d);
 }

@@ -120,12 +120,15 @@ struct daemon {
     struct exit_profile *exit_profiles_last; /* the newest of that list, NULL when empty */
     struct gather *gather;                   /* the running capture, or NULL */
     struct loop_pace *pace;                  /* owned; NULL when off */
-    struct region_scan *region_scan;         /* owned; NULL until a child publishes in its region */
-    struct prof_symbols *symbols;            /* the symbol service's cache; NULL until first used */
-    uint8_t *exit_image;                     /* owned scratch: a region's copy (recover.c) */
-    size_t exit_image_cap;                   /* its bytes */
-    struct departure *departures;            /* children that ended without an exit profile */
-    size_t departure_count;                  /* since the last capture, at most DEPARTURES_MAX */
+    uv_timer_t socket_watch;                 /* is the socket still ours? (server.c) */
+    bool socket_watch_open;                  /* until its close callback */
+    bool socket_lost_said;
+    struct region_scan *region_scan; /* owned; NULL until a child publishes in its region */
+    struct prof_symbols *symbols;    /* the symbol service's cache; NULL until first used */
+    uint8_t *exit_image;             /* owned scratch: a region's copy (recover.c) */
+    size_t exit_image_cap;           /* its bytes */
+    struct departure *departures;    /* children that ended without an exit profile */
+    size_t departure_count;          /* since the last capture, at most DEPARTURES_MAX */
     uint64_t departures_dropped;
     bool closing;
     void (*finish_close)(struct daemon *d); /* server.c: frees d (daemon__maybe_finish_close) */

@@ -608,11 +608,54 @@ static void finish_close(struct daemon *d)
         done(userdata);
 }
 
-int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct daemon **ret_daemon)
+static int open_listener(struct daemon *d, struct ipc_listener **ret)
 {
     static const struct ipc_listener_callbacks cbs = {
             .on_accept = on_accept, .on_refused = on_refused, .on_error = on_listen_error};
-    struct ipc_listener_options lo = {0};
+    struct ipc_listener_options lo = {.allow_any_uid = d->opt.allow_any_uid};
+
+    return ipc_listener_open(d->loop, d->socket_path, &lo, &cbs, d, ret);
+}
+
+/* A socket removed under a running daemon (a cleaner of /tmp, a hasty rm) lets no new
+ * process join, and nothing else would notice: made again, and said. */
+#define SOCKET_WATCH_MS 1000
+
+static void on_socket_watch(uv_timer_t *timer)
+{
+    struct daemon *d = timer->data;
+    struct ipc_listener *fresh = NULL;
+    int r;
+
+    if (d->closing || !d->listener || ipc_listener_intact(d->listener))
+        return;
+    r = open_listener(d, &fresh);
+    if (r == 0) {
+        ipc_listener_close(d->listener); /* leaves the new socket's path alone */
+        d->listener = fresh;
+        d->socket_lost_said = false;
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "the socket %s was removed: made again, new processes can join",
+                    d->socket_path);
+    } else if (!d->socket_lost_said) {
+        d->socket_lost_said = true;
+        daemon__log(d, DAEMON_LOG_ERROR,
+                    "the socket %s was removed or replaced and cannot be made again (%s): new "
+                    "processes cannot join this daemon",
+                    d->socket_path, strerror(-r));
+    }
+}
+
+static void on_socket_watch_closed(uv_handle_t *handle)
+{
+    struct daemon *d = handle->data;
+
+    d->socket_watch_open = false;
+    daemon__maybe_finish_close(d);
+}
+
+int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct daemon **ret_daemon)
+{
     struct daemon *d;
     int r;
 
@@ -651,14 +694,19 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     r = fleet_groups_new(&d->groups);
     if (r < 0)
         goto err_ctl;
-    lo.allow_any_uid = d->opt.allow_any_uid;
-    r = ipc_listener_open(loop, d->socket_path, &lo, &cbs, d, &d->listener);
+    r = open_listener(d, &d->listener);
     if (r < 0)
         goto err_ctl;
     if (d->opt.pace_ns != DAEMON_PACE_OFF) {
         r = loop_pace_new(loop, d->opt.pace_ns, &d->pace);
         if (r < 0) /* served unpaced: every message still read, each on its own wake-up */
             daemon__log(d, DAEMON_LOG_WARNING, "cannot pace the loop: %s", strerror(-r));
+    }
+    if (uv_timer_init(loop, &d->socket_watch) == 0) {
+        d->socket_watch.data = d;
+        d->socket_watch_open = true;
+        (void)uv_timer_start(&d->socket_watch, on_socket_watch, SOCKET_WATCH_MS, SOCKET_WATCH_MS);
+        uv_unref((uv_handle_t *)&d->socket_watch);
     }
     d->stats.global_limit_bytes = d->opt.global_limit_bytes;
     d->start_ns = daemon__now_ns();
@@ -710,6 +758,8 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
     d->close_done = done;
     d->close_userdata = userdata;
     log_unwritten(d);
+    if (d->socket_watch_open && !uv_is_closing((uv_handle_t *)&d->socket_watch))
+        uv_close((uv_handle_t *)&d->socket_watch, on_socket_watch_closed);
     ipc_listener_close(d->listener); /* also removes the socket file */
     d->listener = NULL;
     loop_pace_close(d->pace);

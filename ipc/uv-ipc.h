@@ -220,4 +220,7 @@ void ipc_listener_close(struct ipc_listener *listener);
  * Returns 1, 0, or a negative errno (-EBADF once closed). */
 int ipc_listener_pending(const struct ipc_listener *listener);
 
+/* Whether the listener's path still names the socket it bound (not removed, not replaced). */
+bool ipc_listener_intact(const struct ipc_listener *listener);
+
 #endif /* FLEETPROF_IPC_UV_IPC_H */

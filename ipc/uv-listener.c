@@ -309,6 +309,14 @@ int ipc_listener_pending(const struct ipc_listener *l)
     return r > 0 && (p.revents & POLLIN) ? 1 : 0;
 }
 
+bool ipc_listener_intact(const struct ipc_listener *l)
+{
+    struct stat st;
+
+    return l && !l->closing && lstat(l->path, &st) == 0 && st.st_dev == l->dev &&
+           st.st_ino == l->ino;
+}
+
 void ipc_listener_close(struct ipc_listener *l)
 {
     struct stat st;

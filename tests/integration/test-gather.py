@@ -693,7 +693,28 @@ def test_a_stopping_daemon_names_the_profiles_it_never_wrote(tmp):
     assert "(workload)" in d.log().split("closing with", 1)[1], d.log()
 
 
+def test_a_removed_socket_is_made_again(tmp):
+    """The socket removed under a running daemon (a /tmp cleaner): made again within its
+    watch (1 s), said in the log; processes join again and the fleet is still captured."""
+    d = Daemon(tmp)
+    try:
+        os.unlink(d.sock)
+        wait_until(lambda: os.path.exists(d.sock), "the socket made again", timeout=30)
+        assert "was removed: made again" in d.log(), d.log()
+        p = subprocess.run([WORKLOAD, "busy", "0.1"], env=env(d), capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and "not connecting" not in p.stderr, p.stderr
+        wait_until(lambda: "kept the exit profile of child" in d.log(), "its exit profile")
+        out = os.path.join(tmp, "again.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        assert len(process_pids(checked(out))) == 1
+    finally:
+        d.stop()
+
+
 taplib.run([
+    test_a_removed_socket_is_made_again,
     test_a_stopping_daemon_names_the_profiles_it_never_wrote,
     test_stopped_worker_is_given_up_in_time,
     test_slow_progress_is_kept_silence_is_dropped,
