@@ -94,10 +94,17 @@ struct gather {
     uint64_t file_bytes;
     uint64_t child_timeout_ns; /* the daemon's, or the capture request's own */
     bool finishing;
+    /* What this capture took from the daemon, given back if it fails (complete()): */
+    struct exit_profile *taken, *taken_last; /* exit profiles written into it; owned */
+    struct departure *departures;            /* departures logged in it; owned */
+    size_t departure_count;
+    uint64_t departures_dropped;
     struct daemon_lost_process *lost; /* named in the log, not in the file; owned */
     size_t lost_listed;
     uint32_t lost_total;
 };
+
+static void give_back(struct gather *g);
 
 /* What a profileGatheringLog event says of a process, as its "kind" (the summary counts
  * processes by it, never by the message's words: tools/summary-log.c). */
@@ -1133,6 +1140,14 @@ static void gather_free(struct gather *g)
     free(g->tmp_path);
     free(g->dir);
     free(g->lost);
+    free(g->departures);
+    while (g->taken) {
+        struct exit_profile *e = g->taken;
+
+        g->taken = e->next;
+        free(e->json);
+        free(e);
+    }
     free(g->product);
     free(g);
 }
@@ -1151,12 +1166,14 @@ static void complete(struct gather *g)
 {
     struct daemon_capture_result res = {0};
 
-    /* The temp file goes before anyone hears of the failure. */
+    /* The temp file goes before anyone hears of the failure; what it took is given back. */
     if (g->write_error && g->fd >= 0) {
         (void)close(g->fd);
         (void)unlink(g->tmp_path);
         g->fd = -1;
     }
+    if (g->write_error)
+        give_back(g);
     if (!g->write_error)
         g->file_bytes = g->out_len;
     res.error = g->write_error;
@@ -1427,10 +1444,76 @@ static int write_stored(struct gather *g)
         d->stats.exit_profiles--;
         d->stats.exit_profile_bytes -= e->len;
         ctl_remove_owned(d->ctl, e->receipt_ns);
-        free(e->json);
-        free(e);
+        /* Freed once the file is written; a capture that fails gives it back. */
+        e->next = NULL;
+        if (g->taken_last)
+            g->taken_last->next = e;
+        else
+            g->taken = e;
+        g->taken_last = e;
     }
     return 0;
+}
+
+/* A failed capture gives back what it took: the exit profiles it wrote (older than any kept
+ * since, so first, and counted against the limit again) and the departures it logged. Not
+ * logged into its own events (d->gather is hidden meanwhile): an eviction now is a departure
+ * for the next capture. */
+static void give_back(struct gather *g)
+{
+    struct daemon *d = g->d;
+    struct gather *saved = d->gather;
+    size_t kept = 0;
+
+    d->gather = NULL;
+    if (g->departures) {
+        for (size_t i = 0; i < d->departure_count; i++) {
+            if (g->departure_count < DEPARTURES_MAX)
+                g->departures[g->departure_count++] = d->departures[i];
+            else
+                g->departures_dropped++;
+        }
+        free(d->departures);
+        d->departures = g->departures;
+        d->departure_count = g->departure_count;
+        d->departures_dropped += g->departures_dropped;
+        g->departures = NULL;
+    }
+    if (g->taken) {
+        struct exit_profile *rest = d->exit_profiles;
+        struct {
+            uint64_t receipt_ns, len;
+        } * back;
+
+        for (struct exit_profile *e = g->taken; e; e = e->next)
+            kept++;
+        back = calloc(kept, sizeof(*back));
+        kept = 0;
+        for (struct exit_profile *e = g->taken; e; e = e->next, kept++) {
+            d->stats.exit_profiles++;
+            d->stats.exit_profile_bytes += e->len;
+            if (back) {
+                back[kept].receipt_ns = e->receipt_ns;
+                back[kept].len = e->len;
+            }
+        }
+        g->taken_last->next = rest;
+        d->exit_profiles = g->taken;
+        if (!rest)
+            d->exit_profiles_last = g->taken_last;
+        g->taken = g->taken_last = NULL;
+        /* Counted again, from a copy: an eviction frees profiles of the list. */
+        for (size_t i = 0; back && i < kept; i++) {
+            struct ctl_actions a;
+
+            if (ctl_add_owned(d->ctl, back[i].receipt_ns, back[i].len, daemon__now_ns(), &a) == 0)
+                daemon__apply_actions(d, &a);
+        }
+        free(back);
+        daemon__log(d, DAEMON_LOG_INFO, "the capture failed: %zu exit profiles kept for the next",
+                    kept);
+    }
+    d->gather = saved;
 }
 
 static int start(struct gather *g)
@@ -1484,6 +1567,11 @@ static int start(struct gather *g)
         event(g, EV_DROPPED, &(struct ev_args){.reason = "not listed: too many"},
               "%llu more children ended without an exit profile, or lost it to the limit",
               (unsigned long long)d->departures_dropped);
+    /* Taken by this capture, given back if it fails. */
+    g->departures = d->departures;
+    g->departure_count = d->departure_count;
+    g->departures_dropped = d->departures_dropped;
+    d->departures = NULL;
     d->departure_count = 0;
     d->departures_dropped = 0;
 

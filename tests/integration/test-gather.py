@@ -713,7 +713,39 @@ def test_a_removed_socket_is_made_again(tmp):
         d.stop()
 
 
+def test_a_failed_capture_keeps_what_it_held(tmp):
+    """Three exit profiles kept; a capture fails part-way (the daemon's file size limit stops
+    its output after the first: EFBIG, as a full disk would): the next capture has all three
+    (before, the ones written into the failed file were gone, without a word)."""
+    d = Daemon(tmp)
+    try:
+        pids = []
+        for _ in range(3):
+            p = subprocess.run([WORKLOAD, "busy", "0.1"], env=env(d), capture_output=True,
+                               text=True, timeout=120)
+            assert p.returncode == 0, p.stderr
+        wait_until(lambda: d.log().count("kept the exit profile of child") == 3,
+                   "three exit profiles kept")
+        sizes = [int(line.rsplit(", ", 1)[1].split()[0]) for line in d.log().splitlines()
+                 if "kept the exit profile of child" in line]
+        pids = [int(line.split("kept the exit profile of child ")[1].split()[0])
+                for line in d.log().splitlines() if "kept the exit profile of child" in line]
+        limit = 4096 + sizes[0] + sizes[1] // 2  # the header, the first, half the second
+        _, hard = resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (limit, hard))
+        result, error = capture(d.sock, os.path.join(tmp, "full.json"))
+        assert error or (result.get(5) and result[5][0]), f"the capture did not fail: {result}"
+        resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (hard, hard))
+        out = os.path.join(tmp, "next.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        assert sorted(process_pids(checked(out))) == sorted(pids), (pids, d.log())
+    finally:
+        d.stop()
+
+
 taplib.run([
+    test_a_failed_capture_keeps_what_it_held,
     test_a_removed_socket_is_made_again,
     test_a_stopping_daemon_names_the_profiles_it_never_wrote,
     test_stopped_worker_is_given_up_in_time,
