@@ -104,6 +104,28 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Appends path (malloc()ed, now the list's; NULL: out of memory) to the list. Returns 0, or
+ * 1 after saying so. */
+static int push_input(char *path, char ***list, size_t *n, size_t *cap)
+{
+    if (path && *n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        char **grown = realloc(*list, ncap * sizeof(**list));
+
+        if (grown) {
+            *list = grown;
+            *cap = ncap;
+        }
+    }
+    if (!path || *n == *cap) {
+        free(path);
+        (void)fprintf(stderr, "fleetprof recover: out of memory\n");
+        return 1;
+    }
+    (*list)[(*n)++] = path;
+    return 0;
+}
+
 /* The inputs: each file argument as it is, and a directory's chunk files and profiles (a
  * FLEETPROF_DIR), in name order. Appends malloc()ed paths to *list. Returns 0 or 1 after
  * explaining. */
@@ -125,18 +147,8 @@ static int add_input(const char *arg, char ***list, size_t *n, size_t *cap)
 
             if (!is_chunk_file(e->d_name) && !is_profile_file(e->d_name))
                 continue;
-            if (*n == *cap) {
-                size_t ncap = *cap ? *cap * 2 : 16;
-                char **grown = realloc(*list, ncap * sizeof(**list));
-
-                if (!grown)
-                    break;
-                *list = grown;
-                *cap = ncap;
-            }
-            if (asprintf(&path, "%s/%s", arg, e->d_name) < 0)
+            if (asprintf(&path, "%s/%s", arg, e->d_name) < 0 || push_input(path, list, n, cap))
                 break;
-            (*list)[(*n)++] = path;
         }
         (void)closedir(dir);
         qsort(*list + first, *n - first, sizeof(**list), by_name);
@@ -144,17 +156,7 @@ static int add_input(const char *arg, char ***list, size_t *n, size_t *cap)
             (void)fprintf(stderr, "fleetprof recover: %s holds no chunk file or profile\n", arg);
         return *n == first;
     }
-    if (*n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 16;
-        char **grown = realloc(*list, ncap * sizeof(**list));
-
-        if (!grown)
-            return 1;
-        *list = grown;
-        *cap = ncap;
-    }
-    (*list)[*n] = strdup(arg);
-    return (*list)[(*n)++] ? 0 : 1;
+    return push_input(strdup(arg), list, n, cap);
 }
 
 int cmd_recover(int argc, char **argv)
