@@ -151,6 +151,7 @@ struct rt {
     _Atomic int paused;
     _Atomic int stop_sampler;
     _Atomic int exit_signal;       /* a fatal signal to re-raise after writing the profile */
+    _Atomic int32_t exiting_tid;   /* the thread in the program's exit (exit, _exit), or 0 */
     _Atomic int exec_pending;      /* execs under way: send no sampling signal */
     _Atomic int signals_in_flight; /* the sampler is between reading exec_pending and its
                                     * tgkill returning (the exec handshake, preload.c) */
@@ -359,6 +360,9 @@ void rt_region_forget_after_fork(void);
  * record into); disarm takes it out again. */
 void rt_crash_arm(void);
 void rt_crash_disarm(void);
+/* SIGTERM and SIGINT left at the default: a stand-in the program reads as SIG_DFL that hands
+ * the signal to the sampler (rt_handle_exit_signal()) and never returns to the program. */
+void rt_exit_signals_arm(void);
 bool rt_crash_signal(int sig);
 /* A fatal signal while armed: its sigaction() goes through rt_crash_program_sigaction(). */
 bool rt_crash_wants(int sig);

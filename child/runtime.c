@@ -2,9 +2,10 @@
  *
  * Exit paths that write FLEETPROF_OUTPUT: exit() and return from main (atexit), _exit and
  * _Exit (preload wrappers), and SIGTERM/SIGINT when the program left them at their default
- * action: the handler only flags the signal; the sampler thread writes the profile, then
- * restores the default action and re-raises, so the process ends as it would have. A
- * second signal while that runs ends the process at once.
+ * action: the stand-in handler (crash.c, invisible to the program) hands the signal to the
+ * sampler thread and waits; the sampler writes the profile, then restores the default action
+ * and re-raises, so the process ends as it would have. A second signal while that runs ends
+ * the process at once.
  *
  * The buffer is never freed while the process lives: a program thread may be inside a
  * marker call when the profiler stops. Shutdown clears it instead.
@@ -48,7 +49,6 @@ static const struct rt_sampler_hooks sampler_hooks = {
         .exit_signal = rt_handle_exit_signal,
         .tick = rt_ipc_tick,
 };
-static int exit_signals[] = {SIGTERM, SIGINT};
 
 static double epoch_ms_now(void)
 {
@@ -644,6 +644,11 @@ uint64_t rt_fds_taken(void)
 
 void rt_on_process_exit(void)
 {
+    /* An exit signal meanwhile waits for this exit (crash.c), or, on this thread, returns
+     * to it: the program chose how it ends. */
+    int32_t none = 0;
+
+    (void)atomic_compare_exchange_strong(&rt.exiting_tid, &none, (int32_t)gettid());
     if (!rt_start_if_pending()) /* a forked child that ends early has its profile too */
         return;
     rt_sampler_stop();
@@ -653,44 +658,20 @@ void rt_on_process_exit(void)
 
 void rt_handle_exit_signal(int sig)
 {
+    struct sigaction dfl;
     sigset_t set;
 
     write_exit_profile(true);
     /* The exit profile leaves through the IPC thread: let it go before dying. */
     rt_ipc_stop();
-    (void)signal(sig, SIG_DFL);
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL; /* past the interposer, where SIG_DFL puts the stand-in back */
+    (void)sigemptyset(&dfl.sa_mask);
+    (void)rt_real_sigaction(sig, &dfl, NULL);
     (void)sigemptyset(&set);
     (void)sigaddset(&set, sig);
     (void)pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     (void)raise(sig);
-}
-
-static void on_exit_signal(int sig)
-{
-    /* First signal: the sampler writes the profile and re-raises. A second one, or one
-     * arriving when no sampler runs, takes the default action now. */
-    if ((atomic_load(&rt.running) || atomic_load(&rt.fork_start) != RT_FORK_START_NONE) &&
-        rt.sampler_started && atomic_exchange(&rt.exit_signal, sig) == 0) {
-        rt_sampler_wake();
-        return;
-    }
-    (void)signal(sig, SIG_DFL);
-    (void)raise(sig);
-}
-
-static void install_exit_signal_handlers(void)
-{
-    for (size_t i = 0; i < sizeof(exit_signals) / sizeof(exit_signals[0]); i++) {
-        struct sigaction old, sa;
-
-        if (sigaction(exit_signals[i], NULL, &old) < 0 || old.sa_handler != SIG_DFL ||
-            (old.sa_flags & SA_SIGINFO))
-            continue; /* the program handles it: its exit path writes the profile */
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = on_exit_signal;
-        (void)sigemptyset(&sa.sa_mask);
-        (void)sigaction(exit_signals[i], &sa, NULL);
-    }
 }
 
 /* Registered before the runtime first sets libuv up, so it runs before libuv's own fork
@@ -708,6 +689,7 @@ static void on_fork_child_first(void)
 static void on_fork_child(void)
 {
     rt_fds_capture(RT_FDS_CAPTURE_OFF);
+    atomic_store(&rt.exiting_tid, 0); /* the parent's exit, not ours */
     if (!atomic_load(&rt.running) && atomic_load(&rt.fork_start) == RT_FORK_START_NONE)
         return;
     /* The parent's buffer, sampler and locks are not ours: other threads held them at the
@@ -759,7 +741,7 @@ FLEETPROF_EXPORT int fleetprof_init(void)
             hooks_installed = true;
             (void)atexit(rt_on_process_exit);
             (void)pthread_atfork(NULL, NULL, on_fork_child);
-            install_exit_signal_handlers();
+            rt_exit_signals_arm();
         }
     }
     (void)pthread_mutex_unlock(&init_lock);

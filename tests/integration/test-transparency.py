@@ -4,9 +4,12 @@ with `fleetprof record`; each program checks that what it did took effect.
 
 Usage: test-transparency.py BUILD_DIR   (TAP output)
 """
+import glob
 import os
+import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
@@ -106,7 +109,118 @@ def test_a_killed_process_is_recovered_and_reported_with_its_true_cause(tmp):
     assert "statically linked" not in r.stderr, r.stderr
 
 
+LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+
+
+def python(tmp, code, profiled, **kw):
+    """Runs Python code from a file (multiprocessing's forkserver needs one), profiled
+    (preloaded, its profile to tmp/p-PID.json) or not."""
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("FLEETPROF_") and k != "LD_PRELOAD"}
+    if profiled:
+        e.update(LD_PRELOAD=LIB, FLEETPROF_STARTUP="1",
+                 FLEETPROF_OUTPUT=os.path.join(tmp, "p-%p.json"))
+    script = os.path.join(tmp, "program.py")
+    with open(script, "w") as f:
+        f.write(code)
+    return subprocess.Popen([sys.executable, script], env=e, cwd=tmp, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def same_with_and_without(tmp, code, timeout=120):
+    """The program's output and status, without fleetprof and with it (and its profile)."""
+    results = []
+    for profiled in (False, True):
+        p = python(tmp, code, profiled, start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        finally:  # a hung pool's helpers too
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        results.append((p.returncode, out))
+    assert results[0] == results[1], f"without: {results[0]}, with: {results[1]}: {err}"
+    return results[1]
+
+
+# Termination as without fleetprof: SIGTERM and SIGINT at their default read as the default,
+# end the process at once with its status, and the profile is still written.
+SIGNAL_VIEW = """
+import os, signal, sys
+print(signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+os.kill(os.getpid(), signal.SIGTERM)
+print("went on after raising SIGTERM")
+"""
+
+KEYBOARD_INTERRUPT = """
+import os, signal, sys, time
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+    print("no KeyboardInterrupt")
+except KeyboardInterrupt:
+    print("cleanup ran")
+    sys.exit(7)
+"""
+
+FORKSERVER_POOL = """
+import multiprocessing as mp
+def square(x):
+    return x * x
+if __name__ == "__main__":
+    mp.set_start_method("forkserver")
+    with mp.Pool(2) as pool:
+        print(sum(pool.map(square, range(200))))
+"""
+
+
+def profiles_of(tmp):
+    return glob.glob(os.path.join(tmp, "p-*.json"))
+
+
+def test_sigterm_and_sigint_read_as_default_and_end_the_process(tmp):
+    status, out = same_with_and_without(tmp, SIGNAL_VIEW)
+    assert status == -signal.SIGTERM and "went on" not in out, (status, out)
+    (prof,) = profiles_of(tmp)
+    pc.load_valid(prof)
+    status, out = same_with_and_without(tmp, KEYBOARD_INTERRUPT)
+    assert status == 7 and "cleanup ran" in out, (status, out)
+    assert len(profiles_of(tmp)) == 2, profiles_of(tmp)
+
+
+def test_a_read_interrupted_by_sigterm_ends_the_process(tmp):
+    """Before, the read returned EINTR and the program went on."""
+    code = "import os, sys\nprint('read', len(os.read(0, 1)), flush=True)\nprint('went on')"
+    for profiled in (False, True):
+        p = python(tmp, code, profiled, stdin=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        # Blocked in its read (state S, in the kernel's pipe read), then SIGTERM.
+        while True:
+            with open(f"/proc/{p.pid}/wchan") as f:
+                wchan = f.read()
+            if "pipe" in wchan or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == -signal.SIGTERM and out == "", \
+            f"profiled={profiled}: {p.returncode} {out!r} {err}"
+    (prof,) = profiles_of(tmp)
+    pc.load_valid(prof)
+
+
+def test_a_forkserver_pool_works_as_without_the_profiler(tmp):
+    """Its workers check that SIGTERM/SIGINT are at their default: with our handlers visible
+    they died at once and the pool forked replacements forever."""
+    status, out = same_with_and_without(tmp, FORKSERVER_POOL, timeout=120)
+    assert status == 0 and out.strip() == str(sum(x * x for x in range(200))), (status, out)
+
+
 taplib.run([
+    test_sigterm_and_sigint_read_as_default_and_end_the_process,
+    test_a_read_interrupted_by_sigterm_ends_the_process,
+    test_a_forkserver_pool_works_as_without_the_profiler,
     test_a_program_that_dup2s_over_descriptors_3_to_63,
     test_a_program_that_closes_every_descriptor_by_raw_close_range,
     test_a_program_that_dup2s_onto_the_profilers_descriptors,
