@@ -26,6 +26,7 @@
  * or when it goes away, the process simply keeps profiling on its own.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -1077,6 +1078,27 @@ static const char *client_untrusted(void)
     return atomic_load_explicit(&untrusted_set, memory_order_acquire) ? untrusted_reason : NULL;
 }
 
+/* Whether the process can spare the descriptors a loop needs right now: libuv aborts the
+ * process when its first loop cannot make its signal pipe (after the epoll descriptor), so
+ * under a tiny RLIMIT_NOFILE (prlimit --nofile=8) the program died of our start. Tried with
+ * two pipes, at once closed: 0, or -EMFILE/-ENFILE. */
+static int descriptors_to_spare(void)
+{
+    int a[2], b[2], r = 0;
+
+    if (pipe2(a, O_CLOEXEC) < 0)
+        return -errno;
+    if (pipe2(b, O_CLOEXEC) < 0)
+        r = -errno;
+    else {
+        (void)close(b[0]);
+        (void)close(b[1]);
+    }
+    (void)close(a[0]);
+    (void)close(a[1]);
+    return r;
+}
+
 static int start_now(void)
 {
     int r;
@@ -1105,6 +1127,12 @@ static int start_now(void)
     atomic_store(&ipc.exiting, 0);
     atomic_store(&ipc.region_accepted, 0);
     atomic_store(&ipc.exit_in_region, 0);
+    r = descriptors_to_spare();
+    if (r < 0) {
+        core->debug("too few free descriptors for a daemon connection (%s): profiling alone",
+                    strerror(-r));
+        return r;
+    }
     /* libuv's signal pipes are recorded (pipe2 in preload.c), and none of the loop's
      * descriptors takes 0, 1 or 2. */
     core->fds_capture(RT_FDS_CAPTURE);

@@ -6,6 +6,7 @@ Usage: test-transparency.py BUILD_DIR   (TAP output)
 """
 import glob
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
+from daemon_helper import Daemon  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 CLI = os.path.join(BUILD, "tools", "fleetprof")
@@ -217,7 +219,32 @@ def test_a_forkserver_pool_works_as_without_the_profiler(tmp):
     assert status == 0 and out.strip() == str(sum(x * x for x in range(200))), (status, out)
 
 
+def test_a_tiny_descriptor_limit_never_kills_the_program(tmp):
+    """Under RLIMIT_NOFILE 8 or 9 the program died of SIGABRT: libuv aborts when its first loop
+    cannot make its signal pipe. Now the runtime sees it cannot spare the descriptors and
+    profiles without the daemon; the program ends as it does without fleetprof."""
+    workload = os.path.join(BUILD, "tests", "workloads", "workload")
+    d = Daemon(tmp)
+    try:
+        for n in (6, 8, 9, 10, 12):
+            def limit(n=n):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+            statuses = []
+            for profiled in (False, True):
+                e = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
+                if profiled:
+                    e.update(LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock)
+                r = subprocess.run([workload, "busy", "0.05"], env=e, preexec_fn=limit,
+                                   capture_output=True, text=True, timeout=120)
+                statuses.append(r.returncode)
+            assert statuses == [0, 0], f"RLIMIT_NOFILE {n}: without, with: {statuses}"
+        assert d.alive(), d.log()
+    finally:
+        d.stop()
+
+
 taplib.run([
+    test_a_tiny_descriptor_limit_never_kills_the_program,
     test_sigterm_and_sigint_read_as_default_and_end_the_process,
     test_a_read_interrupted_by_sigterm_ends_the_process,
     test_a_forkserver_pool_works_as_without_the_profiler,
