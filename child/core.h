@@ -361,7 +361,7 @@ void rt_region_forget_after_fork(void);
 void rt_crash_arm(void);
 void rt_crash_disarm(void);
 /* SIGTERM and SIGINT left at the default: a stand-in the program reads as SIG_DFL that hands
- * the signal to the sampler (rt_handle_exit_signal()) and never returns to the program. */
+ * the signal to the sampler (its exit_signal hook) and never returns to the program. */
 void rt_exit_signals_arm(void);
 bool rt_crash_signal(int sig);
 /* A fatal signal while armed: its sigaction() goes through rt_crash_program_sigaction(). */

@@ -16,8 +16,8 @@
  * first starts, with or without a region): its handler never returns to the program, which
  * would then see an EINTR, a raise() that returned, a process that went on. It hands the
  * signal to the sampler, which writes the exit profile and ends the process by that signal
- * (rt_handle_exit_signal()), and waits; past EXIT_WAIT_MS (the profile could not be written:
- * a lock the interrupted thread holds?) it takes the default action itself: with a daemon,
+ * (the lifecycle's exit-signal hook), and waits; past EXIT_WAIT_MS (the profile could not be
+ * written: a lock the interrupted thread holds?) it takes the default action itself: with a daemon,
  * the profile is then recovered from the region, without one from the chunk file. A second
  * signal ends the process at once. A program that installs its own handler (Python's SIGINT
  * for KeyboardInterrupt) gets it for real and ends through its own exit path.
