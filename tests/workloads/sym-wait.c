@@ -1,17 +1,27 @@
 /* tests/workloads/sym-wait.c - a process that waits with a known stack, for the symbol
  * service tests (tests/integration/test-symbols.py):
  *
- *   read (libc) <- sym_wait_probe <- sym_lib_static_fn <- sym_lib_global_fn (libsym-lib.so)
+ *   poll (libc) <- sym_wait_block <- sym_wait_probe <- sym_lib_static_fn <- sym_lib_global_fn
+ * (libsym-lib.so)
  *               <- main
  *
  * or, with a symbol-less module (sym-wait-nosyms.so) as argv[1], through it:
  *
- *   read (libc) <- sym_wait_probe <- sym_wait_nosyms (0x... in that module) <- main
+ *   poll (libc) <- sym_wait_block <- sym_wait_probe <- sym_wait_nosyms (0x... in that module) <-
+ * main
  *
- * It prints "ready" and blocks reading stdin until it closes, then exits 0.
+ * It prints "ready" and waits for stdin to close (poll, libc), then exits 0. Every 20 ms of
+ * waiting it works 200 us: the runtime signals a thread only when it used CPU since its
+ * last sample (design §4), and the thread that started the runtime counts its CPU from the
+ * end of that start; one that blocked at once had no stack at all ("blocked since the
+ * thread started") whenever no tick fell in the few microseconds between the start and
+ * the read: the symbol tests failed about one run in eight. Now the wait is captured at the
+ * first tick after any of these bursts.
  */
 #include <dlfcn.h>
+#include <poll.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sym-lib.h"
@@ -20,14 +30,36 @@ static volatile int sink;
 static int calls;
 static const char *nosyms_path;
 
+/* us of this thread's CPU. */
+static void sym_wait_work_us(long us)
+{
+    struct timespec t0, t;
+
+    (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do {
+        sink++;
+        (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < us);
+}
+
 SYM_NOINLINE static void sym_wait_block(void)
 {
     char buf[256];
 
     printf("ready\n");
     (void)fflush(stdout);
-    while (read(0, buf, sizeof(buf)) > 0)
-        sink++;
+    for (;;) {
+        struct pollfd in = {.fd = 0, .events = POLLIN};
+        int r = poll(&in, 1, 20);
+
+        if (r > 0) {
+            if (read(0, buf, sizeof(buf)) <= 0)
+                break;
+            sink++;
+        } else if (r == 0) {
+            sym_wait_work_us(200);
+        }
+    }
     sink++;
 }
 
