@@ -84,6 +84,11 @@ static struct {
     struct buf_update ring_pending; /* sampler only: taken, not yet published (ring full) */
     uint64_t region_evicted_ns;     /* sampler only: the last eviction point applied */
     bool defer_start;               /* the next client_start() defers: set after a fork */
+    /* A forked child's connection, made in its fork handler as the user it was born as
+     * (connect_early()), for its first client_start() to adopt. */
+    bool early;
+    int early_fd;
+    uid_t early_uid;
     uint64_t poll_id;               /* IPC thread only: outstanding poll, 0 = none */
     bool poll_standing;             /* IPC thread only: poll_id stays outstanding once answered */
     uint64_t update_retry_ms;       /* IPC thread only: the next wait of update_retry */
@@ -1158,8 +1163,15 @@ static int start_now(void)
 
         char reason[IPC_TRUST_REASON_MAX];
 
-        r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, reason, sizeof(reason),
-                             &ipc.conn);
+        if (ipc.early) {
+            ipc.early = false;
+            core->fd_unprotect(ipc.early_fd); /* the pipe's from now on */
+            r = ipc_conn_adopt(&ipc.loop, ipc.early_fd, ipc.socket_path, ipc.early_uid, NULL, &cbs,
+                               NULL, reason, sizeof(reason), &ipc.conn);
+        } else {
+            r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, reason,
+                                 sizeof(reason), &ipc.conn);
+        }
         core->fds_capture(RT_FDS_CAPTURE_OFF);
         if (r == -EPERM) /* the thread then idles until client_stop() */
             note_untrusted(reason);
@@ -1235,11 +1247,21 @@ static void client_start_deferred(void)
     }
 }
 
+/* Closes a fork handler's connection that no start took (the runtime stopped first). */
+static void drop_early(void)
+{
+    if (ipc.early) {
+        ipc.early = false;
+        core->fd_release(ipc.early_fd);
+    }
+}
+
 static void client_stop(void)
 {
     struct timespec deadline;
     int r = 0;
 
+    drop_early();
     if (atomic_exchange(&ipc.start_pending, 0)) /* never connected: nothing to say */
         core->set_update_cb(NULL, NULL);
     if (!ipc.thread_started)
@@ -1354,8 +1376,37 @@ static int client_abandon(void)
     return client_start(ipc.socket_path, &hooks);
 }
 
+/* In the fork handler of a child whose parent talked to a daemon: the connection now, the
+ * rest of the start at the first tick. A server's worker often drops its privileges at
+ * once (nginx, httpd, postfix: setuid to an unprivileged user), after which it can neither
+ * reach the socket (a directory only we may enter) nor pass the daemon's check of who
+ * connects; connected now, as the user the daemon accepted, it stays in the fleet to its
+ * end. A few system calls; a child that execs closes the socket unused (close-on-exec) and
+ * the daemon forgets a connection that never said Hello. */
+static void connect_early(const char *path)
+{
+    char reason[IPC_TRUST_REASON_MAX];
+    uid_t uid = geteuid();
+    int fd, r;
+
+    core->fds_capture(RT_FDS_CAPTURE); /* away from the numbers the program will take */
+    r = ipc_socket_connect(path, uid, reason, sizeof(reason), &fd);
+    core->fds_capture(RT_FDS_CAPTURE_OFF);
+    if (r < 0) {
+        core->debug("no early connection to %s: %s", path, *reason ? reason : strerror(-r));
+        return;
+    }
+    core->fd_protect(fd); /* from a program that closes every descriptor it did not open */
+    ipc.early = true;
+    ipc.early_fd = fd;
+    ipc.early_uid = uid;
+}
+
 static void client_forget_after_fork(void)
 {
+    char path[sizeof(ipc.socket_path)];
+    bool linked;
+
     /* The loop, its epoll instance and the socket are shared with the parent: never run,
      * close or modify them here (uv_loop_close would epoll_ctl the parent's set). Close
      * only our copies of their descriptors, and start over. */
@@ -1381,8 +1432,12 @@ static void client_forget_after_fork(void)
                 (void)close(fds[i]);
     }
     buf_update_done(&ipc.ring_pending); /* the parent's chunks: not this process's */
+    linked = atomic_load(&ipc.linked);
+    memcpy(path, ipc.socket_path, sizeof(path));
     memset(&ipc, 0, sizeof(ipc));
-    ipc.defer_start = true; /* this child may exec at once: connect at the first tick */
+    ipc.defer_start = true; /* this child may exec at once: start at the first tick */
+    if (linked)
+        connect_early(path);
 }
 
 /* --- the module's table (child/ipc-module.h) ------------------------------------------ */

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #define SUN_PATH_MAX sizeof(((struct sockaddr_un *)NULL)->sun_path)
 
@@ -211,5 +212,31 @@ int ipc_socket_file_check(const char *path, uid_t uid, char *reason, size_t reas
         return -EPERM;
     }
     say(reason, reason_len, "%s", "");
+    return 0;
+}
+
+int ipc_socket_connect(const char *path, uid_t uid, char *reason, size_t reason_len, int *ret_fd)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    int fd, r;
+
+    if (!path || !ret_fd)
+        return -EINVAL;
+    r = ipc_socket_dir_check(path, uid, false, addr.sun_path, sizeof(addr.sun_path), reason,
+                             reason_len);
+    if (r == 0)
+        r = ipc_socket_file_check(addr.sun_path, uid, reason, reason_len);
+    if (r < 0)
+        return r;
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    /* A Unix-domain connect completes at once or fails (EAGAIN: backlog full). */
+    if (connect(fd, (const struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        r = -errno;
+        (void)close(fd);
+        return r;
+    }
+    *ret_fd = fd;
     return 0;
 }

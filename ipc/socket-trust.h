@@ -44,4 +44,13 @@ int ipc_socket_dir_check(const char *socket_path, uid_t uid, bool create, char *
  * -EPERM (another user's socket), each with a reason; or lstat(2)'s error. */
 int ipc_socket_file_check(const char *path, uid_t uid, char *reason, size_t reason_len);
 
+/* Connects a new socket (close-on-exec, non-blocking) to path after both checks above for
+ * uid, at the resolved path, and stores it in *ret_fd; nothing is sent and the listener is
+ * not yet checked (ipc_conn_adopt() does that before the first byte). Made apart from the
+ * libuv connection so that a forked child can connect in its fork handler, as the user it
+ * was born as, before the program can drop its privileges, and hand the socket to its IPC
+ * thread later. Returns 0 or the errors of the checks (with a reason) and of socket(2) and
+ * connect(2): -ENOENT (no socket), -ECONNREFUSED (stale), -EACCES, -EAGAIN (backlog full). */
+int ipc_socket_connect(const char *path, uid_t uid, char *reason, size_t reason_len, int *ret_fd);
+
 #endif /* FLEETPROF_IPC_SOCKET_TRUST_H */

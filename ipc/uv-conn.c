@@ -372,10 +372,8 @@ int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_op
                      const struct ipc_conn_callbacks *cbs, void *userdata, char *reason,
                      size_t reason_len, struct ipc_conn **ret_conn)
 {
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
     char why[IPC_TRUST_REASON_MAX];
     uid_t uid = geteuid();
-    struct ipc_conn *c;
     int fd, r;
 
     if (!reason || !reason_len) {
@@ -385,25 +383,33 @@ int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_op
     reason[0] = '\0';
     if (!loop || !path || !cbs || !cbs->on_message || !ret_conn)
         return -EINVAL;
-    if (strlen(path) >= sizeof(addr.sun_path))
+    if (strlen(path) >= sizeof(((struct sockaddr_un *)NULL)->sun_path))
         return -ENAMETOOLONG;
     /* The path's directories and the socket first: nothing is connected to a listener
      * another user could have put there. */
-    r = ipc_socket_dir_check(path, uid, false, addr.sun_path, sizeof(addr.sun_path), reason,
-                             reason_len);
+    r = ipc_socket_connect(path, uid, reason, reason_len, &fd);
     if (r < 0)
         return r;
-    r = ipc_socket_file_check(addr.sun_path, uid, reason, reason_len);
-    if (r < 0)
-        return r;
+    return ipc_conn_adopt(loop, fd, path, uid, opts, cbs, userdata, reason, reason_len, ret_conn);
+}
 
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return -errno;
-    /* A Unix-domain connect completes at once or fails (EAGAIN: backlog full). */
-    if (connect(fd, (const struct sockaddr *)&addr, sizeof(addr)) < 0) {
-        r = -errno;
-        goto err_close_fd;
+int ipc_conn_adopt(uv_loop_t *loop, int fd, const char *path, uid_t uid,
+                   const struct ipc_conn_options *opts, const struct ipc_conn_callbacks *cbs,
+                   void *userdata, char *reason, size_t reason_len, struct ipc_conn **ret_conn)
+{
+    char why[IPC_TRUST_REASON_MAX];
+    struct ipc_conn *c;
+    int r;
+
+    if (!reason || !reason_len) {
+        reason = why;
+        reason_len = sizeof(why);
+    }
+    reason[0] = '\0';
+    if (!loop || fd < 0 || !path || !cbs || !cbs->on_message || !ret_conn) {
+        if (fd >= 0)
+            (void)close(fd);
+        return -EINVAL;
     }
     r = ipc__conn_new(loop, opts, false, &c);
     if (r < 0)
@@ -418,15 +424,14 @@ int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_op
     r = ipc__conn_read_peer(c);
     if (r < 0) {
         (void)snprintf(reason, reason_len, "cannot read the credentials of the listener at %s: %s",
-                       addr.sun_path, strerror(-r));
+                       path, strerror(-r));
         goto err_discard;
     }
     if (ipc_peer_check(&c->peer, uid, NULL, 0) < 0) {
         (void)snprintf(reason, reason_len,
                        "the daemon listening at %s (pid %ld) runs as uid %lu, not as you (uid "
                        "%lu) or root; nothing was sent to it",
-                       addr.sun_path, (long)c->peer.pid, (unsigned long)c->peer.uid,
-                       (unsigned long)uid);
+                       path, (long)c->peer.pid, (unsigned long)c->peer.uid, (unsigned long)uid);
         r = -EPERM;
         goto err_discard;
     }

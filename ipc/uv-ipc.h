@@ -108,6 +108,15 @@ int ipc_conn_connect(uv_loop_t *loop, const char *path, const struct ipc_conn_op
                      const struct ipc_conn_callbacks *cbs, void *userdata, char *reason,
                      size_t reason_len, struct ipc_conn **ret_conn);
 
+/* The second half of ipc_conn_connect(): fd is a socket connected by ipc_socket_connect()
+ * (ipc/socket-trust.h) to path (named in reasons) while the caller was uid; the listener's
+ * credentials are checked against uid before anything is sent. A process that connected
+ * before it dropped its privileges passes the uid it connected as: the daemon trusted that
+ * one. Takes fd in every case (closed on failure). Returns and reasons as ipc_conn_connect(). */
+int ipc_conn_adopt(uv_loop_t *loop, int fd, const char *path, uid_t uid,
+                   const struct ipc_conn_options *opts, const struct ipc_conn_callbacks *cbs,
+                   void *userdata, char *reason, size_t reason_len, struct ipc_conn **ret_conn);
+
 /* Replaces the callbacks and userdata (the listener's on_accept must call it). */
 void ipc_conn_set_callbacks(struct ipc_conn *conn, const struct ipc_conn_callbacks *cbs,
                             void *userdata);

@@ -4,6 +4,11 @@
  *   workload threads N SECONDS         N threads "wl-worker-I", each in its own hot function
  *   workload prefork N SECONDS [WAIT]  master forks N workers (wl_worker_main), they _exit;
  *                                      WAIT seconds of work in the master before the forks
+ *   workload setuid-workers N SECONDS UID [WAY]
+ *                                      as prefork, but each worker first drops to UID (and
+ *                                      its group) the way servers do: WAY setuid (default),
+ *                                      setresuid, or late (after half its work); exits 7 if
+ *                                      a drop fails
  *   workload dlopen SECONDS PLUGIN     loops dlopen/dlclose of PLUGIN while spinning
  *   workload exec SECONDS              execs itself as "busy"
  *   workload exit-underscore SECONDS   busy, then _exit(3)
@@ -78,6 +83,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <link.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -454,6 +460,31 @@ int main(int argc, char **argv)
         wl_recurse(3, work_deadline(s / 2));
         while (wait(NULL) > 0)
             ;
+    } else if (!strcmp(mode, "setuid-workers") && argc > 4) {
+        int n = atoi(argv[2]), failed = 0, status;
+        double s = atof(argv[3]);
+        uid_t uid = (uid_t)atol(argv[4]);
+        const char *way = argc > 5 ? argv[5] : "setuid";
+
+        for (int i = 0; i < n; i++) {
+            pid_t pid = fork();
+
+            if (pid == 0) {
+                bool late = !strcmp(way, "late");
+
+                if (late)
+                    wl_worker_main(i, s / 2);
+                if (setgroups(0, NULL) < 0 || setgid((gid_t)uid) < 0 ||
+                    (!strcmp(way, "setresuid") ? setresuid(uid, uid, uid) : setuid(uid)) < 0)
+                    _exit(7);
+                wl_worker_main(i, late ? s / 2 : s);
+                _exit(0);
+            }
+        }
+        wl_recurse(3, work_deadline(s / 2));
+        while (wait(&status) > 0)
+            failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        return failed ? 7 : 0;
     } else if (!strcmp(mode, "dlopen")) {
         double until = work_deadline(seconds);
         unsigned long loops = 0;

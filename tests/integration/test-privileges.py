@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Privilege drops keep a process in the fleet (issue #28): a server's workers that fork as
+root and drop to an unprivileged user at once (setuid, setresuid), or after some work, are in
+the file to their end, exit profile included, with their functions and CPU; nothing is opened
+to that user (the daemon still refuses a stranger: test-security.py). And a real nginx
+(Debian's nginx-light, as root, `user nobody`, 2 workers) under load, where installed: master
+and both workers in the file, each named by the title it held while it worked.
+
+Dropping privileges needs root: run as another user, the tests are skipped and say so.
+
+Usage: test-privileges.py BUILD_DIR   (meson passes it; output is TAP)
+"""
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import profile_check as pc  # noqa: E402
+import taplib  # noqa: E402
+from daemon_helper import wait_until  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1])
+WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
+CLI = os.path.join(BUILD, "tools", "fleetprof")
+NGINX = "/usr/sbin/nginx"
+AB = "/usr/bin/ab"
+
+
+def need_root():
+    if os.geteuid() != 0:
+        raise taplib.Skip("not root: a process cannot drop to another user")
+
+
+def nobody():
+    return pwd.getpwnam("nobody").pw_uid
+
+
+def record_env(tmp):
+    e = dict(os.environ)
+    e["XDG_RUNTIME_DIR"] = os.path.join(tmp, "xdg")
+    os.makedirs(e["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
+    for k in ("LD_PRELOAD", "FLEETPROF_SOCKET", "FLEETPROF_OUTPUT", "FLEETPROF_LIB",
+              "FLEETPROF_DIR"):
+        e.pop(k, None)
+    return e
+
+
+def pid_of(p):
+    return int(p["meta"]["fleetprof"]["pid"])
+
+
+def name_of(p):
+    return p["threads"][0].get("processName") if p.get("threads") else None
+
+
+def cpu_ms_in(p, function):
+    """CPU (ms) of the samples of p whose stack holds function."""
+    total = 0
+    for t in p.get("threads") or []:
+        sms = t["samples"]["schema"]
+        names = pc.frame_names(t)
+        ss = t["stackTable"]["schema"]
+        stacks = t["stackTable"]["data"]
+        for row in t["samples"]["data"]:
+            i = row[sms["stack"]]
+            found = False
+            while i is not None and not found:
+                found = names[stacks[i][ss["frame"]]] == function
+                i = stacks[i][ss["prefix"]]
+            if found:
+                total += row[sms["threadCPUDelta"]] or 0
+    return total / 1e6
+
+
+def check_workers(tmp, way, seconds=0.6):
+    need_root()
+    out = os.path.join(tmp, "out.json")
+    r = subprocess.run([CLI, "record", "--no-summary", "-o", out, "--", WORKLOAD,
+                        "setuid-workers", "2", str(seconds), str(nobody()), way],
+                       env=record_env(tmp), cwd=tmp, capture_output=True, text=True, timeout=120)
+    # The program's own result first: every drop worked, as without fleetprof.
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    assert "cannot write the exit profile" not in r.stderr, r.stderr
+    doc = pc.load_valid(out)
+    procs = doc.get("processes") or []
+    master = [p for p in procs if not p["meta"]["fleetprof"].get("forked")]
+    workers = [p for p in procs if p["meta"]["fleetprof"].get("forked")]
+    print(f"# {way}: {len(procs)} processes, stderr: {r.stderr.strip().splitlines()[-1:]}")
+    assert len(master) == 1 and len(workers) == 2, \
+        f"{way}: want the master and 2 workers, got {[(pid_of(p), name_of(p)) for p in procs]}"
+    for w in workers:
+        ms = cpu_ms_in(w, "wl_worker_main")
+        print(f"# worker {pid_of(w)}: {ms:.0f} ms of CPU in wl_worker_main")
+        # Each worker burnt `seconds` of CPU in wl_worker_main (work_deadline counts its
+        # thread's CPU under --cpu only; here the wall clock: at least a third is CPU on
+        # any machine that ran it to its end). Most of it must be in the file.
+        assert ms >= 100, f"worker {pid_of(w)}: {ms:.0f} ms of CPU in wl_worker_main"
+
+
+def test_workers_that_setuid_at_once_are_in_the_file(tmp):
+    check_workers(tmp, "setuid")
+
+
+def test_workers_that_setresuid_at_once_are_in_the_file(tmp):
+    check_workers(tmp, "setresuid")
+
+
+def test_workers_that_drop_after_working_are_in_the_file(tmp):
+    check_workers(tmp, "late")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+NGINX_CONF = """user nobody {group};
+worker_processes 2;
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  gzip on;
+  gzip_min_length 100;
+  server {{ listen 127.0.0.1:{port}; root {d}/html; }}
+}}
+"""
+
+
+def test_nginx_master_and_workers_are_in_the_file(tmp):
+    need_root()
+    if not (os.access(NGINX, os.X_OK) and os.access(AB, os.X_OK)):
+        raise taplib.Skip("nginx-light and apache2-utils (ab) are not installed")
+    d = os.path.join(tmp, "nginx")
+    os.makedirs(os.path.join(d, "html"))
+    os.chmod(tmp, 0o755)  # the workers (nobody) read the pages
+    os.chmod(d, 0o755)
+    os.chmod(os.path.join(d, "html"), 0o755)
+    with open(os.path.join(d, "html", "index.html"), "w") as f:
+        f.write("fleetprof " * 4000)
+    os.chmod(os.path.join(d, "html", "index.html"), 0o644)
+    port = free_port()
+    group = "nogroup" if shutil.which("getent") is None or subprocess.run(
+        ["getent", "group", "nogroup"], capture_output=True).returncode == 0 else "nobody"
+    with open(os.path.join(d, "nginx.conf"), "w") as f:
+        f.write(NGINX_CONF.format(d=d, port=port, group=group))
+    out = os.path.join(tmp, "nginx.json")
+    rec = subprocess.Popen([CLI, "record", "--no-summary", "-o", out, "--", NGINX, "-p", d,
+                            "-c", os.path.join(d, "nginx.conf")],
+                           env=record_env(tmp), cwd=tmp, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        def serving():
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        wait_until(serving, "nginx listening", 30)
+        ab = subprocess.run([AB, "-q", "-n", "4000", "-c", "4", "-H", "Accept-Encoding: gzip",
+                             f"http://127.0.0.1:{port}/"], capture_output=True, text=True,
+                            timeout=120)
+        assert ab.returncode == 0 and "Failed requests:        0" in ab.stdout, ab.stdout + ab.stderr
+        with open(os.path.join(d, "nginx.pid")) as f:
+            master_pid = int(f.read())
+        os.kill(master_pid, signal.SIGQUIT)  # graceful: the workers finish and exit
+        _, err = rec.communicate(timeout=60)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+    assert rec.returncode == 0, f"record exit {rec.returncode}: {err}"
+    with open(os.path.join(d, "error.log")) as f:
+        log = f.read()
+    assert "fleetprof" not in log, f"nginx's error log holds our words:\n{log}"
+    doc = pc.load_valid(out)
+    procs = doc.get("processes") or []
+    names = sorted(name_of(p) or "" for p in procs)
+    print(f"# {len(procs)} processes: {names}")
+    workers = [p for p in procs if p["meta"]["fleetprof"].get("forked")]
+    assert len(procs) == 3 and len(workers) == 2, f"want master + 2 workers: {names}"
+    for w in workers:
+        assert name_of(w) == "nginx: worker process", f"worker {pid_of(w)} named {name_of(w)!r}"
+    busy = [w for w in workers if sum(pc.cpu_sampling(t)[1] for t in w["threads"]) > 0]
+    assert busy, "no worker has CPU in the file, though they served the load"
+
+
+if __name__ == "__main__":
+    taplib.run([
+        test_workers_that_setuid_at_once_are_in_the_file,
+        test_workers_that_setresuid_at_once_are_in_the_file,
+        test_workers_that_drop_after_working_are_in_the_file,
+    ])
