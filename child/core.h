@@ -311,9 +311,14 @@ void *rt_dlopen_beside(const char *name, char *error, size_t size);
 void rt_process_read_command_line(void);
 const char *rt_product(void);
 const char *rt_program_name(void);
-/* The process title the program set over its argv if it did (read now, into buf), else the
- * program's name. */
+/* The process's name, into buf: of the titles the program set over its argv (or its
+ * program's name, shown while it set none), the one shown longest, as the sampler looked
+ * (rt_process_title_tick(), at most every 100 ms) and as shown now. */
 const char *rt_process_name(char *buf, size_t size);
+/* The sampler thread's tick: looks at the title if it has not for 100 ms. */
+void rt_process_title_tick(uint64_t now_ns);
+/* In a forked child: the parent's titles are not its own. */
+void rt_process_titles_forget(void);
 
 /* groups.c: performance groups (fleetprof_group_get and the stopwatch API). */
 struct prof_group_totals;

@@ -3,6 +3,8 @@
  * profile writer, the region's description and the daemon client.
  */
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,7 +45,8 @@ const char *rt_product(void)
     return product;
 }
 
-const char *rt_process_name(char *buf, size_t size)
+/* The title /proc shows now, into buf, or the program's name when there is none. */
+static const char *title_now(char *buf, size_t size)
 {
     ssize_t n = 0;
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
@@ -62,6 +65,75 @@ const char *rt_process_name(char *buf, size_t size)
         buf[--n] = '\0'; /* setproctitle() pads with spaces */
     if (n == 0 || strncmp(buf, argv0_at_start, sizeof(argv0_at_start) - 1) == 0)
         return program_name;
+    return buf;
+}
+
+/* The titles seen by the sampler's look every TITLE_LOOK_NS, each with how long it was
+ * shown: a server's process is named by the one it held longest, not by the one it sets
+ * on its way out (nginx's "nginx: worker process is shutting down"). A few: a process that
+ * changes its title all the time (a progress line) keeps the longest held. */
+#define TITLES_MAX    4
+#define TITLE_LOOK_NS (100 * 1000 * 1000)
+
+static pthread_mutex_t titles_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char text[256];
+    uint64_t held_ns;
+} titles[TITLES_MAX];
+static size_t title_count, title_current;
+static uint64_t title_looked_ns; /* 0: never looked */
+
+/* titles_lock held. Charges the time since the last look to the title shown then. */
+static void look_locked(uint64_t now_ns)
+{
+    char buf[256];
+    const char *t = title_now(buf, sizeof(buf));
+    size_t i, least = 0;
+
+    if (title_count)
+        titles[title_current].held_ns += now_ns - title_looked_ns;
+    title_looked_ns = now_ns;
+    for (i = 0; i < title_count && strcmp(titles[i].text, t) != 0; i++)
+        if (titles[i].held_ns < titles[least].held_ns)
+            least = i;
+    if (i == title_count && title_count == TITLES_MAX)
+        i = least; /* the least held gives its place */
+    else if (i == title_count)
+        title_count++;
+    if (strcmp(titles[i].text, t) != 0) {
+        (void)snprintf(titles[i].text, sizeof(titles[i].text), "%s", t);
+        titles[i].held_ns = 0;
+    }
+    title_current = i;
+}
+
+void rt_process_title_tick(uint64_t now_ns)
+{
+    (void)pthread_mutex_lock(&titles_lock);
+    if (!title_looked_ns || now_ns - title_looked_ns >= TITLE_LOOK_NS)
+        look_locked(now_ns);
+    (void)pthread_mutex_unlock(&titles_lock);
+}
+
+void rt_process_titles_forget(void)
+{
+    (void)pthread_mutex_init(&titles_lock, NULL); /* a thread of the parent may have held it */
+    title_count = 0;
+    title_current = 0;
+    title_looked_ns = 0;
+}
+
+const char *rt_process_name(char *buf, size_t size)
+{
+    size_t best = 0;
+
+    (void)pthread_mutex_lock(&titles_lock);
+    look_locked(rt_now_ns());
+    for (size_t i = 1; i < title_count; i++)
+        if (titles[i].held_ns > titles[best].held_ns)
+            best = i;
+    (void)snprintf(buf, size, "%s", titles[best].text);
+    (void)pthread_mutex_unlock(&titles_lock);
     return buf;
 }
 

@@ -712,6 +712,7 @@ static void on_fork_child(void)
     rt_sampler_forget_after_fork();
     rt_region_forget_after_fork();
     rt_modules_forget_after_fork();
+    rt_process_titles_forget();
     for (uint32_t i = 0; i < atomic_load(&rt.counter_count); i++) {
         atomic_store(&rt.counters[i].value, 0);
         rt.counters[i].last_sampled = 0;

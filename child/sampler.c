@@ -894,6 +894,7 @@ static void *sampler_main(void *arg)
         t2 = rt_now_ns();
         sample_counters(t2, true);
         rt_region_tick(t2);
+        rt_process_title_tick(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);
         hooks.tick();
         t3 = rt_now_ns();

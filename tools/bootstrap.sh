@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fleetprof needs to build and test, only those missing.
 # Uses sudo when not root. Prints nothing and changes nothing when all are present.
+# With --with-servers (CI), also the real servers some tests profile when they are installed
+# (nginx-light and ab: the privilege-drop test); Debian starts nginx's service on install
+# unless policy-rc.d forbids it, so a developer's ./run test does not ask for them.
 set -euo pipefail
 
 # binutils: the symbol tests strip and re-link debug files (objcopy, strip, readelf).
@@ -15,6 +18,9 @@ packages=(
     libcmocka-dev clang libclang-rt-14-dev clang-format libc6-dbg tmux
     zlib1g-dev protobuf-compiler
 )
+if [[ ${1:-} == --with-servers ]]; then
+    packages+=(nginx-light apache2-utils)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

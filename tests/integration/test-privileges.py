@@ -205,4 +205,5 @@ if __name__ == "__main__":
         test_workers_that_setuid_at_once_are_in_the_file,
         test_workers_that_setresuid_at_once_are_in_the_file,
         test_workers_that_drop_after_working_are_in_the_file,
+        test_nginx_master_and_workers_are_in_the_file,
     ])
