@@ -97,7 +97,7 @@ int daemon__pid_map_add(struct daemon *d, struct conn *c)
     return 0;
 }
 
-void daemon__conn_unlink(struct daemon *d, struct conn *c)
+void daemon__pid_map_remove(struct daemon *d, struct conn *c)
 {
     if (c->in_pid_map) {
         struct conn **link = &d->by_pid[pid_bucket(d, c->pid)];
@@ -108,6 +108,11 @@ void daemon__conn_unlink(struct daemon *d, struct conn *c)
         c->in_pid_map = false;
         d->by_pid_count--;
     }
+}
+
+void daemon__conn_unlink(struct daemon *d, struct conn *c)
+{
+    daemon__pid_map_remove(d, c);
     for (struct conn **p = &d->conns; *p; p = &(*p)->next) {
         if (*p == c) {
             *p = c->next;
@@ -155,6 +160,7 @@ int daemon__send(struct conn *c, Fleetprof__Envelope *env)
 
 void daemon__maybe_finish_close(struct daemon *d)
 {
-    if (d->closing && !d->conns && !d->gather && !d->socket_watch_open && d->finish_close)
+    if (d->closing && !d->conns && !d->gather && !d->socket_watch_open && !d->workers &&
+        d->finish_close)
         d->finish_close(d);
 }

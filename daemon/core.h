@@ -26,6 +26,8 @@ void daemon__log(struct daemon *d, enum daemon_log_level level, const char *fmt,
 void daemon__conn_link(struct daemon *d, struct conn *c);
 /* Links c (whose pid is set) into the pid map. 0 or -ENOMEM. */
 int daemon__pid_map_add(struct daemon *d, struct conn *c);
+/* Takes c out of the pid map (idempotent). */
+void daemon__pid_map_remove(struct daemon *d, struct conn *c);
 /* Takes c out of the table and the pid map. */
 void daemon__conn_unlink(struct daemon *d, struct conn *c);
 /* The child connection of pid, or NULL. */

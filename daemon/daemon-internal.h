@@ -4,7 +4,8 @@
  *
  * Single-threaded: everything runs on the daemon's loop, except the end of a capture's file
  * write (fsync, close, rename), which a libuv worker does on data it owns until the
- * after-work callback.
+ * after-work callback, and the building of a profile from a child's region, which the
+ * daemon's workers (workers.h) do on a job that owns what it reads.
  */
 #ifndef FLEETPROF_DAEMON_DAEMON_INTERNAL_H
 #define FLEETPROF_DAEMON_DAEMON_INTERNAL_H
@@ -26,6 +27,7 @@ struct gather;
 struct region_scan;
 struct loop_pace;
 struct prof_symbols;
+struct daemon_workers;
 
 enum conn_kind {
     CONN_NEW,   /* nothing received yet */
@@ -73,6 +75,8 @@ struct conn {
     bool final_update;       /* its manager said goodbye: its chunks are gone */
     bool exit_in_region;     /* Welcome.exit_in_region: we build its exit profile from its
                               * region when its Final asks */
+    bool building;           /* a worker builds its profile from its region (the capture
+                              * waits for that, not for the child) */
     uint32_t groups_refused; /* GroupStats refused (logged up to a few) */
     bool in_pid_map;         /* linked in d->by_pid (from its Hello to its close) */
     struct conn *pid_next;   /* chain in d->by_pid */
@@ -80,6 +84,13 @@ struct conn {
 };
 
 #define DEPARTURES_MAX 4096
+
+/* Worker threads that build profiles from children's regions (workers.h): two, as a killed
+ * fleet's recoveries are memory-bound copies and builds, and the loop keeps a CPU. */
+#define DAEMON_WORKERS 2
+
+/* Each symbol cache's memory bound: the symbol service's (the loop's) and the workers'. */
+#define DAEMON_SYMBOL_CACHE_BYTES (512u << 20)
 
 /* A child that ended without an exit profile: the next capture's log says so. */
 struct departure {
@@ -125,8 +136,7 @@ struct daemon {
     bool socket_lost_said;
     struct region_scan *region_scan; /* owned; NULL until a child publishes in its region */
     struct prof_symbols *symbols;    /* the symbol service's cache; NULL until first used */
-    uint8_t *exit_image;             /* owned scratch: a region's copy (recover.c) */
-    size_t exit_image_cap;           /* its bytes */
+    struct daemon_workers *workers;  /* owned: builds profiles from regions; NULL once closed */
     struct departure *departures;    /* children that ended without an exit profile */
     size_t departure_count;          /* since the last capture, at most DEPARTURES_MAX */
     uint64_t departures_dropped;
@@ -154,10 +164,13 @@ void daemon__gather_piece_bytes(struct ipc_conn *ipc, const uint8_t *data, size_
                                 void *userdata);
 void daemon__gather_piece_end(struct ipc_conn *ipc, void *userdata);
 void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress *m);
-/* A child left: its partial data is dropped and logged. When a capture was waiting for it
- * and its profile was recovered from its chunks (recovered, len; how says how), that is its
- * answer: returns true, and the capture took recovered (freed with it). */
-bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, const char *how);
+/* A child left, or its connection is about to be freed: a capture waiting for it drops its
+ * partial data, logged. */
+void daemon__gather_on_child_gone(struct conn *c);
+/* c's profile was recovered from its chunks (json, len; how says how). When a capture is
+ * waiting for c, that is its answer: returns true, and the capture took json (freed with
+ * it); else false. */
+bool daemon__gather_on_recovered(struct conn *c, char *json, size_t len, const char *how);
 /* c's exit profile arrived (json, len; built: how the daemon built it from c's region, or
  * NULL). When a capture is waiting for c, that is its answer: returns true, and the capture
  * took json (freed with it); else false, and the caller keeps it for the next capture. */
@@ -186,16 +199,31 @@ void daemon__region_accept(struct conn *c, int fd, bool evictions);
 bool daemon__region_evict(struct conn *c, uint64_t done_ns);
 /* Unmaps c's eviction page and closes its region (idempotent). */
 void daemon__region_release(struct conn *c);
-/* c ended with neither a final update nor an exit profile: its profile from its region, in
- * *ret_json (malloc'd, the caller's) and *ret_len. Writes what happened into how (for the
- * gathering log); 0 when recovered. */
-int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
-                           size_t *ret_len);
-/* c's Final said its exit profile is in its region (ChunkManagerUpdate.exit_in_region): the
- * profile built from it, in *ret_json (malloc'd, the caller's) and *ret_len; how says how it
- * went (for the gathering log). 0, or a negative errno, logged here. */
-int daemon__region_exit_profile(struct conn *c, char *how, size_t how_size, char **ret_json,
-                                size_t *ret_len);
+/* A profile the workers build from a child's region: a killed child's (recovery), or the
+ * exit profile a short-lived child left there (ChunkManagerUpdate.exit_in_region). */
+enum daemon_build_kind {
+    DAEMON_BUILD_RECOVERY,
+    DAEMON_BUILD_EXIT,
+};
+/* What a build gives back, on the loop. */
+struct daemon_built {
+    enum daemon_build_kind kind;
+    int32_t pid;
+    const char *name;
+    /* 0; -ECANCELED (a recovery of a process that exec'd: its new image reports for it);
+     * -ESHUTDOWN (the daemon closed first); or why the region could not be read (logged). */
+    int result;
+    char *json; /* with result 0, owned: the callback takes it by setting it to NULL */
+    size_t len;
+    const char *how; /* how it was built, for the gathering log */
+};
+typedef void daemon_built_cb(struct conn *c, struct daemon_built *b);
+/* Starts building c's profile from its region on the workers (a duplicate of its descriptor
+ * goes with the job); cb gets c and the result on the loop. The caller keeps c until then
+ * (c->building: a connection that ends meanwhile stays in the table, dead). For a recovery,
+ * only once c's process is gone (one that lives on reconnects, or execs). False when there
+ * is nothing to build: no region, or a process still alive. */
+bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_built_cb *cb);
 struct json_writer;
 struct prof_symbolizer;
 struct daemon_recovery;

@@ -120,6 +120,8 @@ struct daemon_stats {
     uint64_t children;         /* connected profiled processes */
     uint64_t connecting;       /* connections not yet children: accepted and silent so far,
                                 * plus 1 while any waits in the listen backlog */
+    uint64_t building;         /* profiles the workers are building from children's regions
+                                * (killed children, short-lived children's exits) */
     uint64_t children_total;   /* ever connected */
     uint64_t dropped_children; /* disconnected for misbehaving */
     uint64_t updates;          /* chunk-manager updates handled */

@@ -1002,27 +1002,32 @@ bool daemon__gather_on_exit_profile(struct conn *c, char *json, size_t len, cons
     return true;
 }
 
-bool daemon__gather_on_child_gone(struct conn *c, char *recovered, size_t len, const char *how)
+void daemon__gather_on_child_gone(struct conn *c)
 {
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
 
     if (!p)
-        return false;
+        return;
     /* A child that completed before going keeps its profile (possibly still spooled). */
     p->conn = NULL;
     if (p->done)
+        return;
+    event(g, EV_DROPPED,
+          EV_OF(p, .reason = "went away during the capture", .bytes = p->len, .with_bytes = true),
+          "child {pid} ({name}) went away during the capture; its partial data ({bytes} "
+          "bytes) was dropped");
+    drop_data(g, p);
+    mark_done(g, p);
+}
+
+bool daemon__gather_on_recovered(struct conn *c, char *recovered, size_t len, const char *how)
+{
+    struct gather *g = c->d->gather;
+    struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
+
+    if (!p || p->done)
         return false;
-    if (!recovered) {
-        event(g, EV_DROPPED,
-              EV_OF(p, .reason = "went away during the capture", .bytes = p->len,
-                    .with_bytes = true),
-              "child {pid} ({name}) went away during the capture; its partial data ({bytes} "
-              "bytes) was dropped");
-        drop_data(g, p);
-        mark_done(g, p);
-        return false;
-    }
     /* It died mid-capture: what it sent so far goes, its chunks answer in its place. */
     if (!answer_with(g, p, recovered, len, "recovered"))
         return true;
@@ -1053,7 +1058,9 @@ static void on_round(uv_timer_t *t)
     for (size_t i = 0; i < g->count; i++) {
         struct pending *p = &g->pending[i];
 
-        if (!p->done && (p->progress != p->asked_progress || p->len != p->asked_len))
+        /* The daemon's own workers building its profile: progress of ours, bounded. */
+        if (!p->done && (p->progress != p->asked_progress || p->len != p->asked_len ||
+                         (p->conn && p->conn->building)))
             progressed = true;
     }
     if (!progressed) {
@@ -1091,7 +1098,7 @@ static void on_round(uv_timer_t *t)
         Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
         Fleetprof__GetGatherProfileProgress msg = FLEETPROF__GET_GATHER_PROFILE_PROGRESS__INIT;
 
-        if (p->done || !p->conn)
+        if (p->done || !p->conn || p->conn->building)
             continue;
         p->asked_progress = p->progress;
         p->asked_len = p->len;
@@ -1527,7 +1534,7 @@ static int start(struct gather *g)
         return r;
     json_writer_array_begin(g->events, NULL);
     for (struct conn *c = d->conns; c; c = c->next)
-        n += c->kind == CONN_CHILD;
+        n += c->kind == CONN_CHILD || c->building;
     g->pending = calloc(n ? n : 1, sizeof(*g->pending));
     if (!g->pending)
         return -ENOMEM;
@@ -1584,7 +1591,7 @@ static int start(struct gather *g)
         Fleetprof__GatherProfile msg = FLEETPROF__GATHER_PROFILE__INIT;
         struct pending *p;
 
-        if (c->kind != CONN_CHILD)
+        if (c->kind != CONN_CHILD && !c->building)
             continue;
         p = &g->pending[g->count++];
         p->conn = c;
@@ -1592,6 +1599,12 @@ static int start(struct gather *g)
         (void)snprintf(p->name, sizeof(p->name), "%s", c->name);
         p->spool_fd = -1;
         p->progress = p->asked_progress = UINT32_MAX;
+        if (c->building) { /* it ended: its profile, being built, is its answer */
+            event(g, EV_NOTE, EV_OF(p, .reason = NULL),
+                  "waiting for the daemon to build the profile of child {pid} ({name}) from "
+                  "its shared chunks");
+            continue;
+        }
         msg.id = g->id;
         env.msg_case = FLEETPROF__ENVELOPE__MSG_GATHER_PROFILE;
         env.gather_profile = &msg;

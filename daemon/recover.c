@@ -37,6 +37,7 @@
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
+#include "daemon/workers.h"
 #include "proto/fleetprof-protocol.h"
 
 /* Bounds on what a description may ask for (a real process is far below them). */
@@ -719,92 +720,6 @@ static bool process_gone(int32_t pid)
     return state == 'Z' || state == 'X' || (flags & 0x4u /* PF_EXITING */);
 }
 
-/* What to_json() builds a profile from: a dead child's whole copy (mem, len), or a
- * short-lived child's region, its exit profile left there (fd, mem NULL). */
-struct region_build {
-    const uint8_t *mem;
-    size_t len;
-    int fd;
-};
-
-/* A profile built from a region with the fleet's symbol cache, as one JSON text in *ret_json
- * (malloc'd, the caller's) and *ret_len. */
-static int to_json(struct daemon *d, const struct region_build *b, struct daemon_recovery *rec,
-                   char **ret_json, size_t *ret_len)
-{
-    struct prof_symbols *symbols = NULL;
-    struct prof_symbolizer symbolizer;
-    struct json_writer *w = NULL;
-    int r = daemon__symbols_cache(d, &symbols);
-
-    if (r == 0)
-        r = json_writer_new_memory(&w);
-    if (r == 0) {
-        symbolizer = prof_symbolizer_local(symbols);
-        r = b->mem ? daemon__recover_image(b->mem, b->len, "shared memory", &symbolizer, w, rec)
-                   : daemon__exit_image_build(b->fd, region_limit(d), &d->exit_image,
-                                              &d->exit_image_cap, &symbolizer, w, rec);
-    }
-    if (r == 0)
-        r = json_writer_finish(w);
-    if (r == 0)
-        r = json_writer_copy_to(w, ret_json);
-    if (r == 0)
-        *ret_len = json_writer_length(w);
-    json_writer_free(w);
-    return r;
-}
-
-int daemon__region_recover(struct conn *c, char *how, size_t how_size, char **ret_json,
-                           size_t *ret_len)
-{
-    struct daemon *d = c->d;
-    struct buf_region_header h;
-    struct daemon_recovery rec;
-    char *json = NULL;
-    uint8_t *mem = NULL;
-    size_t len = 0, json_len = 0;
-    int r;
-
-    if (!process_gone(c->pid)) {
-        daemon__log(d, DAEMON_LOG_DEBUG,
-                    "child %d (%s) left but lives on (it reconnects, or execs): nothing to "
-                    "recover",
-                    (int)c->pid, c->name);
-        return -EAGAIN;
-    }
-    /* Copied whole first: the process is gone, but whoever else holds the memfd is not. */
-    r = read_whole(c->region_fd, region_limit(d), &mem, &len);
-    if (r == 0 && buf_region_read_header(mem, len, &h) < 0)
-        r = -EBADMSG;
-    if (r == 0 && h.exec_ns) {
-        free(mem);
-        return -ECANCELED; /* it exec'd: the new image reports for it */
-    }
-    if (r == 0)
-        r = to_json(d, &(struct region_build){mem, len, -1}, &rec, &json, &json_len);
-    if (r < 0) {
-        daemon__log(d, DAEMON_LOG_WARNING,
-                    "child %d (%s) ended without a profile, and its chunks could not be read "
-                    "back: %s",
-                    (int)c->pid, c->name,
-                    r == -EBADMSG ? "its region is not a chunk region" : strerror(-r));
-        free(mem);
-        return r;
-    }
-    (void)snprintf(how, how_size,
-                   "%s, %" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
-                   " corrupt chunks, %" PRIu64 " torn bytes",
-                   rec.crash_signal ? signal_name(rec.crash_signal) : "killed (no crash recorded)",
-                   rec.blocks, rec.chunks, rec.corrupt_chunks, rec.torn_bytes);
-    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s): profile recovered from its chunks: %s",
-                (int)c->pid, c->name, how);
-    *ret_json = json;
-    *ret_len = json_len;
-    free(mem);
-    return 0;
-}
-
 /* ---- a short-lived child's exit profile, left in its region -------------------------- */
 
 /* What the daemon copies of such a region at most, in bytes of blocks: a child leaves its exit
@@ -944,43 +859,181 @@ int daemon__exit_image_build(int fd, uint64_t limit, uint8_t **scratch, size_t *
     return r < 0 ? r : build_image(mem, len, NULL, symbolizer, w, ret);
 }
 
-int daemon__region_exit_profile(struct conn *c, char *how, size_t how_size, char **ret_json,
-                                size_t *ret_len)
-{
-    struct daemon *d = c->d;
-    struct daemon_recovery rec;
-    char *json = NULL;
-    size_t json_len = 0;
-    uint64_t start_ns = daemon__now_ns();
-    int r = -ENOENT;
+/* ---- building a profile on the workers ------------------------------------------- */
 
-    if (c->region_fd >= 0)
-        r = to_json(d, &(struct region_build){NULL, 0, c->region_fd}, &rec, &json, &json_len);
-    if (d->exit_image_cap > EXIT_IMAGE_KEPT_BYTES) { /* an unusual one: not kept */
-        free(d->exit_image);
-        d->exit_image = NULL;
-        d->exit_image_cap = 0;
+/* What a build job carries: everything it needs, owned, nothing of the connection. */
+struct build_job {
+    struct worker_job job;
+    struct conn *c; /* the loop's: kept by its caller until done (c->building) */
+    daemon_built_cb *cb;
+    enum daemon_build_kind kind;
+    int32_t pid;
+    char name[64];
+    int fd;         /* a duplicate of the child's region descriptor, the job's */
+    uint64_t limit; /* region_limit() of the daemon, taken on the loop */
+    /* The result, written by run(): */
+    int r;
+    char *json;
+    size_t len;
+    uint64_t build_us;
+    struct daemon_recovery rec;
+};
+
+/* A profile built from a region with the worker's symbol cache, as one JSON text in *ret_json
+ * (malloc'd, the caller's) and *ret_len: a dead child's whole copy (mem, len), or a
+ * short-lived child's region, its exit profile left there (fd, mem NULL). */
+static int to_json(struct worker_scratch *scratch, const uint8_t *mem, size_t len, int fd,
+                   uint64_t limit, struct daemon_recovery *rec, char **ret_json, size_t *ret_len)
+{
+    struct prof_symbolizer symbolizer;
+    struct json_writer *w = NULL;
+    int r = json_writer_new_memory(&w);
+
+    if (r == 0) {
+        worker_symbolizer(scratch, &symbolizer);
+        r = mem ? daemon__recover_image(mem, len, "shared memory", &symbolizer, w, rec)
+                : daemon__exit_image_build(fd, limit, &scratch->image, &scratch->image_cap,
+                                           &symbolizer, w, rec);
     }
-    if (r < 0) {
+    if (r == 0)
+        r = json_writer_finish(w);
+    if (r == 0)
+        r = json_writer_copy_to(w, ret_json);
+    if (r == 0)
+        *ret_len = json_writer_length(w);
+    json_writer_free(w);
+    return r;
+}
+
+/* On a worker thread. */
+static void build_run(struct worker_job *job, struct worker_scratch *scratch)
+{
+    struct build_job *b = (struct build_job *)job;
+    uint64_t start_ns = daemon__now_ns();
+    struct buf_region_header h;
+    uint8_t *mem = NULL;
+    size_t len = 0;
+
+    if (b->kind == DAEMON_BUILD_EXIT) {
+        b->r = to_json(scratch, NULL, 0, b->fd, b->limit, &b->rec, &b->json, &b->len);
+        if (scratch->image_cap > EXIT_IMAGE_KEPT_BYTES) { /* an unusual one: not kept */
+            free(scratch->image);
+            scratch->image = NULL;
+            scratch->image_cap = 0;
+        }
+    } else {
+        /* Copied whole first: the process is gone, but whoever else holds the memfd is not. */
+        b->r = read_whole(b->fd, b->limit, &mem, &len);
+        if (b->r == 0 && buf_region_read_header(mem, len, &h) < 0)
+            b->r = -EBADMSG;
+        if (b->r == 0 && h.exec_ns)
+            b->r = -ECANCELED; /* it exec'd: the new image reports for it */
+        if (b->r == 0)
+            b->r = to_json(scratch, mem, len, -1, b->limit, &b->rec, &b->json, &b->len);
+        free(mem);
+    }
+    b->build_us = (daemon__now_ns() - start_ns) / 1000;
+}
+
+/* On the loop: says what happened, then hands the profile to whoever asked. */
+static void build_done(struct worker_job *job, bool ran)
+{
+    struct build_job *b = (struct build_job *)job;
+    struct daemon *d = b->c->d;
+    struct daemon_built out = {.kind = b->kind, .pid = b->pid, .name = b->name};
+    char how[200];
+
+    if (!ran)
+        b->r = -ESHUTDOWN;
+    (void)close(b->fd);
+    how[0] = '\0';
+    if (b->r == 0 && b->kind == DAEMON_BUILD_RECOVERY) {
+        (void)snprintf(how, sizeof(how),
+                       "%s, %" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
+                       " corrupt chunks, %" PRIu64 " torn bytes",
+                       b->rec.crash_signal ? signal_name(b->rec.crash_signal)
+                                           : "killed (no crash recorded)",
+                       b->rec.blocks, b->rec.chunks, b->rec.corrupt_chunks, b->rec.torn_bytes);
+        daemon__log(d, DAEMON_LOG_INFO,
+                    "child %d (%s): profile recovered from its chunks in %" PRIu64 " us: %s",
+                    (int)b->pid, b->name, b->build_us, how);
+    } else if (b->r == 0) {
+        (void)snprintf(how, sizeof(how),
+                       "%" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
+                       " corrupt chunks, %" PRIu64 " torn bytes, built in %" PRIu64 " us",
+                       b->rec.blocks, b->rec.chunks, b->rec.corrupt_chunks, b->rec.torn_bytes,
+                       b->build_us);
+        daemon__log(d, DAEMON_LOG_INFO,
+                    "child %d (%s): exit profile built from its chunk region: %s", (int)b->pid,
+                    b->name, how);
+    } else if (b->r == -ESHUTDOWN) {
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "child %d (%s): its profile was not built from its chunk region: the daemon "
+                    "is closing",
+                    (int)b->pid, b->name);
+    } else if (b->kind == DAEMON_BUILD_RECOVERY && b->r != -ECANCELED) {
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "child %d (%s) ended without a profile, and its chunks could not be read "
+                    "back: %s",
+                    (int)b->pid, b->name,
+                    b->r == -EBADMSG ? "its region is not a chunk region" : strerror(-b->r));
+    } else if (b->kind == DAEMON_BUILD_EXIT) {
         daemon__log(d, DAEMON_LOG_WARNING,
                     "child %d (%s) left its exit profile in its chunk region, and it could not "
                     "be built: %s",
-                    (int)c->pid, c->name,
-                    r == -E2BIG     ? "it holds more than a short-lived child's profile"
-                    : r == -ENODATA ? "no description of its end"
-                    : r == -EBADMSG ? "its region is not a chunk region"
-                    : r == -ENOENT  ? "the daemon does not hold its region"
-                                    : strerror(-r));
-        return r;
+                    (int)b->pid, b->name,
+                    b->r == -E2BIG     ? "it holds more than a short-lived child's profile"
+                    : b->r == -ENODATA ? "no description of its end"
+                    : b->r == -EBADMSG ? "its region is not a chunk region"
+                                       : strerror(-b->r));
     }
-    (void)snprintf(how, how_size,
-                   "%" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
-                   " corrupt chunks, %" PRIu64 " torn bytes, built in %" PRIu64 " us",
-                   rec.blocks, rec.chunks, rec.corrupt_chunks, rec.torn_bytes,
-                   (daemon__now_ns() - start_ns) / 1000);
-    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s): exit profile built from its chunk region: %s",
-                (int)c->pid, c->name, how);
-    *ret_json = json;
-    *ret_len = json_len;
-    return 0;
+    out.result = b->r;
+    out.json = b->r == 0 ? b->json : NULL;
+    out.len = b->len;
+    out.how = how;
+    b->cb(b->c, &out);
+    free(out.json); /* NULL when the callback took it */
+    free(b);
+}
+
+bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_built_cb *cb)
+{
+    struct daemon *d = c->d;
+    struct build_job *b;
+    int fd;
+
+    if (c->region_fd < 0 || !d->workers) {
+        if (kind == DAEMON_BUILD_EXIT)
+            daemon__log(d, DAEMON_LOG_WARNING,
+                        "child %d (%s) left its exit profile in its chunk region, and it could "
+                        "not be built: the daemon does not hold its region",
+                        (int)c->pid, c->name);
+        return false;
+    }
+    if (kind == DAEMON_BUILD_RECOVERY && !process_gone(c->pid)) {
+        daemon__log(d, DAEMON_LOG_DEBUG,
+                    "child %d (%s) left but lives on (it reconnects, or execs): nothing to "
+                    "recover",
+                    (int)c->pid, c->name);
+        return false;
+    }
+    b = calloc(1, sizeof(*b));
+    fd = b ? fcntl(c->region_fd, F_DUPFD_CLOEXEC, 3) : -1;
+    if (fd < 0) {
+        daemon__log(d, DAEMON_LOG_WARNING, "child %d (%s): its profile cannot be built: %s",
+                    (int)c->pid, c->name, strerror(b ? errno : ENOMEM));
+        free(b);
+        return false;
+    }
+    b->job.run = build_run;
+    b->job.done = build_done;
+    b->c = c;
+    b->cb = cb;
+    b->kind = kind;
+    b->pid = c->pid;
+    (void)snprintf(b->name, sizeof(b->name), "%s", c->name);
+    b->fd = fd;
+    b->limit = region_limit(d);
+    workers_submit(d->workers, &b->job);
+    return true;
 }

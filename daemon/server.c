@@ -28,6 +28,7 @@
 #include "daemon/daemon.h"
 #include "daemon/groups.h"
 #include "daemon/pace.h"
+#include "daemon/workers.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -35,31 +36,54 @@
 #define UNSOLICITED_UPDATES_MAX 16 /* updates without a poll before the child is dropped */
 #define GROUP_REFUSALS_LOGGED   8  /* refused GroupStats logged per child; the rest counted */
 
+/* A profile the workers built from c's region (daemon__region_build()): a capture waiting
+ * for c takes it as its answer, else it is kept for the next capture. A connection that ended
+ * meanwhile was kept for this, and is freed now. */
+static void on_built(struct conn *c, struct daemon_built *b)
+{
+    struct daemon *d = c->d;
+
+    c->building = false;
+    if (b->json && b->kind == DAEMON_BUILD_RECOVERY) {
+        if (!daemon__gather_on_recovered(c, b->json, b->len, b->how)) {
+            daemon__departure_add(d, c, b->how);
+            daemon__exit_profile_add(d, c, b->json, b->len, NULL);
+        }
+        b->json = NULL;
+    } else if (b->json) {
+        if (!daemon__gather_on_exit_profile(c, b->json, b->len, b->how))
+            daemon__exit_profile_add(d, c, b->json, b->len, b->how);
+        b->json = NULL;
+    } else {
+        daemon__departure_add(d, c, NULL); /* the build said why (logged) */
+    }
+    if (c->ipc)
+        return;
+    daemon__gather_on_child_gone(c); /* a capture still waiting for it gives up on it */
+    daemon__conn_unlink(d, c);
+    free(c);
+    daemon__maybe_finish_close(d);
+}
+
 /* The ipc layer calls this once, whatever closed the connection. */
 static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, void *userdata)
 {
     struct conn *c = userdata;
     struct daemon *d = c->d;
 
-    char how[200];
-    char *recovered = NULL; /* the profile read back from its chunks, if it died without one */
-    size_t recovered_len = 0;
-
     (void)ipc;
-    if (c->pid && !c->exit_profile_received && !d->closing && c->region_fd >= 0 && !c->final_update)
-        (void)daemon__region_recover(c, how, sizeof(how), &recovered, &recovered_len);
-    if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid)) {
-        /* A capture waiting for it takes the recovered profile as its answer. */
-        if (daemon__gather_on_child_gone(c, recovered, recovered_len, how))
-            recovered = NULL;
-        else if (!recovered && c->pid && !c->exit_profile_received && !d->closing)
+    /* Died without a profile: the workers rebuild it from its chunks, off the loop. */
+    if (c->pid && !c->exit_profile_received && !d->closing && c->region_fd >= 0 &&
+        !c->final_update && !c->building)
+        c->building = daemon__region_build(c, DAEMON_BUILD_RECOVERY, on_built);
+    if (c->building) {
+        /* A capture waiting for it waits for the build (on_built). */
+    } else if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid)) {
+        daemon__gather_on_child_gone(c);
+        if (c->pid && !c->exit_profile_received && !d->closing)
             daemon__departure_add(d, c, NULL);
     } else {
         daemon__gather_on_tool_gone(c);
-    }
-    if (recovered) { /* kept for the next capture, as an exit profile */
-        daemon__departure_add(d, c, how);
-        daemon__exit_profile_add(d, c, recovered, recovered_len, NULL);
     }
     daemon__region_updates_leave(c);
     daemon__region_release(c);
@@ -90,6 +114,14 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
     } else if (error < 0 && c->kind != CONN_DEAD && !d->closing) {
         daemon__log(d, DAEMON_LOG_WARNING, "connection from pid %d dropped: %s", (int)c->peer.pid,
                     reason ? reason : strerror(-error));
+    }
+    c->exit_data = NULL;
+    c->exit_len = 0;
+    if (c->building) { /* freed by on_built; a later image of its pid may connect meanwhile */
+        c->kind = CONN_DEAD;
+        c->ipc = NULL;
+        daemon__pid_map_remove(d, c);
+        return;
     }
     daemon__conn_unlink(d, c);
     free(c);
@@ -194,11 +226,7 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
  * one. Failures are logged; the child then counts as ended without one. */
 static void on_exit_in_region(struct conn *c)
 {
-    char how[160];
-    char *json = NULL;
-    size_t len = 0;
-
-    if (c->exit_profile_received)
+    if (c->exit_profile_received || c->building)
         return; /* it sent one already: a second is a protocol slip, not a profile */
     if (!c->exit_in_region) {
         daemon__log(c->d, DAEMON_LOG_WARNING,
@@ -207,11 +235,10 @@ static void on_exit_in_region(struct conn *c)
                     (int)c->pid, c->name);
         return;
     }
-    if (daemon__region_exit_profile(c, how, sizeof(how), &json, &len) < 0)
-        return;
-    c->exit_profile_received = true;
-    if (!daemon__gather_on_exit_profile(c, json, len, how))
-        daemon__exit_profile_add(c->d, c, json, len, how);
+    if (!daemon__region_build(c, DAEMON_BUILD_EXIT, on_built))
+        return;                      /* said why; it ends as a process without an exit profile */
+    c->exit_profile_received = true; /* on its way: built by a worker (on_built) */
+    c->building = true;
 }
 
 static void on_update(struct conn *c, const Fleetprof__ChunkManagerUpdate *m)
@@ -397,6 +424,7 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
     totals.rejected_updates = t.rejected_updates;
     totals.exit_profiles = (uint32_t)d->stats.exit_profiles;
     totals.exit_profile_bytes = d->stats.exit_profile_bytes;
+    totals.building = (uint32_t)workers_busy(d->workers);
     symbols = daemon__symbols_stats(d);
     totals.symbol_modules_loaded = symbols.modules_loaded;
     totals.symbol_modules_names_only = symbols.modules_names_only;
@@ -599,7 +627,6 @@ static void finish_close(struct daemon *d)
     free(d->departures);
     free(d->by_pid);
     daemon__symbols_free(d);
-    free(d->exit_image);
     fleet_groups_free(d->groups);
     ctl_free(d->ctl);
     free(d->socket_path);
@@ -694,9 +721,12 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     r = fleet_groups_new(&d->groups);
     if (r < 0)
         goto err_ctl;
-    r = open_listener(d, &d->listener);
+    r = workers_new(loop, DAEMON_WORKERS, DAEMON_SYMBOL_CACHE_BYTES, &d->workers);
     if (r < 0)
         goto err_ctl;
+    r = open_listener(d, &d->listener);
+    if (r < 0)
+        goto err_workers;
     if (d->opt.pace_ns != DAEMON_PACE_OFF) {
         r = loop_pace_new(loop, d->opt.pace_ns, &d->pace);
         if (r < 0) /* served unpaced: every message still read, each on its own wake-up */
@@ -716,6 +746,8 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     *ret_daemon = d;
     return 0;
 
+err_workers:
+    workers_close(d->workers, NULL, NULL); /* freed at the loop's next turn */
 err_ctl:
     d->groups = fleet_groups_free(d->groups);
     d->ctl = ctl_free(d->ctl);
@@ -750,6 +782,14 @@ static void log_unwritten(struct daemon *d)
                     n, n == 1 ? "" : "es", pids, used >= sizeof(pids) - 32 ? ", ..." : "");
 }
 
+static void on_workers_closed(void *userdata)
+{
+    struct daemon *d = userdata;
+
+    d->workers = NULL;
+    daemon__maybe_finish_close(d);
+}
+
 void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata)
 {
     if (d->closing)
@@ -757,6 +797,8 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
     d->closing = true;
     d->close_done = done;
     d->close_userdata = userdata;
+    /* The builds first (waited for, or cancelled and named): what they give is listed next. */
+    workers_close(d->workers, on_workers_closed, d);
     log_unwritten(d);
     if (d->socket_watch_open && !uv_is_closing((uv_handle_t *)&d->socket_watch))
         uv_close((uv_handle_t *)&d->socket_watch, on_socket_watch_closed);
@@ -796,6 +838,7 @@ void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret)
     ret->released_bytes = t.released_bytes;
     ret->symbol_modules_loaded = symbols.modules_loaded;
     ret->symbol_modules_names_only = symbols.modules_names_only;
+    ret->building = workers_busy(d->workers);
     ret->connecting = d->listener && ipc_listener_pending(d->listener) > 0;
     for (const struct conn *c = d->conns; c; c = c->next)
         ret->connecting += c->kind == CONN_NEW;

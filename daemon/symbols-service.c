@@ -30,10 +30,10 @@
 #include "child/profile/symbols.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
+#include "daemon/workers.h"
 #include "ipc/ipc.h"
 #include "proto/fleetprof-protocol.h"
 
-#define SYMBOL_CACHE_BYTES      (512u << 20)
 #define SYMBOLIZE_MAX_ADDRESSES 65536       /* per request; children send 16384 */
 #define SYMBOLS_PIECE_BYTES     (1u << 20)  /* reply piece budget, far under the frame cap */
 #define MAPS_MAX_BYTES          (16u << 20) /* /proc/PID/maps read at most */
@@ -153,7 +153,7 @@ static void send_error_reply(struct conn *c, uint64_t id, const char *error)
 
 int daemon__symbols_cache(struct daemon *d, struct prof_symbols **ret)
 {
-    struct prof_symbols_options o = {.memory_limit_bytes = SYMBOL_CACHE_BYTES};
+    struct prof_symbols_options o = {.memory_limit_bytes = DAEMON_SYMBOL_CACHE_BYTES};
     int r = d->symbols ? 0 : prof_symbols_new_with_options(&o, &d->symbols);
 
     *ret = d->symbols;
@@ -162,7 +162,7 @@ int daemon__symbols_cache(struct daemon *d, struct prof_symbols **ret)
 
 static int ensure_cache(struct daemon *d)
 {
-    struct prof_symbols_options o = {.memory_limit_bytes = SYMBOL_CACHE_BYTES};
+    struct prof_symbols_options o = {.memory_limit_bytes = DAEMON_SYMBOL_CACHE_BYTES};
 
     if (d->symbols)
         return 0;
@@ -312,10 +312,14 @@ out:
 
 struct prof_symbols_stats daemon__symbols_stats(const struct daemon *d)
 {
-    struct prof_symbols_stats st = {0};
+    struct prof_symbols_stats st = {0}, workers;
 
     if (d->symbols)
         prof_symbols_get_stats(d->symbols, &st);
+    /* One symbol service for the fleet, in two caches: the loop's, the workers'. */
+    workers_symbols_stats(d->workers, &workers);
+    st.modules_loaded += workers.modules_loaded;
+    st.modules_names_only += workers.modules_names_only;
     return st;
 }
 

@@ -623,10 +623,10 @@ static void on_settle_tick(uv_timer_t *t)
      * a poll phase after it is accepted, and ticks run before the poll phase: a process whose
      * connection was accepted in the round that saw CMD exit (or not yet accepted) was counted
      * nowhere, and left out of the file. */
-    if (s.connecting)
+    if (s.connecting || s.building) /* a profile the daemon's workers build counts too */
         rec->settle_quiet = 0;
-    if ((s.children == 0 && !s.connecting) || rec->settle_quiet >= SETTLE_QUIET_TICKS ||
-        rec->settle_ticks >= SETTLE_MAX_TICKS)
+    if ((s.children == 0 && !s.connecting && !s.building) ||
+        rec->settle_quiet >= SETTLE_QUIET_TICKS || rec->settle_ticks >= SETTLE_MAX_TICKS)
         start_capture(rec);
 }
 
