@@ -261,12 +261,14 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
                ",\"region_updates\":%" PRIu64 ",\"dropped_children\":%" PRIu64
                ",\"rejected_updates\":%" PRIu64 ",\"symbol_modules_loaded\":%" PRIu64
                ",\"symbol_modules_names_only\":%" PRIu64 ",\"symbol_requests\":%" PRIu64
-               ",\"exit_profiles\":%" PRIu32 ",\"exit_profile_bytes\":%" PRIu64 ",\"children\":[",
+               ",\"exit_profiles\":%" PRIu32 ",\"exit_profile_bytes\":%" PRIu64
+               ",\"building\":%" PRIu32 ",\"children\":[",
                rep->global_limit_bytes, t ? t->unreleased_bytes : 0, t ? t->released_bytes : 0,
                t ? t->evicted_chunks : 0, t ? t->destroy_requests : 0, t ? t->region_evictions : 0,
                t ? t->region_updates : 0, t ? t->dropped_children : 0, t ? t->rejected_updates : 0,
                t ? t->symbol_modules_loaded : 0, t ? t->symbol_modules_names_only : 0,
-               t ? t->symbol_requests : 0, t ? t->exit_profiles : 0, t ? t->exit_profile_bytes : 0);
+               t ? t->symbol_requests : 0, t ? t->exit_profiles : 0, t ? t->exit_profile_bytes : 0,
+               t ? t->building : 0);
         for (size_t i = 0; i < rep->n_children; i++) {
             const Fleetprof__ChildStatus *s = rep->children[i];
 
@@ -308,6 +310,12 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
             printf(", %" PRIu64 " chunks evicted", rep->totals->evicted_chunks);
         if (rep->totals && rep->totals->dropped_children)
             printf(", %" PRIu64 " misbehaving children dropped", rep->totals->dropped_children);
+        if (rep->totals && rep->totals->exit_profiles)
+            printf(", %" PRIu32 " ended, kept for the next capture", rep->totals->exit_profiles);
+        if (rep->totals && rep->totals->building)
+            printf(", %" PRIu32 " ended, profile%s being built from %s chunks",
+                   rep->totals->building, rep->totals->building == 1 ? "" : "s",
+                   rep->totals->building == 1 ? "its" : "their");
         printf("\n");
         print_status_groups(rep, false);
     }

@@ -203,7 +203,8 @@ static Fleetprof__StatusTotals totals = {
         16,
         17,
         18,
-        19};
+        19,
+        20};
 static uint64_t durations_a[22] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
                                    12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
 static Fleetprof__GroupTotals group_a = {
