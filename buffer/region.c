@@ -184,8 +184,20 @@ void buf_region_record_crash_frames(struct buf_region *r, const uint64_t *frames
     __atomic_store_n(&at->frame_count, frame_count, __ATOMIC_RELEASE);
 }
 
-void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns)
+void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns, const char *into)
 {
+    struct buf_region_exec *at = (struct buf_region_exec *)(r->head + BUF_REGION_EXEC_OFFSET);
+    uint32_t n = 0;
+
+    if (now_ns) {
+        __atomic_store_n(&at->magic, 0, __ATOMIC_RELAXED);
+        while (into && into[n] && n < BUF_REGION_EXEC_PATH_MAX) {
+            at->path[n] = into[n];
+            n++;
+        }
+        at->path_len = n;
+        __atomic_store_n(&at->magic, BUF_REGION_EXEC_MAGIC, __ATOMIC_RELEASE);
+    }
     __atomic_store_n(&((struct buf_region_header *)r->head)->exec_ns, now_ns, __ATOMIC_RELEASE);
 }
 
@@ -451,6 +463,32 @@ int buf_region_read_header(const uint8_t *mem, size_t len, struct buf_region_hea
 int buf_region_header_check(const struct buf_region_header *h, uint64_t file_bytes)
 {
     return header_usable(h, file_bytes) ? 0 : -EBADMSG;
+}
+
+int buf_region_read_exec(const uint8_t *mem, size_t len, uint64_t *ret_exec_ns, char *into,
+                         size_t into_size)
+{
+    struct buf_region_header h;
+    struct buf_region_exec e;
+    size_t n;
+
+    if (len < BUF_REGION_PAGE_BYTES)
+        return -EBADMSG;
+    memcpy(&h, mem, sizeof(h));
+    if (!header_usable(&h, len))
+        return -EBADMSG;
+    if (!h.exec_ns)
+        return -ENOENT;
+    *ret_exec_ns = h.exec_ns;
+    if (into_size == 0)
+        return 0;
+    memcpy(&e, mem + BUF_REGION_EXEC_OFFSET, sizeof(e));
+    n = e.magic == BUF_REGION_EXEC_MAGIC && e.path_len <= BUF_REGION_EXEC_PATH_MAX ? e.path_len : 0;
+    if (n >= into_size)
+        n = into_size - 1;
+    memcpy(into, e.path, n);
+    into[n] = '\0';
+    return 0;
 }
 
 int buf_region_read_crash(const uint8_t *mem, size_t len, struct buf_region_crash *ret)

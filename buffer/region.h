@@ -19,7 +19,9 @@
  *    +---------------------------------------+---------------------------------------+
  *    | evict_ns (u64, written by the daemon) |
  *    +---------------------------------------+
- *    ... zeros up to 1024
+ *    ... zeros up to 512
+ *    512: the exec record (struct buf_region_exec): the program the owner exec'd into,
+ *         written before exec_ns; zeros up to 1024
  *    +---------------------------------------+
  *    1024: the crash record (struct buf_region_crash), magic "FPCR" stored last, by the
  *          owner's fatal signal handler; zeros up to 4096
@@ -94,6 +96,21 @@ _Static_assert(offsetof(struct buf_region_header, evict_ns) == BUF_REGION_EVICT_
 _Static_assert(sizeof(struct buf_region_slot) == BUF_REGION_SLOT_PREFIX,
                "slot header is a file format");
 
+/* What the owner exec'd into: written (magic last) just before exec_ns is set, read only
+ * when exec_ns is set. The image before the exec ended there; its chunks are its profile. */
+#define BUF_REGION_EXEC_MAGIC    0x58455046u /* "FPEX" */
+#define BUF_REGION_EXEC_OFFSET   512u
+#define BUF_REGION_EXEC_PATH_MAX 256u
+struct buf_region_exec {
+    uint32_t magic; /* BUF_REGION_EXEC_MAGIC once path is whole */
+    uint32_t path_len;
+    char path[BUF_REGION_EXEC_PATH_MAX]; /* not NUL-terminated; cut at BUF_REGION_EXEC_PATH_MAX */
+};
+
+_Static_assert(BUF_REGION_EXEC_OFFSET >= sizeof(struct buf_region_header) &&
+                       BUF_REGION_EXEC_OFFSET + sizeof(struct buf_region_exec) <= 1024u,
+               "the exec record lives between the header and the crash record");
+
 /* What the owner's fatal signal handler saw (the first fatal signal only). */
 #define BUF_REGION_CRASH_MAGIC  0x52435046u /* "FPCR" */
 #define BUF_REGION_CRASH_OFFSET 1024u
@@ -150,8 +167,9 @@ void buf_region_record_crash(struct buf_region *region, const struct buf_region_
 void buf_region_record_crash_frames(struct buf_region *region, const uint64_t *frames,
                                     uint32_t frame_count);
 
-/* The owner is about to exec (now_ns), or its exec failed (0). Async-signal-safe. */
-void buf_region_mark_exec(struct buf_region *region, uint64_t now_ns);
+/* The owner is about to exec (now_ns) into the program into (a path, or NULL when unknown),
+ * or its exec failed (0). Async-signal-safe: plain stores into the mapping. */
+void buf_region_mark_exec(struct buf_region *region, uint64_t now_ns, const char *into);
 
 /* The region's header page (BUF_REGION_PAGE_BYTES, shared with whoever maps the file): where
  * the owner publishes its update ring (buffer/region-updates.h). */
@@ -192,6 +210,12 @@ int buf_region_read_each(const uint8_t *mem, size_t len, buf_read_cb cb, void *u
  * -ENOENT (none was published, or none is intact) or -EBADMSG (not a region). */
 int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_bytes,
                          size_t *ret_len);
+
+/* Whether the owner of the region image mem[0..len) ended its image by exec: 0 with its
+ * instant and the program it exec'd into (NUL-terminated in into, "" when unknown), -ENOENT
+ * (no exec) or -EBADMSG (not a region). */
+int buf_region_read_exec(const uint8_t *mem, size_t len, uint64_t *ret_exec_ns, char *into,
+                         size_t into_size);
 
 /* The region header of the image mem[0..len), checked as the readers check it: 0 or
  * -EBADMSG. */

@@ -354,8 +354,9 @@ bool rt_region_yield_fd(int fd);
 /* After the exit profile: the file goes if the profile was written, else it stays and
  * says so. */
 void rt_region_done(bool profile_written);
-/* Async-signal-safe; the calling process's own exec (not a vfork child's). */
-void rt_region_before_exec(void);
+/* Async-signal-safe; the calling process's own exec (not a vfork child's) of into (a path or
+ * a file name, or NULL). */
+void rt_region_before_exec(const char *into);
 void rt_region_after_failed_exec(void);
 void rt_region_forget_after_fork(void);
 

@@ -31,9 +31,12 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "child/client.h"
 #include "child/core.h"
 #include "child/include/fleetprof.h"
 #include "child/lifecycle.h"
@@ -534,7 +537,32 @@ struct exec_state {
     bool fork_start; /* a forked child's deferred start was cancelled, to put back */
     bool counted;    /* exec_pending was raised */
     bool ignored;    /* SIGPROF set to SIG_IGN, ours to put back */
+    int census_fd;   /* a vfork child's connection (vfork_child_says_here()), or -1 */
 };
+
+/* In a vfork child (or a posix_spawn-like clone sharing our memory) of a process connected
+ * to a daemon, about to exec: a connection that says nothing, closed by the exec
+ * (close-on-exec). The daemon learns the child's pid from it (SO_PEERCRED) and, if no
+ * image of that pid connects, names the process with why (daemon/census.c: a static
+ * program, an environment without the preload, a set-user-ID program). A fork child does
+ * the same in its fork handler (child/ipc.c). The parent's memory is ours here: only system
+ * calls, nothing stored; the path was checked by the parent when it connected. */
+static int vfork_child_says_here(void)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    size_t n = strnlen(rt.cfg.socket, sizeof(rt.cfg.socket));
+    int fd;
+
+    if (n == 0 || n >= sizeof(addr.sun_path) || !rt_ipc_connected())
+        return -1;
+    memcpy(addr.sun_path, rt.cfg.socket, n);
+    fd = (int)syscall(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd >= 0 && syscall(SYS_connect, fd, &addr, sizeof(addr)) < 0) {
+        (void)syscall(SYS_close, fd);
+        fd = -1;
+    }
+    return fd;
+}
 
 static void wait_for_sampler_signals(void)
 {
@@ -564,13 +592,16 @@ static void drain_own_samples(void)
                       RT_SAMPLE_SIGNAL, &program);
 }
 
-static void before_exec(struct exec_state *st)
+static void before_exec(struct exec_state *st, const char *into)
 {
     struct sigaction pa;
     sigset_t prof, mask;
     int saved_errno = errno;
 
     st->fork_start = st->counted = st->ignored = false;
+    st->census_fd = -1;
+    if (atomic_load(&rt.running) && (int32_t)syscall(SYS_getpid) != rt.pid)
+        st->census_fd = vfork_child_says_here();
     /* Not in a vfork child: the pending start is its parent's. */
     if (atomic_load(&rt.fork_start) != RT_FORK_START_NONE && (int32_t)syscall(SYS_getpid) == rt.pid)
         st->fork_start = rt_fork_start_cancel();
@@ -579,7 +610,7 @@ static void before_exec(struct exec_state *st)
     if ((int32_t)syscall(SYS_getpid) == rt.pid) {
         atomic_fetch_add(&rt.exec_pending, 1);
         st->counted = true;
-        rt_region_before_exec();
+        rt_region_before_exec(into);
         wait_for_sampler_signals();
     }
     (void)sigemptyset(&prof);
@@ -604,6 +635,8 @@ static void after_failed_exec(const struct exec_state *st)
 {
     int saved_errno = errno;
 
+    if (st->census_fd >= 0) /* the exec failed: the vfork child goes on, without it */
+        (void)syscall(SYS_close, st->census_fd);
     if (st->fork_start)
         rt_fork_start_restore();
     if (st->ignored)
@@ -616,27 +649,29 @@ static void after_failed_exec(const struct exec_state *st)
     errno = saved_errno;
 }
 
-/* One wrapper per exec function: prepare, exec, restore if the exec failed. */
-#define EXEC_WRAPPER(name, params, args) \
-    FLEETPROF_EXPORT int name params     \
-    {                                    \
-        struct exec_state st;            \
-        int r;                           \
-                                         \
-        if (!real_##name)                \
-            resolve_real_functions();    \
-        before_exec(&st);                \
-        r = real_##name args;            \
-        after_failed_exec(&st);          \
-        return r;                        \
+/* One wrapper per exec function: prepare, exec, restore if the exec failed. into: what it
+ * execs (the path or file name), for the profile of the image that ends. */
+#define EXEC_WRAPPER(name, params, into, args) \
+    FLEETPROF_EXPORT int name params           \
+    {                                          \
+        struct exec_state st;                  \
+        int r;                                 \
+                                               \
+        if (!real_##name)                      \
+            resolve_real_functions();          \
+        before_exec(&st, into);                \
+        r = real_##name args;                  \
+        after_failed_exec(&st);                \
+        return r;                              \
     }
 
-EXEC_WRAPPER(execve, (const char *path, char *const argv[], char *const envp[]), (path, argv, envp))
-EXEC_WRAPPER(execv, (const char *path, char *const argv[]), (path, argv))
-EXEC_WRAPPER(execvp, (const char *file, char *const argv[]), (file, argv))
-EXEC_WRAPPER(execvpe, (const char *file, char *const argv[], char *const envp[]),
+EXEC_WRAPPER(execve, (const char *path, char *const argv[], char *const envp[]), path,
+             (path, argv, envp))
+EXEC_WRAPPER(execv, (const char *path, char *const argv[]), path, (path, argv))
+EXEC_WRAPPER(execvp, (const char *file, char *const argv[]), file, (file, argv))
+EXEC_WRAPPER(execvpe, (const char *file, char *const argv[], char *const envp[]), file,
              (file, argv, envp))
-EXEC_WRAPPER(fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp))
+EXEC_WRAPPER(fexecve, (int fd, char *const argv[], char *const envp[]), argv[0], (fd, argv, envp))
 
 /* The execl family: glibc's own call its execve internally (not through our wrapper), so
  * they are rebuilt here on the wrapped execv* functions. */

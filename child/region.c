@@ -358,24 +358,65 @@ void rt_region_done(bool profile_written)
     (void)pthread_mutex_unlock(&reg.lock);
 }
 
-/* Async-signal-safe: exec replaces the image, whose runtime never writes this file's
- * profile; the new image (if profiled) starts its own. */
-void rt_region_before_exec(void)
+/* Where a region file goes aside at exec: fleetprof-PID.exec-NS.chunks. */
+static char exec_aside[sizeof(reg.path)];
+
+/* Writes PATH less ".chunks", ".exec-", ns in decimal, ".chunks" into out (async-signal-safe:
+ * no snprintf). False if it does not fit. */
+static bool aside_name(const char *path, uint64_t ns, char *out, size_t size)
+{
+    static const char suffix[] = ".chunks";
+    size_t n = strlen(path), k = 0;
+    char digits[24];
+    int d = 0;
+
+    if (n < sizeof(suffix) - 1 || strcmp(path + n - (sizeof(suffix) - 1), suffix) != 0)
+        return false;
+    n -= sizeof(suffix) - 1;
+    do {
+        digits[d++] = (char)('0' + ns % 10);
+        ns /= 10;
+    } while (ns);
+    if (n + 6 + (size_t)d + sizeof(suffix) > size)
+        return false;
+    memcpy(out, path, n);
+    k = n;
+    memcpy(out + k, ".exec-", 6);
+    k += 6;
+    while (d)
+        out[k++] = digits[--d];
+    memcpy(out + k, suffix, sizeof(suffix));
+    return true;
+}
+
+/* Async-signal-safe. The image before the exec ends here without writing a profile: its
+ * chunks are its profile. A memfd the daemon holds is marked, and the daemon builds it when
+ * the connection closes in the exec; a file is marked and moved aside under a name of its own
+ * (the new image makes fleetprof-PID.chunks again), for `fleetprof merge` or `recover`. */
+void rt_region_before_exec(const char *into)
 {
     struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
+    uint64_t now = rt_now_ns();
 
-    if (reg.path[0])
-        (void)unlink(reg.path);
-    else if (region) /* the daemon holds it: it must not take our exec for a death */
-        buf_region_mark_exec(region, rt_now_ns());
+    if (region)
+        buf_region_mark_exec(region, now, into);
+    exec_aside[0] = '\0';
+    if (reg.path[0] && (!region || !aside_name(reg.path, now, exec_aside, sizeof(exec_aside)) ||
+                        rename(reg.path, exec_aside) < 0)) {
+        exec_aside[0] = '\0';
+        (void)unlink(reg.path); /* the new image's file takes the name */
+    }
 }
 
 void rt_region_after_failed_exec(void)
 {
     struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
 
+    if (exec_aside[0])
+        (void)rename(exec_aside, reg.path);
+    exec_aside[0] = '\0';
     if (region)
-        buf_region_mark_exec(region, 0);
+        buf_region_mark_exec(region, 0, NULL);
 }
 
 void rt_region_forget_after_fork(void)

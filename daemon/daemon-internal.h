@@ -100,6 +100,7 @@ struct departure {
     char recovered[200]; /* how its profile was recovered from its chunks ("" = it was not) */
     const char *dropped; /* static: why its kept exit profile was dropped between captures
                           * (evicted, expired); NULL: it ended without one */
+    const char *never;   /* static: why it was never profiled (census.c); NULL: it was */
 };
 
 /* A child's whole profile, sent as it exited, kept until the next capture. */
@@ -184,6 +185,9 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
                               const char *built);
 /* Remembers a child that ended without an exit profile. */
 void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered);
+/* Remembers a process that was never profiled (why: static); the next capture names it
+ * unless a later image of pid reported. */
+void daemon__departure_never(struct daemon *d, int32_t pid, const char *name, const char *why);
 /* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
 void daemon__exit_profiles_free(struct daemon *d);
@@ -210,9 +214,10 @@ struct daemon_built {
     enum daemon_build_kind kind;
     int32_t pid;
     const char *name;
-    /* 0; -ECANCELED (a recovery of a process that exec'd: its new image reports for it);
-     * -ESHUTDOWN (the daemon closed first); or why the region could not be read (logged). */
+    /* 0; -ESHUTDOWN (the daemon closed first); or why the region could not be read
+     * (logged). */
     int result;
+    bool execd; /* a recovery of an image that ended by exec: its life before the exec */
     char *json; /* with result 0, owned: the callback takes it by setting it to NULL */
     size_t len;
     const char *how; /* how it was built, for the gathering log */
@@ -221,8 +226,9 @@ typedef void daemon_built_cb(struct conn *c, struct daemon_built *b);
 /* Starts building c's profile from its region on the workers (a duplicate of its descriptor
  * goes with the job); cb gets c and the result on the loop. The caller keeps c until then
  * (c->building: a connection that ends meanwhile stays in the table, dead). For a recovery,
- * only once c's process is gone (one that lives on reconnects, or execs). False when there
- * is nothing to build: no region, or a process still alive. */
+ * only once c's process is gone, or its image exec'd (its region says so; its new image
+ * reports on its own): one that lives on otherwise reconnects. False when there is nothing
+ * to build: no region, or a process still alive. */
 bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_built_cb *cb);
 struct json_writer;
 struct prof_symbolizer;
@@ -253,6 +259,14 @@ bool daemon__region_updates_take(struct conn *c);
 void daemon__region_updates_leave(struct conn *c);
 /* Stops the timer (daemon_close). */
 void daemon__region_scan_close(struct daemon *d);
+
+/* census.c */
+/* A connection was accepted: notes its process's parent (c->ppid). */
+void daemon__census_accept(struct conn *c);
+/* It closed before any message: if its process is a profiled process's child (connected in
+ * its fork handler), the process is named with why it was not profiled (a departure),
+ * unless the daemon is closing. */
+void daemon__census_close(struct conn *c);
 
 /* symbols-service.c */
 /* Answers a child's Symbolize with one or more Symbols (the symbol service). */

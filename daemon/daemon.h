@@ -153,6 +153,8 @@ struct daemon_recovery {
     uint64_t skipped_tails;  /* entries cut at a chunk's end whose rest was gone */
     uint64_t dropped_blocks; /* entries too big to be real */
     int crash_signal;        /* the fatal signal the process recorded (0: none; killed) */
+    bool execd;              /* the image ended by exec (its region says so), not by a death */
+    char execd_into[257];    /* with execd: what it exec'd ("" = unknown) */
     int32_t crash_tid;       /* the thread it hit */
 };
 

@@ -389,6 +389,14 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
         daemon__apply_actions(d, &a);
 }
 
+void daemon__departure_never(struct daemon *d, int32_t pid, const char *name, const char *why)
+{
+    struct departure *dep = departure_push(d, pid, name);
+
+    if (dep)
+        dep->never = why;
+}
+
 void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered)
 {
     struct departure *dep = departure_push(d, c->pid, c->name);
@@ -1564,6 +1572,11 @@ static int start(struct gather *g)
          * same pid: it did not end, its new image reports for it. */
         if (pid_reported_since(d, d->departures[i].pid))
             continue;
+        if (d->departures[i].never) {
+            event(g, EV_DROPPED, EV_OF(&d->departures[i], .reason = d->departures[i].never),
+                  "process {pid} ({name}) was never profiled: {reason}");
+            continue;
+        }
         event(g, EV_DROPPED,
               EV_OF(&d->departures[i],
                     .reason = "ended without sending an exit profile (killed, or it could not "

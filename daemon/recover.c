@@ -416,6 +416,7 @@ static int build_image(const uint8_t *mem, size_t len, const char *how,
     struct copy_ctx ctx = {0};
     const uint8_t *meta = NULL;
     size_t meta_len = 0;
+    uint64_t exec_ns;
     char log[1600];
     int r;
 
@@ -472,15 +473,22 @@ static int build_image(const uint8_t *mem, size_t len, const char *how,
     r = add_crash(mem, len, &ri, ctx.buffer, &rec);
     if (r < 0)
         goto out;
+    /* An image that exec'd ended there: its chunks are its life before the exec. */
+    if (buf_region_read_exec(mem, len, &exec_ns, rec.execd_into, sizeof(rec.execd_into)) == 0) {
+        rec.execd = true;
+        ri.info.execd_into = rec.execd_into[0] ? rec.execd_into : "an unknown program";
+    }
     ri.info.recovered = how;
     ri.info.exit_profile = true; /* the profile of a process that ended, like an exit profile */
-    (void)snprintf(log, sizeof(log),
-                   "{\"recovered\":{\"from\":\"%s\",\"described\":%s,\"crashSignal\":%d"
-                   ",\"chunks\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"corruptChunks\":%" PRIu64
-                   ",\"tornBytes\":%" PRIu64 ",\"skippedTails\":%" PRIu64
-                   ",\"droppedBlocks\":%" PRIu64 "}}",
-                   how, rec.described ? "true" : "false", rec.crash_signal, rec.chunks, rec.blocks,
-                   rec.corrupt_chunks, rec.torn_bytes, rec.skipped_tails, rec.dropped_blocks);
+    (void)snprintf(
+            log, sizeof(log),
+            "{\"recovered\":{\"from\":\"%s\",\"described\":%s,\"execd\":%s,\"crashSignal\":%d"
+            ",\"chunks\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"corruptChunks\":%" PRIu64
+            ",\"tornBytes\":%" PRIu64 ",\"skippedTails\":%" PRIu64 ",\"droppedBlocks\":%" PRIu64
+            "}}",
+            how, rec.described ? "true" : "false", rec.execd ? "true" : "false", rec.crash_signal,
+            rec.chunks, rec.blocks, rec.corrupt_chunks, rec.torn_bytes, rec.skipped_tails,
+            rec.dropped_blocks);
     ri.info.runtime_log_json = log;
     r = prof_gecko_write_process(w, NULL, &ri.info, ctx.buffer, symbolizer, NULL);
 out:
@@ -905,6 +913,16 @@ static int to_json(struct worker_scratch *scratch, const uint8_t *mem, size_t le
     return r;
 }
 
+/* Whether the region's owner marked its exec (its connection closed in the exec): that
+ * image's life is in its chunks, though the process lives on. */
+static bool region_execd(int fd)
+{
+    struct buf_region_header h;
+
+    return pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == BUF_REGION_MAGIC &&
+           h.exec_ns != 0;
+}
+
 /* On a worker thread. */
 static void build_run(struct worker_job *job, struct worker_scratch *scratch)
 {
@@ -926,8 +944,6 @@ static void build_run(struct worker_job *job, struct worker_scratch *scratch)
         b->r = read_whole(b->fd, b->limit, &mem, &len);
         if (b->r == 0 && buf_region_read_header(mem, len, &h) < 0)
             b->r = -EBADMSG;
-        if (b->r == 0 && h.exec_ns)
-            b->r = -ECANCELED; /* it exec'd: the new image reports for it */
         if (b->r == 0)
             b->r = to_json(scratch, mem, len, -1, b->limit, &b->rec, &b->json, &b->len);
         free(mem);
@@ -947,7 +963,17 @@ static void build_done(struct worker_job *job, bool ran)
         b->r = -ESHUTDOWN;
     (void)close(b->fd);
     how[0] = '\0';
-    if (b->r == 0 && b->kind == DAEMON_BUILD_RECOVERY) {
+    if (b->r == 0 && b->kind == DAEMON_BUILD_RECOVERY && b->rec.execd) {
+        (void)snprintf(how, sizeof(how),
+                       "exec'd into %.100s, %" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
+                       " corrupt chunks, %" PRIu64 " torn bytes",
+                       b->rec.execd_into[0] ? b->rec.execd_into : "an unknown program",
+                       b->rec.blocks, b->rec.chunks, b->rec.corrupt_chunks, b->rec.torn_bytes);
+        daemon__log(d, DAEMON_LOG_INFO,
+                    "child %d (%s): its life before the exec rebuilt from its chunks in %" PRIu64
+                    " us: %s",
+                    (int)b->pid, b->name, b->build_us, how);
+    } else if (b->r == 0 && b->kind == DAEMON_BUILD_RECOVERY) {
         (void)snprintf(how, sizeof(how),
                        "%s, %" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
                        " corrupt chunks, %" PRIu64 " torn bytes",
@@ -971,7 +997,7 @@ static void build_done(struct worker_job *job, bool ran)
                     "child %d (%s): its profile was not built from its chunk region: the daemon "
                     "is closing",
                     (int)b->pid, b->name);
-    } else if (b->kind == DAEMON_BUILD_RECOVERY && b->r != -ECANCELED) {
+    } else if (b->kind == DAEMON_BUILD_RECOVERY) {
         daemon__log(d, DAEMON_LOG_WARNING,
                     "child %d (%s) ended without a profile, and its chunks could not be read "
                     "back: %s",
@@ -987,6 +1013,7 @@ static void build_done(struct worker_job *job, bool ran)
                     : b->r == -EBADMSG ? "its region is not a chunk region"
                                        : strerror(-b->r));
     }
+    out.execd = b->r == 0 && b->rec.execd;
     out.result = b->r;
     out.json = b->r == 0 ? b->json : NULL;
     out.len = b->len;
@@ -1010,7 +1037,7 @@ bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_bu
                         (int)c->pid, c->name);
         return false;
     }
-    if (kind == DAEMON_BUILD_RECOVERY && !process_gone(c->pid)) {
+    if (kind == DAEMON_BUILD_RECOVERY && !process_gone(c->pid) && !region_execd(c->region_fd)) {
         daemon__log(d, DAEMON_LOG_DEBUG,
                     "child %d (%s) left but lives on (it reconnects, or execs): nothing to "
                     "recover",

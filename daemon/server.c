@@ -44,7 +44,11 @@ static void on_built(struct conn *c, struct daemon_built *b)
     struct daemon *d = c->d;
 
     c->building = false;
-    if (b->json && b->kind == DAEMON_BUILD_RECOVERY) {
+    if (b->json && b->execd) { /* its life before the exec: an exit profile, not a death */
+        if (!daemon__gather_on_exit_profile(c, b->json, b->len, b->how))
+            daemon__exit_profile_add(d, c, b->json, b->len, b->how);
+        b->json = NULL;
+    } else if (b->json && b->kind == DAEMON_BUILD_RECOVERY) {
         if (!daemon__gather_on_recovered(c, b->json, b->len, b->how)) {
             daemon__departure_add(d, c, b->how);
             daemon__exit_profile_add(d, c, b->json, b->len, NULL);
@@ -83,6 +87,8 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
         if (c->pid && !c->exit_profile_received && !d->closing)
             daemon__departure_add(d, c, NULL);
     } else {
+        if (c->kind == CONN_NEW)
+            daemon__census_close(c);
         daemon__gather_on_tool_gone(c);
     }
     daemon__region_updates_leave(c);
@@ -596,6 +602,7 @@ static int on_accept(struct ipc_listener *listener, struct ipc_conn *ipc,
     c->peer = *peer;
     c->connect_ns = daemon__now_ns();
     daemon__conn_link(d, c);
+    daemon__census_accept(c);
     ipc_conn_set_callbacks(ipc, &cbs, c);
     return 0;
 }

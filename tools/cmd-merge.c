@@ -176,6 +176,10 @@ static int note_pid(struct merge *m, const char *path, const struct json_doc *do
     profile_process_describe(doc, proc, &info);
     if (info.pid < 0)
         return 0;
+    /* An image that exec'd shares its pid with what it became, by design. */
+    if (json_object_get(doc, json_object_get(doc, json_object_get(doc, proc, "meta"), "fleetprof"),
+                        "execdInto"))
+        return 0;
     r = pid_set_add(&m->pids, info.pid);
     if (r == 0)
         (void)fprintf(stderr,

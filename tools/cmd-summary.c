@@ -64,7 +64,7 @@ struct program {
     const char *name; /* borrowed */
     const char *role; /* static */
     bool exited;      /* the file has live processes too, and these had exited */
-    size_t procs, recovered;
+    size_t procs, recovered, execd;
     struct weight all;
     struct top_entry top[PROGRAM_TOP];
     size_t n_top;
@@ -488,7 +488,10 @@ static int group_programs(struct summary *s)
         }
         pr->program = (uint32_t)g;
         s->programs[g].procs++;
-        s->programs[g].recovered += pr->p.info.recovered != NULL;
+        if (pr->p.info.execd_into)
+            s->programs[g].execd++; /* rebuilt from its chunks too, but it did not die */
+        else
+            s->programs[g].recovered += pr->p.info.recovered != NULL;
     }
     free(has_children);
     free(pids);
@@ -668,7 +671,7 @@ static void print_programs(const struct summary *s, const uint32_t *order)
 {
     size_t shown = s->n_programs > PROGRAMS_SHOWN + 1 ? PROGRAMS_SHOWN : s->n_programs;
     struct weight rest = {0};
-    size_t rest_procs = 0, recovered = 0;
+    size_t rest_procs = 0, recovered = 0, execd = 0;
 
     (void)printf("\nPrograms (%zu), by %s:\n", s->n_programs, rank_name(s));
     (void)printf("  %5s %6s %9s %9s  %-*s  %s\n", "PROCS", "SHARE", "CPU ms", "SAMPLES", NAME_WIDTH,
@@ -679,6 +682,7 @@ static void print_programs(const struct summary *s, const uint32_t *order)
         size_t width;
 
         recovered += g->recovered;
+        execd += g->execd;
         if (i >= shown) {
             weight_add(&rest, g->all.samples, g->all.cpu_ns);
             rest_procs += g->procs;
@@ -716,6 +720,10 @@ static void print_programs(const struct summary *s, const uint32_t *order)
         (void)printf("  %zu process%s recovered after %s died (from the chunks %s left).\n",
                      recovered, recovered == 1 ? " was" : "es were", recovered == 1 ? "it" : "they",
                      recovered == 1 ? "it" : "they");
+    if (execd)
+        (void)printf("  %zu process%s exec'd another program: %s life before the exec is "
+                     "listed apart.\n",
+                     execd, execd == 1 ? "" : "es", execd == 1 ? "its" : "their");
 }
 
 static void print_fleet_top(struct summary *s)
@@ -756,9 +764,10 @@ static void print_process(const struct summary *s, const struct proc_result *pr)
         (void)printf("%lld ", (long long)pr->p.info.pid);
     summary_print_cleans(pr->p.info.name ? pr->p.info.name : "?");
     (void)printf(" (%s%s%s, %zu thread%s, %llu samples", role, *role ? ", " : "",
-                 pr->p.info.recovered ? "recovered after it died"
-                 : pr->p.info.exit    ? "exit profile"
-                                      : "live",
+                 pr->p.info.execd_into  ? "until it exec'd"
+                 : pr->p.info.recovered ? "recovered after it died"
+                 : pr->p.info.exit      ? "exit profile"
+                                        : "live",
                  pr->p.info.threads, pr->p.info.threads == 1 ? "" : "s",
                  (unsigned long long)pr->all.samples);
     if (s->cpu_known)
@@ -962,6 +971,10 @@ static int write_json(struct summary *s, const uint32_t *order)
         json_writer_string(w, "role", role_text(s, pr));
         json_writer_bool(w, "exit", pr->p.info.exit);
         json_writer_bool(w, "recovered", pr->p.info.recovered != NULL);
+        if (pr->p.info.execd_into)
+            json_writer_string(w, "execdInto", pr->p.info.execd_into);
+        else
+            json_writer_null(w, "execdInto");
         json_writer_uint(w, "threads", pr->p.info.threads);
         json_writer_uint(w, "samples", pr->all.samples);
         json_writer_uint(w, "cpuNs", pr->all.cpu_ns);
@@ -985,6 +998,7 @@ static int write_json(struct summary *s, const uint32_t *order)
         json_writer_bool(w, "exited", g->exited);
         json_writer_uint(w, "processes", g->procs);
         json_writer_uint(w, "recovered", g->recovered);
+        json_writer_uint(w, "execd", g->execd);
         write_weight(w, "", &g->all);
         json_writer_double(w, "share", share(s, &g->all, &s->all));
         json_writer_array_begin(w, "top");

@@ -95,6 +95,8 @@ void profile_process_describe(const struct json_doc *doc, const struct json_valu
             json_object_get(doc, json_object_get(doc, meta, "fleetprof"), "exit"));
     ret->recovered = json_value_string(
             doc, json_object_get(doc, json_object_get(doc, meta, "fleetprof"), "recovered"), NULL);
+    ret->execd_into = json_value_string(
+            doc, json_object_get(doc, json_object_get(doc, meta, "fleetprof"), "execdInto"), NULL);
     ret->has_start_time =
             json_value_double(doc, json_object_get(doc, meta, "startTime"), &ret->start_time) == 0;
 }

@@ -26,15 +26,17 @@ int profile_load(const char *path, struct json_doc **ret_doc, char *why, size_t 
 
 /* What the tools show about one process profile (the top level or one of its processes). */
 struct profile_process {
-    int64_t pid;           /* meta.fleetprof.pid, else the GeckoMain thread's, else -1 */
-    const char *name;      /* borrowed from the document: the GeckoMain thread's processName,
-                              else meta.product, else "?"; may hold control characters */
-    bool exit;             /* meta.fleetprof.exit is true: an exit profile; else live */
-    const char *recovered; /* meta.fleetprof.recovered: read back from a dead process's
-                            * chunks ("chunk file", "shared memory"); NULL if not */
-    bool has_start_time;   /* meta.startTime is a number */
-    double start_time;     /* meta.startTime, ms since the epoch */
-    size_t threads;        /* length of the threads array */
+    int64_t pid;            /* meta.fleetprof.pid, else the GeckoMain thread's, else -1 */
+    const char *name;       /* borrowed from the document: the GeckoMain thread's processName,
+                               else meta.product, else "?"; may hold control characters */
+    bool exit;              /* meta.fleetprof.exit is true: an exit profile; else live */
+    const char *recovered;  /* meta.fleetprof.recovered: read back from a dead process's
+                             * chunks ("chunk file", "shared memory"); NULL if not */
+    const char *execd_into; /* meta.fleetprof.execdInto: the image ended by exec into this
+                             * program (its life before the exec); NULL if not */
+    bool has_start_time;    /* meta.startTime is a number */
+    double start_time;      /* meta.startTime, ms since the epoch */
+    size_t threads;         /* length of the threads array */
 };
 
 /* Describes the process profile proc (an object; anything else gives pid -1, name "?"). */

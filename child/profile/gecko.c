@@ -1323,6 +1323,8 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_bool(w, "exit", info->exit_profile);
     if (info->recovered)
         json_writer_string(w, "recovered", info->recovered);
+    if (info->execd_into)
+        json_writer_string(w, "execdInto", info->execd_into);
     if (info->group_count > 0)
         write_groups(w, info);
     json_writer_object_end(w);

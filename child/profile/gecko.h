@@ -96,6 +96,8 @@ struct prof_process_info {
     bool exit_profile;      /* written as the process ends: meta.fleetprof.exit */
     const char *recovered;  /* NULL, or how the chunks of a dead process were read back:
                              * meta.fleetprof.recovered */
+    const char *execd_into; /* NULL, or the program this image exec'd into, where it ended
+                             * (its life before the exec): meta.fleetprof.execdInto */
 };
 
 /* Symbolization in batches: one call per profile with every unique address, so that a

@@ -2,7 +2,8 @@
  * `fleetprof recover` reads what a dead (or hostile) child left (buf_region_read_each). Every block
  * handed to the callback must lie inside the input, which the callback checks by reading it whole.
  * Also the check the daemon makes of a live child's header page before it writes evictions
- * there (buf_region_header_check): it must agree with the readers' own header check.
+ * there (buf_region_header_check): it must agree with the readers' own header check; and the
+ * exec record (buf_region_read_exec): what it gives is a string cut to the caller's room.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -35,6 +36,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (buf_region_read_crash(data, size, &crash) == 0 &&
         crash.frame_count > BUF_REGION_CRASH_FRAMES)
         abort();
+    {
+        char into[64];
+        uint64_t exec_ns = 0;
+
+        into[sizeof(into) - 1] = 'x';
+        if (buf_region_read_exec(data, size, &exec_ns, into, sizeof(into) - 1) == 0 &&
+            (exec_ns == 0 || strlen(into) >= sizeof(into) - 1 || into[sizeof(into) - 1] != 'x'))
+            abort();
+    }
     (void)buf_region_read_each(data, size, block_read_within, &b, &st);
     if (st.blocks > size || st.chunks > st.slots)
         abort(); /* every block takes at least 2 bytes; a chunk needs a slot */

@@ -157,13 +157,23 @@ def test_forked_workers_each_keep_their_own(tmp):
     assert not glob.glob(os.path.join(tmp, "*.recovered.*")), os.listdir(tmp)
 
 
-def test_exec_leaves_no_chunk_file(tmp):
-    """exec ends the old image without a profile of its own; its file goes, and the new
-    image's goes at its exit."""
+def test_exec_keeps_the_old_images_chunks_aside(tmp):
+    """exec ends the old image without a profile of its own: its chunk file is moved aside
+    (fleetprof-PID.exec-NS.chunks: the new image makes fleetprof-PID.chunks again, and removes
+    it at its exit), and `recover` over the directory gives both lives."""
     r = subprocess.run([WORKLOAD, "exec", "0.2"], env=env_for(FLEETPROF_DIR=tmp),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert not glob.glob(os.path.join(tmp, "*.chunks")), os.listdir(tmp)
+    left = sorted(os.path.basename(f) for f in glob.glob(os.path.join(tmp, "*.chunks")))
+    assert len(left) == 1 and ".exec-" in left[0], os.listdir(tmp)
+    out = os.path.join(tmp, "out", "all.json")
+    os.mkdir(os.path.dirname(out))
+    r = subprocess.run([FLEETPROF, "recover", "-o", out, tmp], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    procs = [q for q in pc.all_processes(pc.load_valid(out)) if q.get("threads")]
+    assert len(procs) == 2, [q["meta"]["fleetprof"] for q in procs]
+    assert sum(1 for q in procs if q["meta"]["fleetprof"].get("execdInto")) == 1
 
 
 def test_damaged_files_are_survived(tmp):
@@ -323,7 +333,7 @@ taplib.run([
     test_sigkill_keeps_samples,
     test_normal_exit_leaves_no_chunk_file,
     test_forked_workers_each_keep_their_own,
-    test_exec_leaves_no_chunk_file,
+    test_exec_keeps_the_old_images_chunks_aside,
     test_damaged_files_are_survived,
     test_segfault_leaves_a_crash_marker,
     test_abort_leaves_a_crash_marker,

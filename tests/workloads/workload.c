@@ -11,6 +11,8 @@
  *                                      a drop fails
  *   workload dlopen SECONDS PLUGIN     loops dlopen/dlclose of PLUGIN while spinning
  *   workload exec SECONDS              execs itself as "busy"
+ *   workload burn-exec S1 S2           wl_before_exec works S1 seconds, then execs itself as
+ *                                      "busy S2" (the life before the exec must stay)
  *   workload exit-underscore SECONDS   busy, then _exit(3)
  *   workload wait-signal               spins until killed
  *   workload idle SECONDS              sleeps (samples without CPU)
@@ -36,8 +38,10 @@
  *                                      CPU_SECONDS of CPU; prints "own_sigprof=N", its
  *                                      handler's calls; exits 6 if sigaction() does not
  *                                      give its own handler back
- *   workload fork-exec N               forks N children one after another, each execs
- *                                      /bin/true; prints how many died by a signal
+ *   workload fork-exec N [PROG ARG...] forks N children one after another, each execs
+ *                                      /bin/true (or PROG with its arguments; with
+ *                                      --clear-env first: an empty environment); prints
+ *                                      how many died by a signal
  *   workload dlopen-stay PATH          dlopens PATH and exits with it loaded
  *   workload fork-loader N             forks N children one after another while busy, with 3
  *                                      threads spinning (the sampler keeps walking their
@@ -345,6 +349,14 @@ static int segv_handled(int n)
     return segv_calls == n ? 0 : 7;
 }
 
+NOINLINE void wl_before_exec(double until);
+NOINLINE void wl_before_exec(double until)
+{
+    while (!work_done(until))
+        for (int i = 0; i < 10000; i++)
+            sink += (uint64_t)i * 2246822519u;
+}
+
 NOINLINE void wl_worker_main(int index, double seconds);
 NOINLINE void wl_worker_main(int index, double seconds)
 {
@@ -516,6 +528,14 @@ int main(int argc, char **argv)
             execl("/proc/self/exe", argv[0], "busy", arg, (char *)NULL);
         perror("execl");
         return 1;
+    } else if (!strcmp(mode, "burn-exec") && argc > 3) {
+        wl_before_exec(work_deadline(seconds));
+        if (work_clock != CLOCK_MONOTONIC)
+            execl("/proc/self/exe", argv[0], "--cpu", "busy", argv[3], (char *)NULL);
+        else
+            execl("/proc/self/exe", argv[0], "busy", argv[3], (char *)NULL);
+        perror("execl");
+        return 1;
     } else if (!strcmp(mode, "exit-underscore")) {
         wl_recurse(4, work_deadline(seconds));
         _exit(3);
@@ -541,7 +561,15 @@ int main(int argc, char **argv)
             int status;
 
             if (pid == 0) {
-                execl("/bin/true", "true", (char *)NULL);
+                static char *const empty[] = {NULL};
+                char *const *prog = argc > 3 ? argv + 3 : NULL;
+
+                if (prog && !strcmp(prog[0], "--clear-env"))
+                    execve(prog[1], prog + 1, empty);
+                else if (prog)
+                    execv(prog[0], prog);
+                else
+                    execl("/bin/true", "true", (char *)NULL);
                 _exit(127);
             }
             if (waitpid(pid, &status, 0) == pid && WIFSIGNALED(status)) {

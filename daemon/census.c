@@ -1,0 +1,196 @@
+/* daemon/census.c - the processes the daemon learns of at their fork, and why one that never
+ * said Hello is not in the file.
+ *
+ * A profiled process's forked child connects in its fork handler (child/ipc.c,
+ * connect_early()), before the program runs in it, and says Hello at its start (its first
+ * tick, within 10 ms, or its first call into the runtime). If the connection closes first
+ * with nothing said, the child exec'd (close-on-exec), or ended. An exec'd image that loads
+ * the runtime connects again with the same pid and reports for itself; one that does not,
+ * or a child that ended before its runtime started, would vanish without a word: it is
+ * remembered here as a departure with the likely reason, read off the process as it is now
+ * (its program, its environment, its credentials), and the next capture names it unless a
+ * later image of the same pid reported.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/core.h"
+#include "daemon/daemon-internal.h"
+
+#define ENVIRON_MAX_BYTES (256u << 10) /* of /proc/PID/environ read at most */
+
+/* The parent pid in /proc/pid/stat, or -1. */
+static int32_t parent_of(int32_t pid)
+{
+    char path[64], buf[1024];
+    const char *p;
+    ssize_t n;
+    int fd, ppid;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void)close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    p = strrchr(buf, ')'); /* the name may hold anything, even ") " */
+    if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
+        return -1;
+    return ppid;
+}
+
+void daemon__census_accept(struct conn *c)
+{
+    /* Read now, while the process is there: its parent may not have said Hello yet (it
+     * forked right after connecting), so whether that is a profiled process is decided at
+     * the close. */
+    c->ppid = parent_of((int32_t)c->peer.pid);
+}
+
+/* The profiled process pid, connected, or ended with a profile kept; NULL if none. */
+static const char *profiled_name(struct daemon *d, int32_t pid)
+{
+    const struct conn *k = pid > 0 ? daemon__child_by_pid(d, pid) : NULL;
+
+    if (k)
+        return k->name;
+    for (const struct exit_profile *e = d->exit_profiles; pid > 0 && e; e = e->next)
+        if (e->pid == pid)
+            return e->name;
+    for (k = d->conns; pid > 0 && k; k = k->next)
+        if (k->pid == pid) /* ended, its profile being built */
+            return k->name;
+    return NULL;
+}
+
+/* Reads a small /proc file of pid into buf (NUL-terminated); its length, or -1. */
+static ssize_t read_proc(int32_t pid, const char *what, char *buf, size_t size)
+{
+    char path[64];
+    size_t done = 0;
+    int fd;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    while (done < size - 1) {
+        ssize_t n = read(fd, buf + done, size - 1 - done);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    (void)close(fd);
+    buf[done] = '\0';
+    return (ssize_t)done;
+}
+
+/* Whether the program pid runs has no program interpreter (PT_INTERP): a static program,
+ * into which no dynamic loader preloads anything. -1 when it cannot be read. */
+static int is_static(int32_t pid)
+{
+    char path[64];
+    size_t n = 0;
+    int fd, r = -1;
+    Elf *e;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    (void)elf_version(EV_CURRENT);
+    e = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    if (e && elf_kind(e) == ELF_K_ELF && elf_getphdrnum(e, &n) == 0) {
+        r = 1;
+        for (size_t i = 0; i < n; i++) {
+            GElf_Phdr ph;
+
+            if (gelf_getphdr(e, (int)i, &ph) && ph.p_type == PT_INTERP)
+                r = 0;
+        }
+    }
+    if (e)
+        (void)elf_end(e);
+    (void)close(fd);
+    return r;
+}
+
+/* Whether pid's environment preloads our library. -1 when it cannot be read (another
+ * user's process, or gone). */
+static int preloads_us(int32_t pid)
+{
+    char *env = malloc(ENVIRON_MAX_BYTES);
+    ssize_t n = env ? read_proc(pid, "environ", env, ENVIRON_MAX_BYTES) : -1;
+    int r = n < 0 ? -1 : 0;
+
+    for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(env + i) + 1)
+        if (!strncmp(env + i, "LD_PRELOAD=", 11) && strstr(env + i, "libfleetprof"))
+            r = 1;
+    free(env);
+    return r;
+}
+
+/* Whether pid runs with credentials other than its real ones (set-user-ID or set-group-ID
+ * program, or file capabilities): the loader then runs it securely and drops LD_PRELOAD. */
+static bool runs_securely(int32_t pid)
+{
+    char status[4096];
+    unsigned long r_uid, e_uid, r_gid, e_gid;
+    const char *u, *g;
+
+    if (read_proc(pid, "status", status, sizeof(status)) <= 0)
+        return false;
+    u = strstr(status, "\nUid:");
+    g = strstr(status, "\nGid:");
+    return u && g && sscanf(u, "\nUid: %lu %lu", &r_uid, &e_uid) == 2 &&
+           sscanf(g, "\nGid: %lu %lu", &r_gid, &e_gid) == 2 && (r_uid != e_uid || r_gid != e_gid);
+}
+
+void daemon__census_close(struct conn *c)
+{
+    struct daemon *d = c->d;
+    char comm[64];
+    const char *why, *parent = profiled_name(d, c->ppid);
+    int32_t pid = (int32_t)c->peer.pid;
+
+    /* Only a profiled process's child: a tool connects too, and says what it wants. */
+    if (!parent || d->closing)
+        return;
+    (void)snprintf(c->name, sizeof(c->name), "%s", parent);
+    if (read_proc(pid, "comm", comm, sizeof(comm)) > 0) {
+        comm[strcspn(comm, "\n")] = '\0';
+        (void)snprintf(c->name, sizeof(c->name), "%s", comm); /* the program it became */
+    }
+    if (parent_of(pid) < 0)
+        why = "it ended before its profiler started (within 10 ms of its fork, or by _exit)";
+    else if (is_static(pid) == 1)
+        why = "it exec'd a static program, into which no loader preloads the profiler";
+    else if (runs_securely(pid))
+        why = "it exec'd a set-user-ID or set-group-ID program, for which the loader ignores "
+              "LD_PRELOAD";
+    else if (preloads_us(pid) == 0)
+        why = "it exec'd with an environment that does not preload the profiler (cleared, or "
+              "LD_PRELOAD replaced)";
+    else
+        why = NULL; /* a program the runtime enters: its new image connects and reports */
+    daemon__log(d, why ? DAEMON_LOG_INFO : DAEMON_LOG_DEBUG,
+                "process %d (%s), a child of %d, never said Hello: %s", (int)pid, c->name,
+                (int)c->ppid, why ? why : "it exec'd a program the profiler enters");
+    /* Named at the next capture unless a later image of the pid reports (an exec'd image
+     * that connects, a child that ended after all with its profile). Only with a reason:
+     * every fork+exec passes here, and most become profiled processes. */
+    if (why)
+        daemon__departure_never(d, pid, c->name, why);
+}
