@@ -112,8 +112,10 @@ static struct {
     bool outbox_exit;
     bool outbox_ready;
     int outbox_error;
-    uint64_t gather_id;  /* gather thread's request (set before it starts) */
-    bool exit_streaming; /* IPC thread: the exit profile is on its way */
+    uint64_t gather_id;   /* gather thread's request (set before it starts) */
+    uint64_t gather_next; /* IPC thread only: a request that came while one was running (the
+                           * daemon gave up on that one: a failed capture), 0 = none */
+    bool exit_streaming;  /* IPC thread: the exit profile is on its way */
 
     /* Performance groups: the sampler asks (groups_pending), this thread sends. */
     _Atomic int groups_pending; /* set by the sampler's tick, taken by the IPC thread */
@@ -592,8 +594,11 @@ static void on_gather_request(uint64_t id)
     pthread_t thread;
     int r;
 
+    /* The daemon asks again only once it gave the earlier capture up (it failed: a full
+     * disk): that one's data is late, this one is served as soon as it has gone. Refused,
+     * the next capture lost the process. */
     if (atomic_exchange(&ipc.gathering, 1)) {
-        send_profile_error(id, "a profile is already being gathered");
+        ipc.gather_next = id;
         return;
     }
     progress_cell_init(&ipc.progress);
@@ -806,6 +811,17 @@ static int client_symbolize(struct rt_symbol_batch *b, uint64_t timeout_ns)
 
 static void send_final_and_close(void);
 
+/* The gathered profile has gone (or could not): a request that came meanwhile is next. */
+static void gather_ended(void)
+{
+    uint64_t next = ipc.gather_next;
+
+    ipc.gather_next = 0;
+    atomic_store(&ipc.gathering, 0);
+    if (next && ipc.conn)
+        on_gather_request(next);
+}
+
 static void on_stream_done(struct ipc_conn *conn, uint64_t request_id, int status, void *userdata)
 {
     (void)conn;
@@ -818,7 +834,7 @@ static void on_stream_done(struct ipc_conn *conn, uint64_t request_id, int statu
             send_final_and_close();
         return;
     }
-    atomic_store(&ipc.gathering, 0);
+    gather_ended();
 }
 
 /* Streams what the outbox holds; returns true if an exit profile is now streaming. */
@@ -844,13 +860,13 @@ static bool flush_outbox(void)
 
     if (!ipc.conn) {
         outgoing_free(o);
-        atomic_store(&ipc.gathering, 0);
+        gather_ended();
         return false;
     }
     if (error < 0 || !o) {
         send_profile_error(id, strerror(error < 0 ? -error : ENOMEM));
         outgoing_free(o);
-        atomic_store(&ipc.gathering, 0);
+        gather_ended();
         return false;
     }
     if (exit_profile) /* the groups' last totals go first: the exit profile may be long */
@@ -860,7 +876,7 @@ static bool flush_outbox(void)
     if (r < 0) {
         core->debug("cannot send the profile: %s", strerror(-r));
         outgoing_free(o);
-        atomic_store(&ipc.gathering, 0);
+        gather_ended();
         return false;
     }
     if (exit_profile)

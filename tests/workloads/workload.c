@@ -49,7 +49,9 @@
  *                                      30 ms (past the runtime's deferred start, which lists
  *                                      the modules), walks the modules with dl_iterate_phdr
  *                                      and exits; a child not gone after 20 s is killed and
- *                                      counted; prints "hung=K", exits 1 if K > 0
+ *                                      counted; prints "hung=K failed=F" (F: children that
+ *                                      died of a signal or exited non-zero), exits 1 if
+ *                                      either is not 0
  *   workload fork-low-nofile           lowers RLIMIT_NOFILE to 300, forks a child that spins
  *                                      until its runtime has opened statm (10 s at most) and
  *                                      prints "runtime_fds=N,N" (statm's and the chunk
@@ -61,7 +63,8 @@
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
  *                                      it reads address -16 (a profiler bug must not kill us)
  *   workload flood SECONDS RATE        markers "m <seq>" (seq 0, 1, 2...) at RATE per second
- *                                      through fleetprof_marker (found with dlsym: preloaded)
+ *                                      through fleetprof_marker (found with dlsym: preloaded);
+ *                                      prints "flood done" as it starts its exit
  *   workload pause-main SECONDS RATE   the same from a second thread, while the main thread
  *                                      waits in pause(); the process then exits normally
  *
@@ -545,6 +548,9 @@ int main(int argc, char **argv)
         struct flood_arg a = {seconds, argc > 3 ? atof(argv[3]) : 100000};
 
         flood_main(&a);
+        /* What a test waits for to kill it in its exit (the exit profile being written). */
+        printf("flood done\n");
+        fflush(stdout);
     } else if (!strcmp(mode, "pause-main")) {
         static struct flood_arg a;
         pthread_t th;
@@ -580,7 +586,7 @@ int main(int argc, char **argv)
         printf("killed: %d\n", killed);
         return killed ? 1 : 0;
     } else if (!strcmp(mode, "fork-loader") && argc > 2) {
-        int n = atoi(argv[2]), hung = 0;
+        int n = atoi(argv[2]), hung = 0, failed = 0;
         pthread_t spinners[3];
 
         /* More stacks for the sampler to walk while the main thread forks. */
@@ -609,10 +615,13 @@ int main(int argc, char **argv)
                 (void)kill(pid, SIGKILL);
                 (void)waitpid(pid, &status, 0);
                 hung++;
+            } else if (w == pid && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+                fprintf(stderr, "child %d ended with status 0x%x\n", (int)pid, status);
+                failed++;
             }
         }
-        printf("hung=%d\n", hung);
-        return hung ? 1 : 0;
+        printf("hung=%d failed=%d\n", hung, failed);
+        return hung || failed ? 1 : 0;
     } else if (!strcmp(mode, "fork-low-nofile")) {
         struct rlimit rl = {300, 300};
         pid_t pid;
