@@ -390,6 +390,25 @@ def functions(doc):
     return {n for _, t in all_threads(doc) for n in frame_names(t)}
 
 
+def cpu_ms_in(p, function):
+    """CPU (ms, from threadCPUDelta in ns) of process p's samples whose stack holds
+    function."""
+    total = 0
+    for t in p.get("threads") or []:
+        sms = t["samples"]["schema"]
+        names = frame_names(t)
+        ss = t["stackTable"]["schema"]
+        stacks = t["stackTable"]["data"]
+        for row in t["samples"]["data"]:
+            i = row[sms["stack"]]
+            while i is not None:
+                if names[stacks[i][ss["frame"]]] == function:
+                    total += row[sms["threadCPUDelta"]] or 0
+                    break
+                i = stacks[i][ss["prefix"]]
+    return total / 1e6
+
+
 def cpu_sampling(t):
     """(samples that carry CPU, CPU seconds they add up to) of one thread, from
     threadCPUDelta (ns)."""

@@ -40,24 +40,6 @@ def clean_env(tmp):
     return e
 
 
-def cpu_ms_in(p, function):
-    """CPU (ms) of p's samples whose stack holds function."""
-    total = 0
-    for t in p.get("threads") or []:
-        sms = t["samples"]["schema"]
-        names = pc.frame_names(t)
-        ss = t["stackTable"]["schema"]
-        stacks = t["stackTable"]["data"]
-        for row in t["samples"]["data"]:
-            i = row[sms["stack"]]
-            while i is not None:
-                if names[stacks[i][ss["frame"]]] == function:
-                    total += row[sms["threadCPUDelta"]] or 0
-                    break
-                i = stacks[i][ss["prefix"]]
-    return total / 1e6
-
-
 def parts(doc, pid):
     """(the part before the exec, the part after) of pid in doc."""
     mine = [p for p in doc.get("processes") or [] if p["meta"]["fleetprof"].get("pid") == pid]
@@ -72,15 +54,15 @@ def parts(doc, pid):
 def check_parts(doc, pid, killed=False):
     before, after = parts(doc, pid)
     into = before["meta"]["fleetprof"]["execdInto"]
-    ms_before = cpu_ms_in(before, "wl_before_exec")
-    ms_after = cpu_ms_in(after, "wl_hot_leaf")
+    ms_before = pc.cpu_ms_in(before, "wl_before_exec")
+    ms_after = pc.cpu_ms_in(after, "wl_hot_leaf")
     print(f"# pid {pid}: before the exec (into {into}) {ms_before:.0f} ms in wl_before_exec, "
           f"after {ms_after:.0f} ms in wl_hot_leaf")
     assert into == "/proc/self/exe", into  # what the workload passes to execl
     # Each part worked WORK_S of its thread's CPU there; most of it must be in the file.
     assert ms_before >= WORK_S * 1000 * 0.6, f"before the exec: {ms_before:.0f} ms"
-    assert cpu_ms_in(before, "wl_hot_leaf") == 0, "the part before holds the new image's work"
-    assert cpu_ms_in(after, "wl_before_exec") == 0, "the part after holds the old image's work"
+    assert pc.cpu_ms_in(before, "wl_hot_leaf") == 0, "the part before holds the new image's work"
+    assert pc.cpu_ms_in(after, "wl_before_exec") == 0, "the part after holds the old image's work"
     if not killed:
         assert ms_after >= WORK_S * 1000 * 0.6, f"after the exec: {ms_after:.0f} ms"
 
@@ -115,7 +97,7 @@ def test_record_keeps_a_shells_work_before_it_execs(tmp):
     assert before["threads"][0]["processName"] == "sh", before["threads"][0]["processName"]
     assert before["meta"]["fleetprof"]["execdInto"] == WORKLOAD
     assert sh_ms > 0, "the shell's loop left no CPU in the file"
-    assert cpu_ms_in(after, "wl_hot_leaf") >= WORK_S * 1000 * 0.6
+    assert pc.cpu_ms_in(after, "wl_hot_leaf") >= WORK_S * 1000 * 0.6
 
 
 def test_without_a_daemon_the_life_before_an_exec_stays(tmp):

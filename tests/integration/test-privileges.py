@@ -58,25 +58,6 @@ def name_of(p):
     return p["threads"][0].get("processName") if p.get("threads") else None
 
 
-def cpu_ms_in(p, function):
-    """CPU (ms) of the samples of p whose stack holds function."""
-    total = 0
-    for t in p.get("threads") or []:
-        sms = t["samples"]["schema"]
-        names = pc.frame_names(t)
-        ss = t["stackTable"]["schema"]
-        stacks = t["stackTable"]["data"]
-        for row in t["samples"]["data"]:
-            i = row[sms["stack"]]
-            found = False
-            while i is not None and not found:
-                found = names[stacks[i][ss["frame"]]] == function
-                i = stacks[i][ss["prefix"]]
-            if found:
-                total += row[sms["threadCPUDelta"]] or 0
-    return total / 1e6
-
-
 def check_workers(tmp, way, seconds=0.6):
     need_root()
     out = os.path.join(tmp, "out.json")
@@ -94,7 +75,7 @@ def check_workers(tmp, way, seconds=0.6):
     assert len(master) == 1 and len(workers) == 2, \
         f"{way}: want the master and 2 workers, got {[(pid_of(p), name_of(p)) for p in procs]}"
     for w in workers:
-        ms = cpu_ms_in(w, "wl_worker_main")
+        ms = pc.cpu_ms_in(w, "wl_worker_main")
         print(f"# worker {pid_of(w)}: {ms:.0f} ms of CPU in wl_worker_main")
         # Each worker burnt `seconds` of CPU in wl_worker_main (work_deadline counts its
         # thread's CPU under --cpu only; here the wall clock: at least a third is CPU on
