@@ -64,7 +64,7 @@
  *                                      it reads address -16 (a profiler bug must not kill us)
  *   workload flood SECONDS RATE        markers "m <seq>" (seq 0, 1, 2...) at RATE per second
  *                                      through fleetprof_marker (found with dlsym: preloaded);
- *                                      prints "flood done" as it starts its exit
+ *                                      prints "markers: N" (how many) as it starts its exit
  *   workload pause-main SECONDS RATE   the same from a second thread, while the main thread
  *                                      waits in pause(); the process then exits normally
  *
@@ -547,10 +547,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "flood")) {
         struct flood_arg a = {seconds, argc > 3 ? atof(argv[3]) : 100000};
 
-        flood_main(&a);
-        /* What a test waits for to kill it in its exit (the exit profile being written). */
-        printf("flood done\n");
-        fflush(stdout);
+        flood_main(&a); /* its last line, "markers: N", is where the exit begins */
     } else if (!strcmp(mode, "pause-main")) {
         static struct flood_arg a;
         pthread_t th;
