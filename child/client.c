@@ -58,6 +58,14 @@ void rt_ipc_forget_after_fork(void)
         m->forget_after_fork();
 }
 
+void rt_ipc_spawned(int32_t pid)
+{
+    const struct rt_ipc_module *m = rt_ipc_module(false);
+
+    if (m && m->connected())
+        m->spawned(pid);
+}
+
 bool rt_ipc_connected(void)
 {
     const struct rt_ipc_module *m = rt_ipc_module(false);

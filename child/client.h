@@ -25,6 +25,8 @@ void rt_ipc_tick(void);
 /* In a forked child: drop the parent's connection without touching it. */
 void rt_ipc_forget_after_fork(void);
 bool rt_ipc_connected(void);
+/* The program started pid with posix_spawn: the daemon is told (census). Connected only. */
+void rt_ipc_spawned(int32_t pid);
 /* Why the daemon at FLEETPROF_SOCKET was not trusted with our data (said once on stderr), or
  * NULL: the process then profiles alone, as without a daemon. */
 const char *rt_ipc_untrusted_reason(void);

@@ -29,7 +29,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   3u
+#define RT_IPC_MODULE_ABI   4u
 
 struct json_writer;
 struct progress_logger;
@@ -186,6 +186,9 @@ struct rt_ipc_module {
     int (*pack_description)(const struct rt_description *d, uint8_t **ret_bytes, size_t *ret_len);
     /* Why the daemon at our socket was not trusted (its directory, socket or uid), or NULL. */
     const char *(*untrusted)(void);
+    /* The program started pid with posix_spawn: told to the daemon (Spawned) from the IPC
+     * thread; any thread, not from a signal handler. */
+    void (*spawned)(int32_t pid);
 };
 
 /* The module's only exported symbol (RT_IPC_MODULE_ENTRY). */

@@ -133,6 +133,13 @@ static struct {
     uint64_t sym_id;
 } ipc;
 
+/* Processes the program started with posix_spawn, for the next Spawned (any thread adds,
+ * the IPC thread sends). Not in ipc: it outlives a reset of that. */
+#define SPAWNED_MAX 256
+static pthread_mutex_t spawned_lock = PTHREAD_MUTEX_INITIALIZER;
+static int32_t spawned_pids[SPAWNED_MAX];
+static size_t spawned_count;
+
 /* Held while the IPC thread is woken and while an abandoned loop is taken apart: a wake
  * writes to the loop's eventfd, which by then may be closed (libuv aborts the process on
  * that) or the program's own file. Not in ipc: it outlives a reset of that. */
@@ -989,6 +996,35 @@ static void send_final_and_close(void)
     ipc_conn_shutdown(ipc.conn); /* flush, then close */
 }
 
+/* Sends the pids the program spawned since the last time. IPC thread. */
+static void flush_spawned(void)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Spawned msg = FLEETPROF__SPAWNED__INIT;
+    int32_t pids[SPAWNED_MAX];
+
+    (void)pthread_mutex_lock(&spawned_lock);
+    msg.n_pids = spawned_count;
+    memcpy(pids, spawned_pids, spawned_count * sizeof(pids[0]));
+    spawned_count = 0;
+    (void)pthread_mutex_unlock(&spawned_lock);
+    if (msg.n_pids == 0)
+        return;
+    msg.pids = pids;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_SPAWNED;
+    env.spawned = &msg;
+    (void)send_env(&env);
+}
+
+static void client_spawned(int32_t pid)
+{
+    (void)pthread_mutex_lock(&spawned_lock);
+    if (spawned_count < SPAWNED_MAX) /* beyond: a burst the daemon cannot name; rare */
+        spawned_pids[spawned_count++] = pid;
+    (void)pthread_mutex_unlock(&spawned_lock);
+    wake_ipc();
+}
+
 static void on_wake(uv_async_t *handle)
 {
     (void)handle;
@@ -999,6 +1035,7 @@ static void on_wake(uv_async_t *handle)
     if (!ipc.conn)
         return;
     flush_symbolize();
+    flush_spawned();
     if (atomic_exchange(&ipc.groups_pending, 0))
         send_group_stats(false);
     /* The exit profile goes first; the Final update and the close follow when it has left
@@ -1433,6 +1470,8 @@ static void client_forget_after_fork(void)
      * whose main thread sat in pthread_join() of its sampler, blocked on that lock. We are
      * the only thread now: a fresh lock. */
     (void)pthread_mutex_init(&wake_lock, NULL);
+    (void)pthread_mutex_init(&spawned_lock, NULL); /* the parent's spawns are not ours */
+    spawned_count = 0;
     if (ipc.loop_ready) {
         int fd = ipc.conn ? ipc_conn_fileno(ipc.conn) : -1;
         int fds[] = {fd,
@@ -1483,6 +1522,7 @@ static const struct rt_ipc_module module = {
         .symbolize = client_symbolize,
         .pack_description = rt_ipc_pack_description,
         .untrusted = client_untrusted,
+        .spawned = client_spawned,
 };
 
 __attribute__((visibility("default"))) const struct rt_ipc_module *fleetprof_ipc_module(void)

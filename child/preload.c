@@ -11,6 +11,9 @@
  *   fexecve, execl,      kill it): the sampler stops signalling, the calling thread drops
  *   execlp, execle       the samples pending on it, SIG_IGN is set only if the program's;
  *                        undone if exec fails (before_exec());
+ *   posix_spawn,         its child execs inside libc, past the wrappers above: the daemon
+ *   posix_spawnp         is told its pid (rt_ipc_spawned()), to name it if it is never
+ *                        profiled (a static program, ...);
  *   sigaction, signal,   SIGPROF: the program's action is kept aside, ours stays installed;
  *   bsd_signal, ssignal, a raw rt_sigaction that replaces ours stops sampling (sampler.c);
  *   sysv_signal, __sysv_signal, sigset, sigignore, siginterrupt
@@ -28,6 +31,7 @@
 #include <link.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +57,8 @@ typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvp_fn)(const char *, char *const[]);
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+typedef int (*posix_spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+                              const posix_spawnattr_t *, char *const[], char *const[]);
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef void (*signal_handler_fn)(int);
 typedef signal_handler_fn (*signal_fn)(int, signal_handler_fn);
@@ -71,6 +77,8 @@ static execvp_fn real_execv;
 static execvp_fn real_execvp;
 static execvpe_fn real_execvpe;
 static fexecve_fn real_fexecve;
+static posix_spawn_fn real_posix_spawn;
+static posix_spawn_fn real_posix_spawnp;
 static close_fn real_close;
 static signal_fn real_signal;
 static signal_fn real_bsd_signal;
@@ -109,6 +117,10 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_execvpe = dlsym(RTLD_NEXT, "execvpe");
     if (!real_fexecve)
         *(void **)&real_fexecve = dlsym(RTLD_NEXT, "fexecve");
+    if (!real_posix_spawn)
+        *(void **)&real_posix_spawn = dlsym(RTLD_NEXT, "posix_spawn");
+    if (!real_posix_spawnp)
+        *(void **)&real_posix_spawnp = dlsym(RTLD_NEXT, "posix_spawnp");
     if (!real_close)
         *(void **)&real_close = dlsym(RTLD_NEXT, "close");
     if (!real_close_range)
@@ -672,6 +684,32 @@ EXEC_WRAPPER(execvp, (const char *file, char *const argv[]), file, (file, argv))
 EXEC_WRAPPER(execvpe, (const char *file, char *const argv[], char *const envp[]), file,
              (file, argv, envp))
 EXEC_WRAPPER(fexecve, (int fd, char *const argv[], char *const envp[]), argv[0], (fd, argv, envp))
+
+/* posix_spawn: glibc's child execs with its own __execve, not through the wrappers above,
+ * and shares our memory only until then: it cannot connect as a vfork child does. The
+ * parent tells the daemon the pid instead, once the call returned (the exec is done). */
+#define SPAWN_WRAPPER(name)                                                          \
+    FLEETPROF_EXPORT int name(                                                       \
+            pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions, \
+            const posix_spawnattr_t *attr, char *const argv[], char *const envp[])   \
+    {                                                                                \
+        pid_t child = 0;                                                             \
+        int r;                                                                       \
+                                                                                     \
+        if (!real_##name)                                                            \
+            resolve_real_functions();                                                \
+        if (!real_##name)                                                            \
+            return ENOSYS;                                                           \
+        r = real_##name(&child, path, actions, attr, argv, envp);                    \
+        if (pid)                                                                     \
+            *pid = child;                                                            \
+        if (r == 0 && child > 0 && atomic_load(&rt.running))                         \
+            rt_ipc_spawned((int32_t)child);                                          \
+        return r;                                                                    \
+    }
+
+SPAWN_WRAPPER(posix_spawn)
+SPAWN_WRAPPER(posix_spawnp)
 
 /* The execl family: glibc's own call its execve internally (not through our wrapper), so
  * they are rebuilt here on the wrapped execv* functions. */

@@ -158,23 +158,21 @@ static bool runs_securely(int32_t pid)
            sscanf(g, "\nGid: %lu %lu", &r_gid, &e_gid) == 2 && (r_uid != e_uid || r_gid != e_gid);
 }
 
-void daemon__census_close(struct conn *c)
+/* Why the process pid, which has not said Hello, will not be profiled, read off it as it is
+ * now; NULL when it runs a program the runtime enters (it connects and reports). Its name
+ * (the program it became) goes into name. */
+static const char *why_not_profiled(int32_t pid, char *name, size_t name_size)
 {
-    struct daemon *d = c->d;
     char comm[64];
-    const char *why, *parent = profiled_name(d, c->ppid);
-    int32_t pid = (int32_t)c->peer.pid;
+    const char *why;
 
-    /* Only a profiled process's child: a tool connects too, and says what it wants. */
-    if (!parent || d->closing)
-        return;
-    (void)snprintf(c->name, sizeof(c->name), "%s", parent);
     if (read_proc(pid, "comm", comm, sizeof(comm)) > 0) {
         comm[strcspn(comm, "\n")] = '\0';
-        (void)snprintf(c->name, sizeof(c->name), "%s", comm); /* the program it became */
+        (void)snprintf(name, name_size, "%s", comm);
     }
     if (parent_of(pid) < 0)
-        why = "it ended before its profiler started (within 10 ms of its fork, or by _exit)";
+        why = "it ended before its profiler started (it lived a few milliseconds, or ran a "
+              "program the profiler cannot enter)";
     else if (is_static(pid) == 1)
         why = "it exec'd a static program, into which no loader preloads the profiler";
     else if (runs_securely(pid))
@@ -185,6 +183,42 @@ void daemon__census_close(struct conn *c)
               "LD_PRELOAD replaced)";
     else
         why = NULL; /* a program the runtime enters: its new image connects and reports */
+    return why;
+}
+
+void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count)
+{
+    struct daemon *d = c->d;
+
+    for (size_t i = 0; i < count; i++) {
+        char name[64];
+        const char *why;
+        int32_t ppid = parent_of(pids[i]);
+
+        /* Only its own children (gone ones are taken at its word: it connected as itself). */
+        if (pids[i] <= 0 || daemon__child_by_pid(d, pids[i]) || (ppid > 0 && ppid != c->pid))
+            continue;
+        (void)snprintf(name, sizeof(name), "%s", c->name);
+        why = why_not_profiled(pids[i], name, sizeof(name));
+        daemon__log(d, why ? DAEMON_LOG_INFO : DAEMON_LOG_DEBUG,
+                    "process %d (%s), spawned by %d (%s): %s", (int)pids[i], name, (int)c->pid,
+                    c->name, why ? why : "it runs a program the profiler enters");
+        if (why)
+            daemon__departure_never(d, pids[i], name, why);
+    }
+}
+
+void daemon__census_close(struct conn *c)
+{
+    struct daemon *d = c->d;
+    const char *why, *parent = profiled_name(d, c->ppid);
+    int32_t pid = (int32_t)c->peer.pid;
+
+    /* Only a profiled process's child: a tool connects too, and says what it wants. */
+    if (!parent || d->closing)
+        return;
+    (void)snprintf(c->name, sizeof(c->name), "%s", parent);
+    why = why_not_profiled(pid, c->name, sizeof(c->name));
     daemon__log(d, why ? DAEMON_LOG_INFO : DAEMON_LOG_DEBUG,
                 "process %d (%s), a child of %d, never said Hello: %s", (int)pid, c->name,
                 (int)c->ppid, why ? why : "it exec'd a program the profiler enters");

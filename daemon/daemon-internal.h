@@ -267,6 +267,9 @@ void daemon__census_accept(struct conn *c);
  * its fork handler), the process is named with why it was not profiled (a departure),
  * unless the daemon is closing. */
 void daemon__census_close(struct conn *c);
+/* Child c started these processes with posix_spawn (Spawned): each that has not connected
+ * and that the profiler cannot enter is named the same way. */
+void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count);
 
 /* symbols-service.c */
 /* Answers a child's Symbolize with one or more Symbols (the symbol service). */

@@ -558,6 +558,12 @@ static void on_message(struct ipc_conn *ipc, const Fleetprof__Envelope *env, voi
         else
             on_group_stats(c, env->group_stats);
         return;
+    case FLEETPROF__ENVELOPE__MSG_SPAWNED:
+        if (c->kind != CONN_CHILD)
+            daemon__drop(c, "spawned pids before Hello");
+        else
+            daemon__census_spawned(c, env->spawned->pids, env->spawned->n_pids);
+        return;
     case FLEETPROF__ENVELOPE__MSG_GROUPS_REQUEST:
         if (c->kind == CONN_CHILD) {
             daemon__drop(c, "a child asked for the fleet's groups");

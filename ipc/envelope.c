@@ -720,6 +720,12 @@ int ipc_envelope_validate(const Fleetprof__Envelope *env, const char **ret_reaso
         return check_status_report(env->status_report, reason);
     case FLEETPROF__ENVELOPE__MSG_GROUP_STATS:
         return check_group_stats(env->group_stats, reason);
+    case FLEETPROF__ENVELOPE__MSG_SPAWNED:
+        if (!env->spawned)
+            INVALID(MISSING);
+        if (env->spawned->n_pids > IPC_SPAWNED_MAX)
+            INVALID("spawned: too many pids");
+        return 0;
     case FLEETPROF__ENVELOPE__MSG_GROUPS_REQUEST: {
         const Fleetprof__GroupsRequest *m = env->groups_request;
 

@@ -42,6 +42,7 @@
 #define IPC_SYMBOL_MAX_BYTES   4096      /* one symbol name or file name */
 #define IPC_REPEATED_MAX       (1 << 20) /* any other repeated field */
 #define IPC_MODULES_MAX        65536     /* Symbolize.modules */
+#define IPC_SPAWNED_MAX        256       /* Spawned.pids */
 #define IPC_BUILD_ID_MAX_BYTES 64
 #define IPC_PROPORTION_ONE     ((uint32_t)1 << 31)
 #define IPC_PROPORTION_INVALID UINT32_MAX

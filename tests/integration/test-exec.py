@@ -179,7 +179,8 @@ def check_never_profiled(tmp, prog, reason, parent_argv=None):
         parent = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
         try:
             # The daemon read what the child is off the live process; then it may end.
-            wait_until(lambda: "never said Hello" in d.log(), "the daemon to see the child", 60)
+            wait_until(lambda: "never said Hello" in d.log() or "spawned by" in d.log(),
+                       "the daemon to see the child", 60)
             with open(release, "w"):
                 pass
             assert parent.wait(timeout=60) == 0
@@ -217,6 +218,17 @@ def test_a_shells_child_that_execs_a_static_program_is_named(tmp):
                          "static program", parent_argv=["/bin/sh", "-c"])
 
 
+def test_a_posix_spawned_static_program_is_named(tmp):
+    """posix_spawn execs inside libc, past the exec wrappers: the parent tells the daemon."""
+    python = "/usr/bin/python3"
+    if not os.access(python, os.X_OK):
+        raise taplib.Skip("no /usr/bin/python3 (a dynamically linked parent that posix_spawns)")
+    script = ("import os, sys; p = os.posix_spawn(sys.argv[1], sys.argv[1:], dict(os.environ)); "
+              "sys.exit(os.waitpid(p, 0)[1])")
+    check_never_profiled(tmp, lambda release: [STATIC, "--until", release], "static program",
+                         parent_argv=[python, "-c", script])
+
+
 if __name__ == "__main__":
     taplib.run([
         test_record_keeps_the_life_before_an_exec,
@@ -226,4 +238,5 @@ if __name__ == "__main__":
         test_a_child_that_execs_a_static_program_is_named,
         test_a_child_that_execs_with_a_cleared_environment_is_named,
         test_a_shells_child_that_execs_a_static_program_is_named,
+        test_a_posix_spawned_static_program_is_named,
     ])

@@ -87,8 +87,10 @@ def test_short_child_exit_profile_is_built_by_the_daemon(tmp):
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert p.wait(timeout=60) == 0, p.stderr.read()
         pid = p.pid
-        # The daemon reads the Final after the child is gone.
+        # The daemon reads the Final after the child is gone; its workers build the profile
+        # (off the loop: the line may come after the child's "left").
         wait_until(lambda: f"child {pid} (workload) left" in d.log(), "the child's end")
+        wait_until(lambda: d.status()["building"] == 0, "the daemon's build")
         assert f"child {pid} (workload): exit profile built from its chunk region" in d.log(), \
             f"no exit profile built from a region:\n{d.log()[-3000:]}"
         doc = capture_doc(d, tmp)

@@ -232,6 +232,12 @@ static Fleetprof__GroupStats group_stats = {
         .groups = groups_a,
         .final = true,
 };
+static int32_t spawned_pids[] = {4243, 4244};
+static Fleetprof__Spawned spawned = {
+        .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__spawned__descriptor),
+        .n_pids = ARRAY_SIZE(spawned_pids),
+        .pids = spawned_pids,
+};
 static Fleetprof__GroupsRequest groups_req = {
         PROTOBUF_C_MESSAGE_INIT(&fleetprof__groups_request__descriptor), 26, "tenant-a"};
 static Fleetprof__GroupProcess group_proc = {
@@ -313,6 +319,7 @@ static Fleetprof__Envelope envelopes[] = {
         ENV(CAPTURE_PROGRESS, capture_progress, capture_progress),
         ENV(CAPTURE_RESULT, capture_result, capture_result),
         ENV(GROUP_STATS, group_stats, group_stats),
+        ENV(SPAWNED, spawned, spawned),
         ENV(GROUPS_REQUEST, groups_request, groups_req),
         ENV(GROUPS_REPORT, groups_report, groups_report),
 };
