@@ -4,6 +4,7 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,18 +82,23 @@ static struct {
     uint64_t held_ns;
 } titles[TITLES_MAX];
 static size_t title_count, title_current;
-static uint64_t title_looked_ns; /* 0: never looked */
+/* 0: never looked. Written under titles_lock; read without it by the sampler's tick, which
+ * takes the lock only once a look is due (not on every tick). */
+static _Atomic uint64_t title_looked_ns;
 
 /* titles_lock held. Charges the time since the last look to the title shown then. */
 static void look_locked(uint64_t now_ns)
 {
     char buf[256];
     const char *t = title_now(buf, sizeof(buf));
+    uint64_t looked = atomic_load(&title_looked_ns);
     size_t i, least = 0;
 
+    if (now_ns < looked) /* a caller's clock read before another's look */
+        now_ns = looked;
     if (title_count)
-        titles[title_current].held_ns += now_ns - title_looked_ns;
-    title_looked_ns = now_ns;
+        titles[title_current].held_ns += now_ns - looked;
+    atomic_store(&title_looked_ns, now_ns);
     for (i = 0; i < title_count && strcmp(titles[i].text, t) != 0; i++)
         if (titles[i].held_ns < titles[least].held_ns)
             least = i;
@@ -109,9 +115,12 @@ static void look_locked(uint64_t now_ns)
 
 void rt_process_title_tick(uint64_t now_ns)
 {
+    uint64_t looked = atomic_load_explicit(&title_looked_ns, memory_order_relaxed);
+
+    if (looked && now_ns - looked < TITLE_LOOK_NS)
+        return;
     (void)pthread_mutex_lock(&titles_lock);
-    if (!title_looked_ns || now_ns - title_looked_ns >= TITLE_LOOK_NS)
-        look_locked(now_ns);
+    look_locked(now_ns);
     (void)pthread_mutex_unlock(&titles_lock);
 }
 
@@ -120,7 +129,7 @@ void rt_process_titles_forget(void)
     (void)pthread_mutex_init(&titles_lock, NULL); /* a thread of the parent may have held it */
     title_count = 0;
     title_current = 0;
-    title_looked_ns = 0;
+    atomic_store(&title_looked_ns, 0);
 }
 
 const char *rt_process_name(char *buf, size_t size)
