@@ -201,6 +201,11 @@ void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns, const char *int
     __atomic_store_n(&((struct buf_region_header *)r->head)->exec_ns, now_ns, __ATOMIC_RELEASE);
 }
 
+void buf_region_mark_profile_written(struct buf_region *r)
+{
+    __atomic_store_n(&((struct buf_region_header *)r->head)->profile_written, 1u, __ATOMIC_RELEASE);
+}
+
 void *buf_region_header_page(struct buf_region *r)
 {
     return r->head;

@@ -11,7 +11,7 @@
  *    +-------------------+-------------------+-------------------+-------------------+
  *    | chunk_bytes       | pid               | created_ns (u64, CLOCK_MONOTONIC)     |
  *    +-------------------+-------------------+---------------------------------------+
- *    | meta_bytes        | meta_len[0]       | meta_len[1]       | reserved (0)      |
+ *    | meta_bytes        | meta_len[0]       | meta_len[1]       | profile_written   |
  *    +-------------------+-------------------+-------------------+-------------------+
  *    | meta_seq (u64, 0 = no description yet)| meta_hash[0] (u64)                    |
  *    +---------------------------------------+---------------------------------------+
@@ -70,7 +70,9 @@ struct buf_region_header {
     uint64_t created_ns;
     uint32_t meta_bytes;
     uint32_t meta_len[2];
-    uint32_t reserved;
+    /* 1: the owner wrote its own profile (to a file) as it ended, so a reader that held the
+     * region through a lost connection has nothing to recover; 0 until then. */
+    uint32_t profile_written;
     uint64_t meta_seq;
     uint64_t meta_hash[2];
     uint64_t exec_ns; /* nonzero: the owner is in exec (its image ends without a profile) */
@@ -210,6 +212,9 @@ int buf_region_read_each(const uint8_t *mem, size_t len, buf_read_cb cb, void *u
  * -ENOENT (none was published, or none is intact) or -EBADMSG (not a region). */
 int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_bytes,
                          size_t *ret_len);
+
+/* The owner wrote its own profile as it ended (buf_region_header.profile_written). */
+void buf_region_mark_profile_written(struct buf_region *region);
 
 /* Whether the owner of the region image mem[0..len) ended its image by exec: 0 with its
  * instant and the program it exec'd into (NUL-terminated in into, "" when unknown), -ENOENT

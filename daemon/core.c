@@ -160,7 +160,7 @@ int daemon__send(struct conn *c, Fleetprof__Envelope *env)
 
 void daemon__maybe_finish_close(struct daemon *d)
 {
-    if (d->closing && !d->conns && !d->gather && !d->socket_watch_open && !d->workers &&
-        d->finish_close)
+    if (d->closing && !d->conns && !d->gather && !d->socket_watch_open && !d->linger_timer_open &&
+        !d->workers && d->finish_close)
         d->finish_close(d);
 }

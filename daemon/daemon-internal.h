@@ -79,7 +79,10 @@ struct conn {
                               * waits for that, not for the child) */
     uint32_t groups_refused; /* GroupStats refused (logged up to a few) */
     bool in_pid_map;         /* linked in d->by_pid (from its Hello to its close) */
-    struct conn *pid_next;   /* chain in d->by_pid */
+    /* Its connection ended while the process lives on: its region is kept (linger.c). */
+    bool lingering;
+    uint64_t start_ticks;  /* its start time (/proc's clock ticks), known while lingering */
+    struct conn *pid_next; /* chain in d->by_pid */
     struct conn *next;
 };
 
@@ -114,6 +117,8 @@ struct exit_profile {
     struct exit_profile *next;
 };
 
+struct daemon_built;
+
 struct daemon {
     uv_loop_t *loop;
     struct daemon_options opt;
@@ -135,6 +140,11 @@ struct daemon {
     uv_timer_t socket_watch;                 /* is the socket still ours? (server.c) */
     bool socket_watch_open;                  /* until its close callback */
     bool socket_lost_said;
+    uv_timer_t linger_timer; /* are the owners of kept regions alive? (linger.c) */
+    bool linger_timer_open;  /* until its close callback */
+    size_t lingering;        /* connections kept for their regions (conn.lingering) */
+    /* What a build from a kept region calls (server.c's). */
+    void (*linger_built)(struct conn *c, struct daemon_built *b);
     struct region_scan *region_scan; /* owned; NULL until a child publishes in its region */
     struct prof_symbols *symbols;    /* the symbol service's cache; NULL until first used */
     struct daemon_workers *workers;  /* owned: builds profiles from regions; NULL once closed */
@@ -230,6 +240,24 @@ typedef void daemon_built_cb(struct conn *c, struct daemon_built *b);
  * reports on its own): one that lives on otherwise reconnects. False when there is nothing
  * to build: no region, or a process still alive. */
 bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_built_cb *cb);
+/* Whether the owner of the region in fd marked its exec in it. */
+bool daemon__region_execd(int fd);
+
+/* linger.c: the region of a child whose connection ended while it lives on, kept until it
+ * reconnects or ends. */
+/* Whether pid is dead or dying, or (start_ticks nonzero) now another process's. */
+bool daemon__process_gone(int32_t pid, uint64_t start_ticks);
+void daemon__linger_init(struct daemon *d);
+/* c's connection ended and its process lives on: keeps c (dead, without ipc) for its region;
+ * built (server.c's) gets a build from it. False when it cannot be kept. */
+bool daemon__linger_begin(struct conn *c, daemon_built_cb *built);
+/* pid said Hello again: its kept region is let go (built first if it exec'd meanwhile). */
+void daemon__linger_end(struct daemon *d, int32_t pid);
+/* Builds the profiles of kept regions whose owners are gone (a capture calls it first). */
+void daemon__linger_check(struct daemon *d);
+/* At the daemon's close: kept regions let go, the timer closed. */
+void daemon__linger_close(struct daemon *d);
+void daemon__linger_timer_close(struct daemon *d);
 struct json_writer;
 struct prof_symbolizer;
 struct daemon_recovery;

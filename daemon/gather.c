@@ -1541,6 +1541,8 @@ static int start(struct gather *g)
     if (r < 0)
         return r;
     json_writer_array_begin(g->events, NULL);
+    /* One killed while disconnected, just before this: its build is among the answers. */
+    daemon__linger_check(d);
     for (struct conn *c = d->conns; c; c = c->next)
         n += c->kind == CONN_CHILD || c->building;
     g->pending = calloc(n ? n : 1, sizeof(*g->pending));
@@ -1583,6 +1585,12 @@ static int start(struct gather *g)
                               "reach the daemon in time)"),
               "child {pid} ({name}) {reason}");
     }
+    for (const struct conn *c = d->conns; d->lingering && c; c = c->next)
+        if (c->lingering)
+            event(g, EV_DROPPED,
+                  EV_OF(c, .reason = "lost its connection and has not reconnected; its samples "
+                                     "stay in its region, for a later capture or if it dies"),
+                  "child {pid} ({name}) {reason}");
     if (d->departures_dropped)
         event(g, EV_DROPPED, &(struct ev_args){.reason = "not listed: too many"},
               "%llu more children ended without an exit profile, or lost it to the limit",

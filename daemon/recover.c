@@ -700,34 +700,6 @@ void daemon__region_release(struct conn *c)
     }
 }
 
-/* Whether pid is dead or dying. A connection also ends in a process that lives on: one that
- * lost its descriptors to the program and reconnects, one in exec. The kernel closes a
- * dying process's descriptors after it marks it exiting (PF_EXITING in stat's flags), so a
- * death is seen as such even before the process is a zombie. Only the process's own entry is
- * read, and its absence means it is gone. */
-static bool process_gone(int32_t pid)
-{
-    char path[64], buf[1024], state;
-    unsigned long flags;
-    ssize_t n;
-    int fd;
-    const char *p;
-
-    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return true;
-    n = read(fd, buf, sizeof(buf) - 1);
-    (void)close(fd);
-    if (n <= 0)
-        return true;
-    buf[n] = '\0';
-    p = strrchr(buf, ')'); /* the name may hold anything, even ") " */
-    if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
-        return false;
-    return state == 'Z' || state == 'X' || (flags & 0x4u /* PF_EXITING */);
-}
-
 /* ---- a short-lived child's exit profile, left in its region -------------------------- */
 
 /* What the daemon copies of such a region at most, in bytes of blocks: a child leaves its exit
@@ -915,7 +887,7 @@ static int to_json(struct worker_scratch *scratch, const uint8_t *mem, size_t le
 
 /* Whether the region's owner marked its exec (its connection closed in the exec): that
  * image's life is in its chunks, though the process lives on. */
-static bool region_execd(int fd)
+bool daemon__region_execd(int fd)
 {
     struct buf_region_header h;
 
@@ -1037,7 +1009,8 @@ bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_bu
                         (int)c->pid, c->name);
         return false;
     }
-    if (kind == DAEMON_BUILD_RECOVERY && !process_gone(c->pid) && !region_execd(c->region_fd)) {
+    if (kind == DAEMON_BUILD_RECOVERY && !daemon__process_gone(c->pid, 0) &&
+        !daemon__region_execd(c->region_fd)) {
         daemon__log(d, DAEMON_LOG_DEBUG,
                     "child %d (%s) left but lives on (it reconnects, or execs): nothing to "
                     "recover",

@@ -74,17 +74,23 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
 {
     struct conn *c = userdata;
     struct daemon *d = c->d;
+    bool lingers = false;
 
     (void)ipc;
-    /* Died without a profile: the workers rebuild it from its chunks, off the loop. */
+    /* Died without a profile: the workers rebuild it from its chunks, off the loop. Lives
+     * on without its connection: its region is kept until it reconnects or dies (linger.c). */
     if (c->pid && !c->exit_profile_received && !d->closing && c->region_fd >= 0 &&
-        !c->final_update && !c->building)
-        c->building = daemon__region_build(c, DAEMON_BUILD_RECOVERY, on_built);
+        !c->final_update && !c->building) {
+        lingers = d->linger_timer_open && !daemon__process_gone(c->pid, 0) &&
+                  !daemon__region_execd(c->region_fd);
+        if (!lingers)
+            c->building = daemon__region_build(c, DAEMON_BUILD_RECOVERY, on_built);
+    }
     if (c->building) {
         /* A capture waiting for it waits for the build (on_built). */
     } else if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid)) {
         daemon__gather_on_child_gone(c);
-        if (c->pid && !c->exit_profile_received && !d->closing)
+        if (c->pid && !c->exit_profile_received && !d->closing && !lingers)
             daemon__departure_add(d, c, NULL);
     } else {
         if (c->kind == CONN_NEW)
@@ -92,7 +98,8 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
         daemon__gather_on_tool_gone(c);
     }
     daemon__region_updates_leave(c);
-    daemon__region_release(c);
+    if (!lingers)
+        daemon__region_release(c);
     if (c->exit_len)
         daemon__log(d, DAEMON_LOG_WARNING,
                     "exit profile of child %d (%s) dropped: the process ended after sending "
@@ -123,6 +130,15 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
     }
     c->exit_data = NULL;
     c->exit_len = 0;
+    if (lingers && daemon__linger_begin(c, on_built))
+        return;    /* freed when it reconnects or ends */
+    if (lingers) { /* gone just now after all */
+        c->building = daemon__region_build(c, DAEMON_BUILD_RECOVERY, on_built);
+        if (!c->building) {
+            daemon__departure_add(d, c, NULL);
+            daemon__region_release(c);
+        }
+    }
     if (c->building) { /* freed by on_built; a later image of its pid may connect meanwhile */
         c->kind = CONN_DEAD;
         c->ipc = NULL;
@@ -173,6 +189,8 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
         daemon__drop(c, "a second connection from the same process");
         return;
     }
+    if (d->lingering) /* back after a lost connection: this one brings its region again */
+        daemon__linger_end(d, (int32_t)c->peer.pid);
     c->pid = (int32_t)c->peer.pid;
     if (daemon__pid_map_add(d, c) < 0) {
         c->pid = 0;
@@ -745,6 +763,7 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
         if (r < 0) /* served unpaced: every message still read, each on its own wake-up */
             daemon__log(d, DAEMON_LOG_WARNING, "cannot pace the loop: %s", strerror(-r));
     }
+    daemon__linger_init(d);
     if (uv_timer_init(loop, &d->socket_watch) == 0) {
         d->socket_watch.data = d;
         d->socket_watch_open = true;
@@ -820,6 +839,8 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
     loop_pace_close(d->pace);
     d->pace = NULL;
     daemon__region_scan_close(d);
+    daemon__linger_close(d);
+    daemon__linger_timer_close(d);
     for (struct conn *c = d->conns; c; c = c->next) {
         if (c->kind == CONN_CHILD) {
             /* Children stop sampling, and learn from the closed socket that they are on

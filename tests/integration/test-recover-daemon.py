@@ -8,6 +8,7 @@ Usage: test-recover-daemon.py BUILD_DIR   (meson passes it; output is TAP)
 """
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -283,7 +284,45 @@ def test_recovered_profiles_count_in_the_global_budget(tmp):
         d.stop()
 
 
+def test_a_child_killed_while_disconnected_is_recovered(tmp):
+    """The program closed the profiler's descriptors and took every free one, so the runtime
+    could not reconnect. SIGKILLed then, it was lost: the daemon had let its region go at the
+    disconnect. Now the region is kept while the process lives on, and rebuilt at its death:
+    its work before and after the disconnect is in the next capture."""
+    d = Daemon(tmp)
+    try:
+        p = subprocess.Popen([WORKLOAD, "close-fill", "0.3", "600"], env=env(d),
+                             stdout=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                                   (4096, 4096)))
+        line = p.stdout.readline()
+        assert line.startswith("filled "), line
+        wait_log(d, f"child {p.pid} (workload) disconnected and lives on")
+        wait_until(lambda: taplib.cpu_seconds(p.pid) >= 0.8, "0.8 s of CPU")
+        assert d.log().count(f"child {p.pid} (workload, parent") == 1, d.log()[-2000:]
+        used = dead_cpu_seconds(p)
+        wait_log(d, f"child {p.pid} (workload): profile recovered from its chunks")
+        doc = capture_doc(d, tmp)
+        proc = process(doc, p.pid)
+        assert proc["meta"]["fleetprof"].get("recovered") == "shared memory", proc["meta"]
+        got = sum(pc.cpu_sampling(t)[1] for t in proc["threads"])
+        assert used * 0.9 - 0.05 <= got <= used + 0.05, f"recovered {got:.3f} s of {used:.3f} s"
+        # The work after the disconnect (the sweep is a few ms): its samples are there too.
+        # By their leaf: the sweep took libunwind's pipe too, and the frames above the leaf
+        # go with it (see the runtime's log).
+        assert pc.cpu_ms_in(proc, "wl_hot_leaf") >= 0.8 * used * 1000, \
+            (pc.cpu_ms_in(proc, "wl_hot_leaf"), used,
+             {f: pc.cpu_ms_in(proc, f) for f in pc.functions({"processes": [proc]})
+              if pc.cpu_ms_in(proc, f) > 20})
+        assert any(f"recovered the profile of child {p.pid} (workload)" in e
+                   for e in events(doc)), events(doc)
+        assert d.alive()
+    finally:
+        d.stop()
+
+
 taplib.run([
+    test_a_child_killed_while_disconnected_is_recovered,
     test_a_sigkilled_child_is_recovered_by_the_daemon,
     test_a_segfault_under_the_daemon_shows_the_crash,
     test_a_child_killed_during_a_capture_is_in_it,
