@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
@@ -334,13 +335,43 @@ static void release_standard_fds(void)
     placeholder_count = 0;
 }
 
+/* Threads making descriptors of the runtime right now (capturing). Between the kernel's
+ * handing out a number and its protection, a program thread's dup2() or close() onto it
+ * would not see it as ours: the program's file would replace libuv's epoll or socket
+ * unseen (libuv then aborts the process over an epoll_ctl() error), or the program would
+ * close it. Those calls wait for such a setup to end instead (rt_fds_wait_setups()). */
+static _Atomic int setups;
+
+#define SETUP_WAIT_STEP_NS 50000L
+#define SETUP_WAIT_MAX_NS  1000000000L /* then go on: a stuck setup must not stall the program */
+
 void rt_fds_capture(enum rt_fds_capture how)
 {
-    if (how != RT_FDS_CAPTURE_OFF && capturing == RT_FDS_CAPTURE_OFF)
+    if (how != RT_FDS_CAPTURE_OFF && capturing == RT_FDS_CAPTURE_OFF) {
+        atomic_fetch_add(&setups, 1);
         hold_standard_fds();
-    else if (how == RT_FDS_CAPTURE_OFF && capturing != RT_FDS_CAPTURE_OFF)
+    } else if (how == RT_FDS_CAPTURE_OFF && capturing != RT_FDS_CAPTURE_OFF) {
         release_standard_fds();
+        atomic_fetch_sub(&setups, 1);
+    }
     capturing = how;
+}
+
+void rt_fds_wait_setups(void)
+{
+    struct timespec step = {0, SETUP_WAIT_STEP_NS};
+
+    if (capturing != RT_FDS_CAPTURE_OFF || internal_thread)
+        return; /* its own setup, or one of the runtime's threads */
+    for (long waited = 0; atomic_load(&setups) > 0 && waited < SETUP_WAIT_MAX_NS;
+         waited += SETUP_WAIT_STEP_NS)
+        (void)nanosleep(&step, NULL);
+}
+
+void rt_fds_fork_child(void)
+{
+    /* Setups on the parent's other threads did not come along. */
+    atomic_store(&setups, capturing != RT_FDS_CAPTURE_OFF ? 1 : 0);
 }
 
 void rt_fds_captured(int fds[2])

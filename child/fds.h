@@ -75,6 +75,12 @@ bool rt_fd_is_kept(int fd);
 enum rt_fds_capture { RT_FDS_CAPTURE_OFF, RT_FDS_CAPTURE, RT_FDS_CAPTURE_KEEP };
 void rt_fds_capture(enum rt_fds_capture how);
 bool rt_fds_capturing(void);
+/* On a program thread about to dup2() onto or close a descriptor: waits (at most a second)
+ * until no thread of the runtime is making descriptors, so that every one of ours is
+ * protected by then. Immediate when none is (one atomic load). */
+void rt_fds_wait_setups(void);
+/* In a forked child, first: the parent's other threads' setups are not its own. */
+void rt_fds_fork_child(void);
 /* pipe2() made fds on a capturing thread: they move high and become the runtime's. */
 void rt_fds_captured(int fds[2]);
 

@@ -49,6 +49,7 @@
 
 #define EXIT_WAIT_NS          (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */
 #define GROUP_STATS_PERIOD_NS (1000ull * 1000 * 1000)     /* GroupStats at most this often */
+#define RECONNECT_DELAY_NS    (100ull * 1000 * 1000)      /* after the program took a descriptor */
 /* A held-back update looks again after this, doubling up to the max: a daemon that is
  * stopped costs a child a few wake-ups a second, not one per tick. */
 #define UPDATE_RETRY_MIN_MS   1
@@ -68,13 +69,17 @@ static struct {
     struct ipc_conn *conn;   /* IPC thread only */
     pthread_t thread;
     bool thread_started;
-    bool loop_ready;              /* loop and wake initialised (for the fork child) */
-    struct buf_update_slot slot;  /* the manager's callback folds here */
-    _Atomic int update_pending;   /* set by the callback, cleared by the sampler's wake */
-    _Atomic int connected;        /* welcomed: settings applied */
-    _Atomic int linked;           /* the socket is open (Hello sent): exit profiles can go */
-    _Atomic int exiting;          /* send Final and close */
-    _Atomic int start_pending;    /* client_start() deferred the connection (ipc-start.h) */
+    bool loop_ready;             /* loop and wake initialised (for the fork child) */
+    struct buf_update_slot slot; /* the manager's callback folds here */
+    _Atomic int update_pending;  /* set by the callback, cleared by the sampler's wake */
+    _Atomic int connected;       /* welcomed: settings applied */
+    _Atomic int linked;          /* the socket is open (Hello sent): exit profiles can go */
+    _Atomic int exiting;         /* send Final and close */
+    _Atomic int start_pending;   /* client_start() deferred the connection (ipc-start.h) */
+    /* A tick makes that connection no sooner than this (CLOCK_MONOTONIC ns; 0: at once):
+     * after the program took a descriptor of ours, its sweep over the table is let finish
+     * first, else our new descriptors land just ahead of it, and are taken again. */
+    _Atomic uint64_t start_not_before_ns;
     _Atomic int region_evictions; /* the daemon writes its evictions into our region */
     _Atomic int region_accepted;  /* Welcome.exit_in_region: the daemon builds it if asked */
     _Atomic int exit_in_region;   /* the exit profile is in the region: the Final says so */
@@ -222,7 +227,8 @@ static void client_tick(void)
 {
     uint64_t gen = core->groups_generation();
 
-    if (atomic_load_explicit(&ipc.start_pending, memory_order_relaxed))
+    if (atomic_load_explicit(&ipc.start_pending, memory_order_relaxed) &&
+        core->now_ns() >= atomic_load(&ipc.start_not_before_ns))
         client_start_deferred();
     /* Totals changed: one wake-up per period at most, and none while no group is used
      * (the generation stays 0). The clock is read only when there is something to send. */
@@ -1225,7 +1231,6 @@ static int start_now(void)
             r = ipc_conn_connect(&ipc.loop, ipc.socket_path, NULL, &cbs, NULL, reason,
                                  sizeof(reason), &ipc.conn);
         }
-        core->fds_capture(RT_FDS_CAPTURE_OFF);
         if (r == -EPERM) /* the thread then idles until client_stop() */
             note_untrusted(reason);
         else if (r < 0)
@@ -1255,9 +1260,13 @@ static int start_now(void)
         (void)uv_run(&ipc.loop, UV_RUN_NOWAIT);
         (void)uv_loop_close(&ipc.loop);
         ipc.loop_ready = false;
+        core->fds_capture(RT_FDS_CAPTURE_OFF);
         return r;
     }
     ipc.thread_started = true;
+    /* Only now may a program thread's dup2() onto one of these give it up: client_abandon()
+     * stops a started thread before it closes what the thread uses. */
+    core->fds_capture(RT_FDS_CAPTURE_OFF);
     return 0;
 }
 
@@ -1425,6 +1434,7 @@ static int client_abandon(void)
     /* A new connection, made at the sampler's next tick or by the exit path: the daemon
      * sees this process again, with its Hello. */
     ipc.defer_start = true;
+    atomic_store(&ipc.start_not_before_ns, core->now_ns() + RECONNECT_DELAY_NS);
     hooks = ipc.hooks;
     return client_start(ipc.socket_path, &hooks);
 }
@@ -1444,12 +1454,13 @@ static void connect_early(const char *path)
 
     core->fds_capture(RT_FDS_CAPTURE); /* away from the numbers the program will take */
     r = ipc_socket_connect(path, uid, reason, sizeof(reason), &fd);
+    if (r == 0)
+        core->fd_protect(fd); /* from a program that closes every descriptor it did not open */
     core->fds_capture(RT_FDS_CAPTURE_OFF);
     if (r < 0) {
         core->debug("no early connection to %s: %s", path, *reason ? reason : strerror(-r));
         return;
     }
-    core->fd_protect(fd); /* from a program that closes every descriptor it did not open */
     ipc.early = true;
     ipc.early_fd = fd;
     ipc.early_uid = uid;
@@ -1491,6 +1502,7 @@ static void client_forget_after_fork(void)
     memcpy(path, ipc.socket_path, sizeof(path));
     memset(&ipc, 0, sizeof(ipc));
     ipc.defer_start = true; /* this child may exec at once: start at the first tick */
+    atomic_store(&ipc.start_not_before_ns, 0);
     if (linked)
         connect_early(path);
 }

@@ -105,7 +105,10 @@ FLEETPROF_EXPORT int socket(int domain, int type, int protocol)
  * calls (libuv's, on our threads or while it sets up) are its business. */
 static void before_dup_onto(int oldfd, int newfd)
 {
-    if (oldfd != newfd && !rt_is_internal_thread() && !rt_fds_capturing() && rt_fd_is_own(newfd))
+    if (oldfd == newfd || rt_is_internal_thread() || rt_fds_capturing())
+        return;
+    rt_fds_wait_setups();
+    if (rt_fd_is_own(newfd))
         rt_fd_yield(newfd);
 }
 

@@ -213,10 +213,13 @@ FLEETPROF_EXPORT int close(int fd)
 
     if (!real_close)
         resolve_real_functions();
-    if (rt_is_internal_thread())
+    if (rt_is_internal_thread()) {
         rt_fd_unprotect(fd);
-    else if (fd >= 0 && rt_fds_own_in((unsigned int)fd, (unsigned int)fd, own) > 0)
-        return 0;
+    } else if (fd >= 0) {
+        rt_fds_wait_setups();
+        if (rt_fds_own_in((unsigned int)fd, (unsigned int)fd, own) > 0)
+            return 0;
+    }
     return real_close(fd);
 }
 
@@ -224,7 +227,10 @@ FLEETPROF_EXPORT int close(int fd)
 static int close_range_around_own(unsigned int first, unsigned int last, int flags)
 {
     unsigned int own[RT_MAX_OWN_FDS], cur = first;
-    size_t n = rt_fds_own_in(first, last, own);
+    size_t n;
+
+    rt_fds_wait_setups();
+    n = rt_fds_own_in(first, last, own);
 
     if (!real_close_range) {
         errno = ENOSYS;
@@ -259,6 +265,8 @@ FLEETPROF_EXPORT void closefrom(int lowfd)
         resolve_real_functions();
     if (lowfd < 0)
         lowfd = 0;
+    if (!rt_is_internal_thread())
+        rt_fds_wait_setups();
     if (rt_is_internal_thread() || rt_fds_own_in((unsigned int)lowfd, ~0u, own) == 0) {
         if (real_closefrom)
             real_closefrom(lowfd);

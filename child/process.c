@@ -50,14 +50,19 @@ const char *rt_product(void)
 static const char *title_now(char *buf, size_t size)
 {
     ssize_t n = 0;
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    int fd;
 
     /* Servers name their processes by writing over their argv (postgres' "postgres:
-     * checkpointer", nginx's "nginx: worker process"): what /proc shows now. */
+     * checkpointer", nginx's "nginx: worker process"): what /proc shows now. Read as a
+     * setup of the runtime's (rt_fds_capture): a program thread's dup2() onto the number
+     * meanwhile waits, instead of being closed by ours after it. */
+    rt_fds_capture(RT_FDS_CAPTURE);
+    fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         n = read(fd, buf, size - 1);
         (void)close(fd);
     }
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
     if (n <= 0)
         return program_name;
     buf[n] = '\0';

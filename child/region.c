@@ -347,6 +347,10 @@ bool rt_region_yield_fd(int fd)
 void rt_region_done(bool profile_written)
 {
     (void)pthread_mutex_lock(&reg.lock);
+    /* A daemon that still holds the region (we lost the connection to it, and wrote our
+     * profile to a file instead) must not rebuild it when we are gone. */
+    if (profile_written && reg.region)
+        buf_region_mark_profile_written(reg.region);
     if (reg.path[0]) {
         if (profile_written)
             (void)unlink(reg.path);

@@ -631,7 +631,10 @@ void rt_fd_yield(int fd)
 void rt_fds_check(void)
 {
     int lost[8];
-    size_t n = rt_fds_lost(lost, sizeof(lost) / sizeof(lost[0]));
+    size_t n;
+
+    rt_fds_wait_setups(); /* on a program thread: a connection being made is not lost */
+    n = rt_fds_lost(lost, sizeof(lost) / sizeof(lost[0]));
 
     for (size_t i = 0; i < n; i++)
         rt_fd_yield(lost[i]);
@@ -679,6 +682,7 @@ void rt_handle_exit_signal(int sig)
  * be real, and the new pipe is the runtime's. on_fork_child() ends the capture. */
 static void on_fork_child_first(void)
 {
+    rt_fds_fork_child();
     rt.forked = true;
     if (!atomic_load(&rt.running) && atomic_load(&rt.fork_start) == RT_FORK_START_NONE)
         return;

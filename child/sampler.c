@@ -673,8 +673,8 @@ static int open_statm(void)
 
     rt_fds_capture(RT_FDS_CAPTURE); /* not on 0, 1 or 2 */
     fd = rt_fd_relocate(open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
-    rt_fds_capture(RT_FDS_CAPTURE_OFF);
     rt_fd_protect(fd);
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
     atomic_store(&statm_fd, fd);
     return fd;
 }
