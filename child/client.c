@@ -94,6 +94,13 @@ int rt_ipc_abandon(void)
     return m ? m->abandon() : 0;
 }
 
+int rt_ipc_give_up(void)
+{
+    const struct rt_ipc_module *m = rt_ipc_module(false);
+
+    return m ? m->give_up() : 0;
+}
+
 int rt_ipc_send_exit_profile(struct json_writer *w)
 {
     const struct rt_ipc_module *m = rt_ipc_module(false);

@@ -35,6 +35,9 @@ bool rt_ipc_owns_fd(int fd);
 /* The program took one of those: the IPC thread is ended where it waits, what is still ours
  * is closed, and a new connection is made at the next tick (or by the exit path). */
 int rt_ipc_abandon(void);
+/* The program ran out of descriptors: as rt_ipc_abandon(), but no connection is made again
+ * (the exit profile goes to FLEETPROF_DIR, as without a daemon). */
+int rt_ipc_give_up(void);
 /* Hands the exit profile (a finished memory writer, owned by the IPC layer from now on, even
  * on failure) to the IPC thread; rt_ipc_stop() then waits for it to leave before the Final
  * update. Returns 0 or -ENOMEM. */

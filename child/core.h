@@ -250,6 +250,11 @@ uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max);
  * on no stack is walked with libunwind in this process, only with frame pointers. */
 void rt_stackwalk_stop_libunwind(void);
 bool rt_stackwalk_libunwind_stopped(void);
+/* Stops libunwind, waits for walks inside it to end (at most 1 s), then closes its pipe:
+ * the number of descriptors closed (0 when a walk did not end: the pipe stays). */
+size_t rt_stackwalk_release_libunwind(void);
+/* loader-gate.c: whether every thread left the gate within 1 s. */
+bool rt_loader_gate_wait_empty(void);
 
 /* sampler.c */
 /* What the sampler thread calls in the layers above it (runtime.c, ipc.c), which the core
@@ -269,6 +274,8 @@ void rt_sampler_forget_after_fork(void);
 /* The statm descriptor: whether fd is it, and giving it up (opened again when next read). */
 bool rt_sampler_owns_fd(int fd);
 void rt_sampler_release_statm(void);
+/* Gives it up for good (the program ran out of descriptors): the memory counter stops. */
+void rt_sampler_give_up_statm(void);
 int rt_sampler_install_handler(void);
 /* Puts our handler back in place (after a failed exec ignored the signal). AS-safe. */
 void rt_sampler_restore_handler(void);
@@ -351,6 +358,9 @@ struct prof_runtime_log;
 int rt_region_describe_exit(uint64_t exit_ns, const struct prof_runtime_log *log);
 /* The program takes fd: true if it was the region's (which moved to another number). */
 bool rt_region_yield_fd(int fd);
+/* The program ran out of descriptors: the region's goes; the region keeps its mappings and
+ * stops growing. True if there was one. */
+bool rt_region_give_up_fd(void);
 /* After the exit profile: the file goes if the profile was written, else it stays and
  * says so. */
 void rt_region_done(bool profile_written);

@@ -194,6 +194,16 @@ void rt_fd_unprotect(int fd)
     fd_forget(fd);
 }
 
+size_t rt_fds_release_kept(void)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < kept_count; i++, n++)
+        rt_fd_release(kept_fds[i]);
+    kept_count = 0;
+    return n;
+}
+
 bool rt_fd_is_kept(int fd)
 {
     for (size_t i = 0; fd >= 0 && i < kept_count; i++)

@@ -75,6 +75,9 @@ bool rt_fd_is_kept(int fd);
 enum rt_fds_capture { RT_FDS_CAPTURE_OFF, RT_FDS_CAPTURE, RT_FDS_CAPTURE_KEEP };
 void rt_fds_capture(enum rt_fds_capture how);
 bool rt_fds_capturing(void);
+/* Closes the descriptors kept through forks (libunwind's pipe): only once nothing can use
+ * them again. Returns how many there were. */
+size_t rt_fds_release_kept(void);
 /* On a program thread about to dup2() onto or close a descriptor: waits (at most a second)
  * until no thread of the runtime is making descriptors, so that every one of ours is
  * protected by then. Immediate when none is (one atomic load). */

@@ -1439,6 +1439,17 @@ static int client_abandon(void)
     return client_start(ipc.socket_path, &hooks);
 }
 
+/* The program ran out of descriptors: the connection's go to it, and none is made again;
+ * the exit profile goes to a file (FLEETPROF_DIR), the region stays for recovery. */
+static int client_give_up(void)
+{
+    int r = client_abandon();
+
+    atomic_store(&ipc.start_pending, 0);
+    core->set_update_cb(NULL, NULL);
+    return r;
+}
+
 /* In the fork handler of a child whose parent talked to a daemon: the connection now, the
  * rest of the start at the first tick. A server's worker often drops its privileges at
  * once (nginx, httpd, postfix: setuid to an unprivileged user), after which it can neither
@@ -1528,6 +1539,7 @@ static const struct rt_ipc_module module = {
         .connected = client_connected,
         .owns_fd = client_owns_fd,
         .abandon = client_abandon,
+        .give_up = client_give_up,
         .send_exit_profile = client_send_exit_profile,
         .exit_in_region_accepted = client_exit_in_region_accepted,
         .exit_in_region = client_exit_in_region,

@@ -46,5 +46,11 @@ void rt_fd_yield(int fd);
 void rt_fds_check(void);
 /* How many descriptors of ours the program took (dup2 onto them, or closed them unseen). */
 uint64_t rt_fds_taken(void);
+/* A program thread's call failed with EMFILE: the runtime gives the program its descriptors
+ * (the daemon connection, the region's, statm, libunwind's pipe), once, and says so in the
+ * profile's log. True when it gave some up (the caller tries again). */
+bool rt_fds_give_up(void);
+/* What it gave up, for the profile's log; NULL before. */
+const char *rt_fds_given_up(void);
 
 #endif /* FLEETPROF_CHILD_LIFECYCLE_H */

@@ -60,6 +60,18 @@ void rt_loader_gate_enter(void)
     loader_gate_depth = 1;
 }
 
+bool rt_loader_gate_wait_empty(void)
+{
+    struct timespec step = {0, 50000};
+
+    for (int i = 0; i < 20000; i++) { /* 1 s */
+        if (atomic_load(&loader_gate_inside) == 0)
+            return true;
+        (void)nanosleep(&step, NULL);
+    }
+    return false;
+}
+
 void rt_loader_gate_leave(void)
 {
     if (--loader_gate_depth == 0)

@@ -196,6 +196,8 @@ RT_NO_TSAN FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
         return -1;
     }
     r = real_pipe2(fds, flags);
+    if (r < 0 && errno == EMFILE && !rt_fds_capturing() && rt_fds_give_up())
+        r = real_pipe2(fds, flags); /* the runtime's descriptors are the program's now */
     if (r == 0 && rt_fds_capturing())
         rt_fds_captured(fds);
     return r;

@@ -324,6 +324,20 @@ void rt_region_record_crash_frames(const uint64_t *frames, uint32_t frame_count)
         buf_region_record_crash_frames(region, frames, frame_count);
 }
 
+bool rt_region_give_up_fd(void)
+{
+    int fd = -1;
+
+    (void)pthread_mutex_lock(&reg.lock);
+    if (reg.region) {
+        fd = buf_region_fd(reg.region);
+        buf_region_set_fd(reg.region, -1);
+    }
+    (void)pthread_mutex_unlock(&reg.lock);
+    rt_fd_release(fd);
+    return fd >= 0;
+}
+
 bool rt_region_yield_fd(int fd)
 {
     int copy;

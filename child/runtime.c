@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -298,7 +299,7 @@ struct write_symbols {
     struct rt_symbolizer sym;
     struct buf_chunked_buffer_state state;
     uint64_t symbolize_ns; /* time spent in the symbolizer */
-    char log[2048];
+    char log[2400];
 };
 
 /* The runtime's own numbers for profilingLog[pid].runtime (symbolization's are the writer's). */
@@ -314,6 +315,7 @@ static void runtime_log_fill(struct prof_runtime_log *l, const struct buf_chunke
     l->failed_bytes = st->failed_bytes;
     l->unsafe_samples_in_loader = rt_stackwalk_unsafe_samples();
     l->descriptors_taken = rt_fds_taken();
+    l->descriptors_given_up = rt_fds_given_up();
     l->interval_ns = rt.cfg.interval_ns;
     l->sampling_stopped = rt_sampler_stopped_reason(&stopped_ns);
     l->sampling_stopped_at_us = l->sampling_stopped ? (stopped_ns - rt.start_ns) / 1000 : 0;
@@ -584,6 +586,11 @@ static void write_exit_profile(bool process_ends)
             r = rt_write_profile_to(dir_path, now);
             if (r == -ENOENT && session_gone())
                 rt_debug("the daemon and %s are gone: no exit profile", rt.cfg.dir);
+            else if (r == -EMFILE && rt_fds_given_up() && rt_region_active())
+                /* Not the program's stderr: the daemon still holds our region (it keeps the
+                 * region of a process that left it), or recover reads the chunk file. */
+                rt_debug("no descriptor left for the exit profile: it is rebuilt from the "
+                         "chunk region");
             else if (r < 0) /* the daemon is gone too: this profile is lost, say so */
                 rt_warn("cannot write the exit profile to %s: %s", rt.cfg.dir, strerror(-r));
             written = r == 0;
@@ -643,6 +650,44 @@ void rt_fds_check(void)
 uint64_t rt_fds_taken(void)
 {
     return atomic_load(&fds_taken);
+}
+
+static _Atomic int fds_give_up_started;
+static char fds_given_up_text[256];
+static _Atomic bool fds_given_up_set;
+
+bool rt_fds_give_up(void)
+{
+    struct rlimit rl;
+    size_t unwind;
+    bool ipc, region;
+
+    if (rt_is_internal_thread() || !atomic_load(&rt.running) ||
+        atomic_exchange(&fds_give_up_started, 1))
+        return false;
+    /* The connection last: ending its thread (pthread_cancel) may load libgcc_s, which
+     * takes a descriptor (glibc aborts the process when it cannot). */
+    region = rt_region_give_up_fd();
+    rt_sampler_give_up_statm();
+    unwind = rt_stackwalk_release_libunwind();
+    ipc = rt_ipc_connected();
+    (void)rt_ipc_give_up(); /* also a connection still to be made: none is */
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        rl.rlim_cur = 0;
+    (void)snprintf(fds_given_up_text, sizeof(fds_given_up_text),
+                   "the program ran out of descriptors (limit %llu): gave up %s%s%sthe memory "
+                   "counter",
+                   (unsigned long long)rl.rlim_cur, ipc ? "the daemon connection, " : "",
+                   region ? "the chunk region's growth, " : "",
+                   unwind ? "libunwind (frame-pointer stacks from now on), " : "");
+    atomic_store(&fds_given_up_set, true);
+    rt_debug("%s", fds_given_up_text);
+    return true;
+}
+
+const char *rt_fds_given_up(void)
+{
+    return atomic_load(&fds_given_up_set) ? fds_given_up_text : NULL;
 }
 
 void rt_on_process_exit(void)

@@ -684,6 +684,14 @@ bool rt_sampler_owns_fd(int fd)
     return fd >= 0 && atomic_load(&statm_fd) == fd;
 }
 
+static _Atomic bool statm_given_up;
+
+void rt_sampler_give_up_statm(void)
+{
+    atomic_store(&statm_given_up, true);
+    rt_sampler_release_statm();
+}
+
 void rt_sampler_release_statm(void)
 {
     int fd = atomic_exchange(&statm_fd, -1);
@@ -699,6 +707,8 @@ static int64_t resident_bytes(void)
 
     int fd = atomic_load(&statm_fd);
 
+    if (fd < 0 && atomic_load(&statm_given_up))
+        return -1;
     if (fd < 0)
         fd = open_statm(); /* given up (the program took its number): opened again */
     if (fd < 0)

@@ -30,6 +30,16 @@ void rt_stackwalk_stop_libunwind(void)
     atomic_store(&libunwind_stopped, true);
 }
 
+size_t rt_stackwalk_release_libunwind(void)
+{
+    /* A walk re-reads the flag inside the gate (seq_cst both ways): either it sees the
+     * flag, or this sees it inside. */
+    atomic_store(&libunwind_stopped, true);
+    if (!rt_loader_gate_wait_empty())
+        return 0;
+    return rt_fds_release_kept();
+}
+
 bool rt_stackwalk_libunwind_stopped(void)
 {
     return atomic_load(&libunwind_stopped);
@@ -173,6 +183,10 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
         }
         if (!rt_loader_gate_try_enter())
             break; /* another thread is forking: a frame-pointer walk, as in fp mode */
+        if (atomic_load(&libunwind_stopped)) { /* its pipe may be closed now */
+            rt_loader_gate_leave();
+            break;
+        }
         n = unw_backtrace((void **)c->frames, PROF_MAX_FRAMES);
         rt_loader_gate_leave();
         for (int i = 0; i < n; i++) {
@@ -205,7 +219,7 @@ uint32_t rt_stackwalk_crash(uint64_t *frames, uint32_t max, const struct rt_thre
     if (walk_mode == RT_STACKWALK_DWARF &&
         !atomic_load_explicit(&libunwind_stopped, memory_order_relaxed) && rt_in_loader == 0 &&
         rt_loader_gate_try_enter()) {
-        int n = unw_backtrace((void **)frames, (int)max);
+        int n = atomic_load(&libunwind_stopped) ? 0 : unw_backtrace((void **)frames, (int)max);
 
         rt_loader_gate_leave();
 
@@ -274,7 +288,10 @@ uint32_t rt_stackwalk_self(uint64_t *frames, uint32_t max)
         return out;
     }
     rt_loader_gate_enter();
-    n = unw_backtrace(buf, (int)(max + 2 < PROF_MAX_FRAMES + 2 ? max + 2 : PROF_MAX_FRAMES + 2));
+    n = atomic_load(&libunwind_stopped)
+                ? 0
+                : unw_backtrace(buf, (int)(max + 2 < PROF_MAX_FRAMES + 2 ? max + 2
+                                                                         : PROF_MAX_FRAMES + 2));
     rt_loader_gate_leave();
 
     for (int i = 2; i < n && out < max; i++)

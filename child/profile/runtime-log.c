@@ -18,6 +18,7 @@ static void json_safe(char *out, size_t size, const char *s)
 void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_log *l)
 {
     char error[300], stopped[64], untrusted_text[512], untrusted[sizeof(untrusted_text) + 24] = "";
+    char given_text[256], given[sizeof(given_text) + 32] = "";
 
     json_safe(error, sizeof(error), l->symbol_error);
     json_safe(stopped, sizeof(stopped), l->sampling_stopped);
@@ -25,25 +26,29 @@ void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_l
         json_safe(untrusted_text, sizeof(untrusted_text), l->daemon_untrusted);
         (void)snprintf(untrusted, sizeof(untrusted), ",\"daemonUntrusted\":\"%s\"", untrusted_text);
     }
-    (void)snprintf(out, size,
-                   "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64
-                   ",\"failedPuts\":%" PRIu64 ",\"failedBytes\":%" PRIu64
-                   ",\"unsafeSamplesInLoader\":%" PRIu64 ",\"descriptorsTaken\":%" PRIu64
-                   ",\"intervalNs\":%" PRIu64 ",\"symbolModulesLoaded\":%" PRIu64
-                   ",\"symbolModulesNamesOnly\":%" PRIu64 ",\"symbolServiceBatches\":%" PRIu64
-                   ",\"symbolServiceFailures\":%" PRIu64 ",\"symbolServiceAddresses\":%" PRIu64
-                   ",\"symbolServiceUnresolved\":%" PRIu64 ",\"symbolModuleErrors\":%" PRIu64
-                   ",\"symbolizeUs\":%" PRIu64 ",\"symbolError\":\"%s\",\"samplingStopped\":\"%s\""
-                   ",\"samplingStoppedAtUs\":%" PRIu64 ",\"handlerCaptures\":%" PRIu64
-                   ",\"handlerP50Ns\":%" PRIu64 ",\"handlerP99Ns\":%" PRIu64
-                   ",\"descriptorChecks\":%" PRIu64 ",\"descriptorChecksSkipped\":%" PRIu64 "%s%s}",
-                   l->pushed_blocks, l->cleared_blocks, l->failed_puts, l->failed_bytes,
-                   l->unsafe_samples_in_loader, l->descriptors_taken, l->interval_ns,
-                   l->symbol_modules_loaded, l->symbol_modules_names_only,
-                   l->symbol_service_batches, l->symbol_service_failures,
-                   l->symbol_service_addresses, l->symbol_service_unresolved,
-                   l->symbol_module_errors, l->symbolize_us, error, stopped,
-                   l->sampling_stopped_at_us, l->handler_captures, l->handler_p50_ns,
-                   l->handler_p99_ns, l->descriptor_checks, l->descriptor_checks_skipped,
-                   l->built_from_region ? ",\"builtFromRegion\":true" : "", untrusted);
+    if (l->descriptors_given_up && *l->descriptors_given_up) {
+        json_safe(given_text, sizeof(given_text), l->descriptors_given_up);
+        (void)snprintf(given, sizeof(given), ",\"descriptorsGivenUp\":\"%s\"", given_text);
+    }
+    (void)snprintf(
+            out, size,
+            "{\"pushedBlocks\":%" PRIu64 ",\"clearedBlocks\":%" PRIu64 ",\"failedPuts\":%" PRIu64
+            ",\"failedBytes\":%" PRIu64 ",\"unsafeSamplesInLoader\":%" PRIu64
+            ",\"descriptorsTaken\":%" PRIu64 ",\"intervalNs\":%" PRIu64
+            ",\"symbolModulesLoaded\":%" PRIu64 ",\"symbolModulesNamesOnly\":%" PRIu64
+            ",\"symbolServiceBatches\":%" PRIu64 ",\"symbolServiceFailures\":%" PRIu64
+            ",\"symbolServiceAddresses\":%" PRIu64 ",\"symbolServiceUnresolved\":%" PRIu64
+            ",\"symbolModuleErrors\":%" PRIu64 ",\"symbolizeUs\":%" PRIu64
+            ",\"symbolError\":\"%s\",\"samplingStopped\":\"%s\""
+            ",\"samplingStoppedAtUs\":%" PRIu64 ",\"handlerCaptures\":%" PRIu64
+            ",\"handlerP50Ns\":%" PRIu64 ",\"handlerP99Ns\":%" PRIu64
+            ",\"descriptorChecks\":%" PRIu64 ",\"descriptorChecksSkipped\":%" PRIu64 "%s%s%s}",
+            l->pushed_blocks, l->cleared_blocks, l->failed_puts, l->failed_bytes,
+            l->unsafe_samples_in_loader, l->descriptors_taken, l->interval_ns,
+            l->symbol_modules_loaded, l->symbol_modules_names_only, l->symbol_service_batches,
+            l->symbol_service_failures, l->symbol_service_addresses, l->symbol_service_unresolved,
+            l->symbol_module_errors, l->symbolize_us, error, stopped, l->sampling_stopped_at_us,
+            l->handler_captures, l->handler_p50_ns, l->handler_p99_ns, l->descriptor_checks,
+            l->descriptor_checks_skipped, l->built_from_region ? ",\"builtFromRegion\":true" : "",
+            untrusted, given);
 }

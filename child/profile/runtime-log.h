@@ -29,10 +29,13 @@ struct prof_runtime_log {
     uint64_t descriptor_checks, descriptor_checks_skipped;     /* the sampler's 10 ms checks */
     bool built_from_region;       /* written by the daemon from the child's chunk region */
     const char *daemon_untrusted; /* why the daemon was not used, NULL or "" = it was, or none */
+    /* What the runtime gave up when the program ran out of descriptors, NULL or "" = none. */
+    const char *descriptors_given_up;
 };
 
 /* Formats l as a JSON object into out (NUL-terminated, cut at size: size must hold at least
- * 1536 bytes for every field to fit, 2048 with daemon_untrusted). Strings are copied without the
+ * 1536 bytes for every field to fit, 2048 with daemon_untrusted, 2400 with
+ * descriptors_given_up too). Strings are copied without the
  * characters a JSON string would need escaped, so that text from another process cannot break the
  * object. */
 void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_log *l);

@@ -270,7 +270,40 @@ def test_a_program_that_dup2s_over_its_whole_table(tmp):
         d.stop()
 
 
+def test_a_program_that_runs_out_of_descriptors_gets_the_profilers(tmp):
+    """Under prlimit --nofile 8, 12 and 32 the program opens files until it cannot. With
+    fleetprof it got 16 of 28 under 32 (the runtime held 12). Now its first EMFILE makes the
+    runtime give it its descriptors (the daemon connection, the region's, statm, libunwind's
+    pipe): it gets all but at most 3 (libuv's signal-lock pipe, which libuv's fork handler
+    re-makes, and a loop left by a connection that failed at start), ends as without us, and
+    says nothing on its stderr; the daemon, which keeps the region of a process that left
+    it, has its profile."""
+    workload = os.path.join(BUILD, "tests", "workloads", "workload")
+    d = Daemon(tmp)
+    try:
+        for n in (8, 12, 32):
+            def limit(n=n):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+            got = []
+            for profiled in (False, True):
+                e = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
+                if profiled:
+                    e.update(LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock,
+                             FLEETPROF_DIR=os.path.join(tmp, f"dir-{n}"))
+                r = subprocess.run([workload, "open-max", "0.1"], env=e, preexec_fn=limit,
+                                   capture_output=True, text=True, timeout=120)
+                assert r.returncode == 0 and "fleetprof" not in r.stderr, (n, profiled, r)
+                assert r.stdout.startswith("opened ") and "Too many open files" in r.stdout, \
+                    r.stdout
+                got.append(int(r.stdout.split()[1].rstrip(",")))
+            assert got[1] >= got[0] - 3, f"RLIMIT_NOFILE {n}: opened {got[0]} without, {got[1]} with"
+        assert d.alive(), d.log()
+    finally:
+        d.stop()
+
+
 taplib.run([
+    test_a_program_that_runs_out_of_descriptors_gets_the_profilers,
     test_a_program_that_dup2s_over_its_whole_table,
     test_a_tiny_descriptor_limit_never_kills_the_program,
     test_sigterm_and_sigint_read_as_default_and_end_the_process,

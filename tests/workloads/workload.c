@@ -700,6 +700,15 @@ int main(int argc, char **argv)
         if (fd < 0 || read(fd, buf, sizeof(buf)) <= 0 || close(fd) != 0)
             return 4;
         wl_recurse(3, work_deadline(s / 2));
+    } else if (!strcmp(mode, "open-max")) {
+        /* Works, then opens files until it cannot, and says how many and why not. */
+        int n = 0;
+
+        wl_recurse(3, work_deadline(seconds));
+        while (open("/dev/null", O_RDONLY) >= 0)
+            n++;
+        printf("opened %d, then: %s\n", n, strerror(errno));
+        wl_recurse(3, work_deadline(seconds));
     } else if (!strcmp(mode, "close-fill") && argc > 3) {
         /* Works, puts /dev/null on every number past 2 up to its limit (dup2, as a
          * daemon does onto 0..2), so that nothing else can open a descriptor (a profiler that
