@@ -40,6 +40,9 @@
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool hooks_installed;
 static bool first_fork_hook_installed;
+/* On a thread inside the runtime's start: an EMFILE there is ours (a probe of what can be
+ * spared, the region's file), not the program's. */
+static __thread int starting;
 static bool command_line_known; /* process.c's names are current: a forked child starting
                                  * again keeps its parent's */
 /* What the sampler thread does for the lifecycle and the daemon client, above it. */
@@ -239,7 +242,9 @@ bool rt_start_if_pending(void)
          * it to be finished when it gets the lock. An exec cancels without the lock. */
         (void)pthread_mutex_lock(&init_lock);
         if (atomic_compare_exchange_strong(&rt.fork_start, &pending, RT_FORK_START_RUNNING)) {
+            starting++;
             fork_start_finish();
+            starting--;
             atomic_store(&rt.fork_start, RT_FORK_START_NONE);
         }
         (void)pthread_mutex_unlock(&init_lock);
@@ -662,7 +667,7 @@ bool rt_fds_give_up(void)
     size_t unwind;
     bool ipc, region;
 
-    if (rt_is_internal_thread() || !atomic_load(&rt.running) ||
+    if (rt_is_internal_thread() || starting || !atomic_load(&rt.running) ||
         atomic_exchange(&fds_give_up_started, 1))
         return false;
     /* The connection last: ending its thread (pthread_cancel) may load libgcc_s, which
@@ -768,8 +773,10 @@ static void on_fork_child(void)
         atomic_store(&rt.counters[i].ops, 0);
         rt.counters[i].last_ops = 0;
     }
+    starting++;
     if (fork_start_begin() < 0)
         atomic_store(&rt.running, 0);
+    starting--;
 }
 
 FLEETPROF_EXPORT int fleetprof_init(void)
@@ -786,7 +793,9 @@ FLEETPROF_EXPORT int fleetprof_init(void)
             first_fork_hook_installed = true;
             (void)pthread_atfork(NULL, NULL, on_fork_child_first);
         }
+        starting++;
         r = start_locked();
+        starting--;
         if (r == 0 && !hooks_installed) {
             hooks_installed = true;
             (void)atexit(rt_on_process_exit);
