@@ -72,9 +72,15 @@ static void *internal_start(void *p)
     return ts.start(ts.arg);
 }
 
+/* The stack of each of the runtime's threads. Their deepest use (libunwind stepping a copied
+ * stack, libuv and protobuf-c) measured under 16 KiB; the default would be RLIMIT_STACK,
+ * 8 MiB each, taken from a program that runs under `ulimit -v`. */
+#define RT_INTERNAL_STACK_BYTES (256 * 1024)
+
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg)
 {
     struct rt_thread_start *ts;
+    pthread_attr_t attr;
     sigset_t all, old;
     int r;
 
@@ -87,6 +93,13 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
         return -ENOMEM;
     ts->start = start;
     ts->arg = arg;
+    r = pthread_attr_init(&attr);
+    if (r == 0)
+        r = pthread_attr_setstacksize(&attr, RT_INTERNAL_STACK_BYTES);
+    if (r != 0) {
+        free(ts);
+        return -r;
+    }
     /* The new thread inherits a full mask: the program's signals, ours included, are
      * never delivered to the profiler's threads. */
     (void)sigfillset(&all);
@@ -98,10 +111,11 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
         /* The first definition in the process: a sanitizer's interceptor if the program
          * has one (it must see every thread), else ours, which passes straight through. */
         *(void **)&first = dlsym(RTLD_DEFAULT, "pthread_create");
-        r = (first ? first : real_pthread_create)(thread, NULL, internal_start, ts);
+        r = (first ? first : real_pthread_create)(thread, &attr, internal_start, ts);
     }
     creating_internal = 0;
     (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    (void)pthread_attr_destroy(&attr);
     if (r != 0)
         free(ts);
     return -r;

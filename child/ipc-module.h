@@ -29,7 +29,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   5u
+#define RT_IPC_MODULE_ABI   6u
 
 struct json_writer;
 struct progress_logger;
@@ -179,6 +179,7 @@ struct rt_ipc_module {
     bool (*owns_fd)(int fd);
     int (*abandon)(void);
     int (*give_up)(void);
+    void (*before_chroot)(void);
     int (*send_exit_profile)(struct json_writer *w);
     bool (*exit_in_region_accepted)(void);
     void (*exit_in_region)(void);

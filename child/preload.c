@@ -17,6 +17,9 @@
  *   sigaction, signal,   SIGPROF: the program's action is kept aside, ours stays installed;
  *   bsd_signal, ssignal, a raw rt_sigaction that replaces ours stops sampling (sampler.c);
  *   sysv_signal, __sysv_signal, sigset, sigignore, siginterrupt
+ *   chroot               keeps the daemon socket's directory open first, so that the
+ *                        children forked inside the new root still connect
+ *                        (rt_ipc_before_chroot());
  *   close, close_range,  leave the runtime's own descriptors (its daemon connection, its
  *   closefrom            event loop's epoll and eventfd) open when the program closes
  *                        "every descriptor", as daemons do: libuv aborts the process when
@@ -50,6 +53,7 @@ typedef void *(*dlopen_fn)(const char *, int);
 typedef int (*dlclose_fn)(void *);
 typedef int (*dl_iterate_phdr_fn)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
 typedef int (*close_fn)(int);
+typedef int (*chroot_fn)(const char *);
 typedef int (*close_range_fn)(unsigned int, unsigned int, int);
 typedef void (*closefrom_fn)(int);
 typedef void (*exit_fn)(int);
@@ -80,6 +84,7 @@ static fexecve_fn real_fexecve;
 static posix_spawn_fn real_posix_spawn;
 static posix_spawn_fn real_posix_spawnp;
 static close_fn real_close;
+static chroot_fn real_chroot;
 static signal_fn real_signal;
 static signal_fn real_bsd_signal;
 static signal_fn real_ssignal;
@@ -123,6 +128,8 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_posix_spawnp = dlsym(RTLD_NEXT, "posix_spawnp");
     if (!real_close)
         *(void **)&real_close = dlsym(RTLD_NEXT, "close");
+    if (!real_chroot)
+        *(void **)&real_chroot = dlsym(RTLD_NEXT, "chroot");
     if (!real_close_range)
         *(void **)&real_close_range = dlsym(RTLD_NEXT, "close_range");
     if (!real_closefrom)
@@ -281,6 +288,19 @@ FLEETPROF_EXPORT void closefrom(int lowfd)
     for (long fd = lowfd; fd < (max > 0 ? max : 1024); fd++)
         if (rt_fds_own_in((unsigned int)fd, (unsigned int)fd, own) == 0)
             (void)real_close((int)fd);
+}
+
+FLEETPROF_EXPORT int chroot(const char *path)
+{
+    if (!real_chroot)
+        resolve_real_functions();
+    if (!real_chroot) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (rt_running())
+        rt_ipc_before_chroot();
+    return real_chroot(path);
 }
 
 RT_NO_TSAN FLEETPROF_EXPORT void *dlopen(const char *file, int mode)

@@ -95,6 +95,29 @@ def test_workers_that_drop_after_working_are_in_the_file(tmp):
     check_workers(tmp, "late")
 
 
+def test_a_child_forked_after_chroot_is_in_the_file(tmp):
+    """A process that chroots (a server's jail, a build sandbox) and forks: the child's path
+    to the daemon's socket names nothing inside the new root, and it was lost without a
+    word. The runtime keeps the socket's directory open across the chroot (one descriptor),
+    and the child connects through it in its fork handler; its working directory stays the
+    new root, as without fleetprof (the workload checks)."""
+    need_root()
+    jail = os.path.join(tmp, "jail")
+    os.makedirs(jail)
+    out = os.path.join(tmp, "out.json")
+    r = subprocess.run([CLI, "record", "--no-summary", "-o", out, "--", WORKLOAD, "chroot", jail,
+                        "0.4"], env=record_env(tmp), cwd=tmp, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    doc = pc.load_valid(out)
+    procs = doc.get("processes") or []
+    workers = [p for p in procs if p["meta"]["fleetprof"].get("forked")]
+    assert len(procs) == 2 and len(workers) == 1, \
+        f"want the process and its child, got {[(pid_of(p), name_of(p)) for p in procs]}"
+    ms = pc.cpu_ms_in(workers[0], "wl_worker_main")
+    assert ms >= 60, f"the child has {ms:.0f} ms of CPU in wl_worker_main"
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -186,5 +209,6 @@ if __name__ == "__main__":
         test_workers_that_setuid_at_once_are_in_the_file,
         test_workers_that_setresuid_at_once_are_in_the_file,
         test_workers_that_drop_after_working_are_in_the_file,
+        test_a_child_forked_after_chroot_is_in_the_file,
         test_nginx_master_and_workers_are_in_the_file,
     ])

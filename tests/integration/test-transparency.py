@@ -302,7 +302,46 @@ def test_a_program_that_runs_out_of_descriptors_gets_the_profilers(tmp):
         d.stop()
 
 
+def test_a_program_under_ulimit_v_gets_its_memory_and_threads(tmp):
+    """Under `ulimit -v 30000` the program's largest malloc was 7 MB instead of 26 and its
+    pthread_create failed: the runtime's two threads had 8 MiB stacks each (RLIMIT_STACK's
+    default). With 256 KiB stacks the runtime takes about 3 MiB (its chunk region, its
+    libraries): the program gets its thread, and its memory within 5 MiB of what it gets
+    alone, under limits of 30 and 60 MB; and the daemon has its profile."""
+    from daemon_helper import capture_doc, process
+    workload = os.path.join(BUILD, "tests", "workloads", "workload")
+    d = Daemon(tmp)
+    try:
+        pids = []
+        for mb in (30, 60):
+            def limit(mb=mb):
+                resource.setrlimit(resource.RLIMIT_AS, (mb * 1000 * 1024, mb * 1000 * 1024))
+            got = []
+            for profiled in (False, True):
+                e = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
+                if profiled:
+                    e.update(LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock,
+                             FLEETPROF_DIR=os.path.join(tmp, f"dir-{mb}"))
+                p = subprocess.Popen([workload, "vm-max"], env=e, preexec_fn=limit,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                out, err = p.communicate(timeout=120)
+                assert p.returncode == 0 and "fleetprof" not in err, (mb, profiled, out, err)
+                fields = dict(f.split("=", 1) for f in out.split())
+                assert fields["thread"] == "ok", (mb, profiled, out)
+                got.append(int(fields["largest_malloc_mb"]))
+                if profiled:
+                    pids.append(p.pid)
+            assert got[1] >= got[0] - 5, f"ulimit -v {mb}000: {got[0]} MB alone, {got[1]} MB with"
+        doc = capture_doc(d, tmp)
+        for pid in pids:
+            process(doc, pid)
+        assert d.alive(), d.log()
+    finally:
+        d.stop()
+
+
 taplib.run([
+    test_a_program_under_ulimit_v_gets_its_memory_and_threads,
     test_a_program_that_runs_out_of_descriptors_gets_the_profilers,
     test_a_program_that_dup2s_over_its_whole_table,
     test_a_tiny_descriptor_limit_never_kills_the_program,

@@ -76,6 +76,19 @@
  *                                      (siglongjmp back, like a JIT's guard page), faults N
  *                                      times, prints "segv_handled=N" and what sigaction()
  *                                      reports ("segv_after=own"); exits 0
+ *   workload chroot DIR SECONDS        chroot(DIR) and chdir("/"), then works SECONDS in
+ *                                      wl_recurse and forks a worker (wl_worker_main) that
+ *                                      works SECONDS in the chroot too; exits 3 if chroot
+ *                                      fails, 7 if the worker does not exit 0 (it exits 8
+ *                                      if its working directory is not the new root)
+ *   workload vm-max                    prints "largest_malloc_mb=M thread=ok|ERROR": the
+ *                                      largest malloc() that succeeds (to 1 MiB), then
+ *                                      whether a thread can be made (for RLIMIT_AS runs)
+ *   workload nproc UID LIMIT N         drops to UID (setresuid; as servers do), sets
+ *                                      RLIMIT_NPROC to LIMIT, makes threads until one
+ *                                      fails and joins them, then forks up to N workers
+ *                                      that each wait for a byte on a pipe, releases them;
+ *                                      prints "threads=T forks=F of N"
  *   workload title SECONDS TITLE       writes TITLE over its argv[0] (a process title, as
  *                                      postgres and nginx set theirs), then busy SECONDS
  *   workload --cpu MODE ARGS...        the same MODE, but each SECONDS of work (busy loops,
@@ -427,6 +440,76 @@ static int idle_pool(int n, double seconds)
     return 0;
 }
 
+static void *thread_wait(void *arg)
+{
+    char c;
+
+    return (void *)(intptr_t)read(*(int *)arg, &c, 1);
+}
+
+static int vm_max(void)
+{
+    size_t lo = 0, hi = (size_t)1 << 36;
+    pthread_t th;
+    int fds[2], r;
+
+    while (hi - lo > ((size_t)1 << 20)) {
+        size_t mid = lo + (hi - lo) / 2;
+        void *p = malloc(mid);
+
+        if (p)
+            lo = mid;
+        else
+            hi = mid;
+        free(p);
+    }
+    if (pipe(fds) < 0)
+        return 3;
+    r = pthread_create(&th, NULL, thread_wait, &fds[0]);
+    if (r == 0) {
+        (void)write(fds[1], "x", 1);
+        (void)pthread_join(th, NULL);
+    }
+    printf("largest_malloc_mb=%zu thread=%s\n", lo >> 20, r ? strerror(r) : "ok");
+    return 0;
+}
+
+/* Threads, then forked workers, until the process limit says no: what a program under
+ * `ulimit -u` gets. Everything waits on one pipe so that all of it is alive at once. */
+static int nproc_fill(uid_t uid, rlim_t limit, int forks)
+{
+    struct rlimit rl = {limit, limit};
+    pthread_t th[256];
+    int fds[2], threads = 0, forked = 0;
+
+    if (setgroups(0, NULL) < 0 || setresgid((gid_t)uid, (gid_t)uid, (gid_t)uid) < 0 ||
+        setresuid(uid, uid, uid) < 0 || setrlimit(RLIMIT_NPROC, &rl) < 0 || pipe(fds) < 0)
+        return 3;
+    while (threads < 256 && pthread_create(&th[threads], NULL, thread_wait, &fds[0]) == 0)
+        threads++;
+    for (int i = 0; i < threads; i++)
+        (void)write(fds[1], "x", 1);
+    for (int i = 0; i < threads; i++)
+        (void)pthread_join(th[i], NULL);
+    for (; forked < forks; forked++) {
+        pid_t pid = fork();
+
+        if (pid < 0)
+            break;
+        if (pid == 0) {
+            char c;
+
+            _exit(read(fds[0], &c, 1) == 1 ? 0 : 1);
+        }
+    }
+    for (int i = 0; i < forked; i++)
+        (void)write(fds[1], "x", 1);
+    while (wait(NULL) > 0)
+        ;
+    printf("threads=%d forks=%d of %d\n", threads, forked, forks);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode;
@@ -500,6 +583,28 @@ int main(int argc, char **argv)
         while (wait(&status) > 0)
             failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
         return failed ? 7 : 0;
+    } else if (!strcmp(mode, "chroot") && argc > 3) {
+        double s = atof(argv[3]);
+        int status = 0;
+        pid_t pid;
+
+        if (chroot(argv[2]) < 0 || chdir("/") < 0)
+            return 3;
+        wl_recurse(3, work_deadline(s));
+        pid = fork();
+        if (pid == 0) {
+            char cwd[8];
+
+            wl_worker_main(0, s);
+            _exit(getcwd(cwd, sizeof(cwd)) && !strcmp(cwd, "/") ? 0 : 8);
+        }
+        if (pid < 0 || waitpid(pid, &status, 0) != pid)
+            return 7;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 7;
+    } else if (!strcmp(mode, "vm-max")) {
+        return vm_max();
+    } else if (!strcmp(mode, "nproc") && argc > 4) {
+        return nproc_fill((uid_t)atol(argv[2]), (rlim_t)atol(argv[3]), atoi(argv[4]));
     } else if (!strcmp(mode, "dlopen")) {
         double until = work_deadline(seconds);
         unsigned long loops = 0;
