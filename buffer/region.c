@@ -206,6 +206,11 @@ void buf_region_mark_profile_written(struct buf_region *r)
     __atomic_store_n(&((struct buf_region_header *)r->head)->profile_written, 1u, __ATOMIC_RELEASE);
 }
 
+void buf_region_mark_slots_given_up(struct buf_region *r)
+{
+    __atomic_store_n(&((struct buf_region_header *)r->head)->slots_given_up, 1u, __ATOMIC_RELEASE);
+}
+
 void *buf_region_header_page(struct buf_region *r)
 {
     return r->head;

@@ -17,8 +17,8 @@
  *    +---------------------------------------+---------------------------------------+
  *    | meta_hash[1] (u64)                    | exec_ns (u64, 0 = not in exec)        |
  *    +---------------------------------------+---------------------------------------+
- *    | evict_ns (u64, written by the daemon) |
- *    +---------------------------------------+
+ *    | evict_ns (u64, written by the daemon) | slots_given_up    |
+ *    +---------------------------------------+-------------------+
  *    ... zeros up to 512
  *    512: the exec record (struct buf_region_exec): the program the owner exec'd into,
  *         written before exec_ns; zeros up to 1024
@@ -81,6 +81,10 @@ struct buf_region_header {
      * load) on its sampler tick; 0 = nothing evicted. Data from another process: the owner
      * ignores a value that goes backwards or lies in the future. */
     uint64_t evict_ns;
+    /* 1: the owner gave its threads to the program at the process limit (RLIMIT_NPROC), and
+     * the children it forks since start no profiler; 0 until then. */
+    uint32_t slots_given_up;
+    uint32_t reserved_zero; /* 0 */
 };
 
 struct buf_region_slot {
@@ -92,7 +96,7 @@ struct buf_region_slot {
     uint64_t reserved2;
 };
 
-_Static_assert(sizeof(struct buf_region_header) == 88, "region header is a file format");
+_Static_assert(sizeof(struct buf_region_header) == 96, "region header is a file format");
 _Static_assert(offsetof(struct buf_region_header, evict_ns) == BUF_REGION_EVICT_OFFSET,
                "the eviction point's place is a file format");
 _Static_assert(sizeof(struct buf_region_slot) == BUF_REGION_SLOT_PREFIX,
@@ -215,6 +219,8 @@ int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_byt
 
 /* The owner wrote its own profile as it ended (buf_region_header.profile_written). */
 void buf_region_mark_profile_written(struct buf_region *region);
+/* Sets the header's slots_given_up. */
+void buf_region_mark_slots_given_up(struct buf_region *region);
 
 /* Whether the owner of the region image mem[0..len) ended its image by exec: 0 with its
  * instant and the program it exec'd into (NUL-terminated in into, "" when unknown), -ENOENT

@@ -364,6 +364,9 @@ bool rt_region_give_up_fd(void);
 /* After the exit profile: the file goes if the profile was written, else it stays and
  * says so. */
 void rt_region_done(bool profile_written);
+/* The runtime gave its threads to the program at the process limit: said in the region's
+ * header, for the daemon to name the children forked since (buf_region_header). */
+void rt_region_mark_slots_given_up(void);
 /* Async-signal-safe; the calling process's own exec (not a vfork child's) of into (a path or
  * a file name, or NULL). */
 void rt_region_before_exec(const char *into);

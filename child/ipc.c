@@ -1443,13 +1443,18 @@ static int client_abandon(void)
  * in it. Outside struct ipc: a forked child keeps them (its copy of the descriptor). */
 static int chroot_dir_fd = -1;
 static char chroot_socket_name[108];
+/* The connection was given up (client_give_up()): a child forked since still connects in
+ * its fork handler (a socket, no thread), so that the daemon knows of it. */
+static bool children_connect;
 
 /* The program ran out of descriptors: the connection's go to it, and none is made again;
  * the exit profile goes to a file (FLEETPROF_DIR), the region stays for recovery. */
 static int client_give_up(void)
 {
+    bool linked = atomic_load(&ipc.linked);
     int r = client_abandon();
 
+    children_connect = children_connect || linked;
     if (chroot_dir_fd >= 0) {
         core->fd_release(chroot_dir_fd);
         chroot_dir_fd = -1;
@@ -1550,7 +1555,7 @@ static void client_forget_after_fork(void)
         core->fd_protect(chroot_dir_fd);
     ipc.defer_start = true; /* this child may exec at once: start at the first tick */
     atomic_store(&ipc.start_not_before_ns, 0);
-    if (linked)
+    if (linked || children_connect)
         connect_early(path);
 }
 

@@ -52,5 +52,16 @@ uint64_t rt_fds_taken(void);
 bool rt_fds_give_up(void);
 /* What it gave up, for the profile's log; NULL before. */
 const char *rt_fds_given_up(void);
+/* A program thread's fork, pthread_create or posix_spawn failed with EAGAIN under a finite
+ * RLIMIT_NPROC: the runtime gives the program its process slots, one thread at a time (the
+ * daemon connection's, then the sampler), and says so in the profile's log; children forked
+ * from then on start no runtime (its threads would take their parent's slots). True when a
+ * thread was given up (the caller tries again: rt_slots_again()). */
+bool rt_slots_give_up(void);
+/* Whether the call that failed with err should be made again: after a give-up, while the
+ * kernel has not yet counted the ended thread out (at most 20 ms). *tries starts at 0. */
+bool rt_slots_again(int err, unsigned *tries);
+/* What it gave up, for the profile's log; NULL before. */
+const char *rt_slots_given_up(void);
 
 #endif /* FLEETPROF_CHILD_LIFECYCLE_H */

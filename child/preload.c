@@ -11,6 +11,9 @@
  *   fexecve, execl,      kill it): the sampler stops signalling, the calling thread drops
  *   execlp, execle       the samples pending on it, SIG_IGN is set only if the program's;
  *                        undone if exec fails (before_exec());
+ *   fork                 like pthread_create and posix_spawn: one that fails with EAGAIN
+ *                        under a process limit gets the runtime's threads' slots
+ *                        (rt_slots_give_up()) and is made again;
  *   posix_spawn,         its child execs inside libc, past the wrappers above: the daemon
  *   posix_spawnp         is told its pid (rt_ipc_spawned()), to name it if it is never
  *                        profiled (a static program, ...);
@@ -53,6 +56,7 @@ typedef void *(*dlopen_fn)(const char *, int);
 typedef int (*dlclose_fn)(void *);
 typedef int (*dl_iterate_phdr_fn)(int (*)(struct dl_phdr_info *, size_t, void *), void *);
 typedef int (*close_fn)(int);
+typedef pid_t (*fork_fn)(void);
 typedef int (*chroot_fn)(const char *);
 typedef int (*close_range_fn)(unsigned int, unsigned int, int);
 typedef void (*closefrom_fn)(int);
@@ -84,6 +88,7 @@ static fexecve_fn real_fexecve;
 static posix_spawn_fn real_posix_spawn;
 static posix_spawn_fn real_posix_spawnp;
 static close_fn real_close;
+static fork_fn real_fork;
 static chroot_fn real_chroot;
 static signal_fn real_signal;
 static signal_fn real_bsd_signal;
@@ -130,6 +135,8 @@ RT_NO_TSAN static void resolve_real_functions(void)
         *(void **)&real_close = dlsym(RTLD_NEXT, "close");
     if (!real_chroot)
         *(void **)&real_chroot = dlsym(RTLD_NEXT, "chroot");
+    if (!real_fork)
+        *(void **)&real_fork = dlsym(RTLD_NEXT, "fork");
     if (!real_close_range)
         *(void **)&real_close_range = dlsym(RTLD_NEXT, "close_range");
     if (!real_closefrom)
@@ -181,10 +188,31 @@ RT_NO_TSAN FLEETPROF_EXPORT int pthread_create(pthread_t *thread, const pthread_
         return real_pthread_create(thread, attr, start, arg);
     ts->start = start;
     ts->arg = arg;
-    r = real_pthread_create(thread, attr, registered_start, ts);
+    for (unsigned tries = 0;;) {
+        r = real_pthread_create(thread, attr, registered_start, ts);
+        if (!rt_slots_again(r, &tries))
+            break;
+    }
     if (r != 0)
         free(ts);
     return r;
+}
+
+FLEETPROF_EXPORT pid_t fork(void)
+{
+    pid_t pid;
+
+    if (!real_fork)
+        resolve_real_functions();
+    if (!real_fork) {
+        errno = ENOSYS;
+        return -1;
+    }
+    for (unsigned tries = 0;;) {
+        pid = real_fork();
+        if (pid >= 0 || !rt_slots_again(errno, &tries))
+            return pid;
+    }
 }
 
 /* libunwind keeps a pipe to probe memory while unwinding (it reads one byte from it, then
@@ -730,7 +758,11 @@ EXEC_WRAPPER(fexecve, (int fd, char *const argv[], char *const envp[]), argv[0],
             resolve_real_functions();                                                \
         if (!real_##name)                                                            \
             return ENOSYS;                                                           \
-        r = real_##name(&child, path, actions, attr, argv, envp);                    \
+        for (unsigned tries = 0;;) {                                                 \
+            r = real_##name(&child, path, actions, attr, argv, envp);                \
+            if (!rt_slots_again(r, &tries))                                          \
+                break;                                                               \
+        }                                                                            \
         if (pid)                                                                     \
             *pid = child;                                                            \
         if (r == 0 && child > 0 && atomic_load(&rt.running))                         \

@@ -376,6 +376,14 @@ void rt_region_done(bool profile_written)
     (void)pthread_mutex_unlock(&reg.lock);
 }
 
+void rt_region_mark_slots_given_up(void)
+{
+    (void)pthread_mutex_lock(&reg.lock);
+    if (reg.region)
+        buf_region_mark_slots_given_up(reg.region);
+    (void)pthread_mutex_unlock(&reg.lock);
+}
+
 /* Where a region file goes aside at exec: fleetprof-PID.exec-NS.chunks. */
 static char exec_aside[sizeof(reg.path)];
 

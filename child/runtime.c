@@ -304,7 +304,7 @@ struct write_symbols {
     struct rt_symbolizer sym;
     struct buf_chunked_buffer_state state;
     uint64_t symbolize_ns; /* time spent in the symbolizer */
-    char log[2400];
+    char log[2700];
 };
 
 /* The runtime's own numbers for profilingLog[pid].runtime (symbolization's are the writer's). */
@@ -321,6 +321,7 @@ static void runtime_log_fill(struct prof_runtime_log *l, const struct buf_chunke
     l->unsafe_samples_in_loader = rt_stackwalk_unsafe_samples();
     l->descriptors_taken = rt_fds_taken();
     l->descriptors_given_up = rt_fds_given_up();
+    l->threads_given_up = rt_slots_given_up();
     l->interval_ns = rt.cfg.interval_ns;
     l->sampling_stopped = rt_sampler_stopped_reason(&stopped_ns);
     l->sampling_stopped_at_us = l->sampling_stopped ? (stopped_ns - rt.start_ns) / 1000 : 0;
@@ -695,6 +696,70 @@ const char *rt_fds_given_up(void)
     return atomic_load(&fds_given_up_set) ? fds_given_up_text : NULL;
 }
 
+/* Steps done by rt_slots_give_up(): 0, 1 (the connection's thread), 2 (the sampler too). */
+static _Atomic int slots_given_up;
+static char slots_given_up_text[192];
+
+bool rt_slots_give_up(void)
+{
+    struct rlimit rl;
+    bool ipc = false;
+    int step;
+
+    if (rt_is_internal_thread() || starting || !atomic_load(&rt.running) ||
+        getrlimit(RLIMIT_NPROC, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+        return false;
+    step = atomic_load(&slots_given_up);
+    do {
+        if (step >= 2)
+            return false;
+    } while (!atomic_compare_exchange_weak(&slots_given_up, &step, step + 1));
+    if (step == 0) {
+        rt_region_mark_slots_given_up();
+        ipc = rt_ipc_connected();
+        (void)rt_ipc_give_up(); /* joins its thread; none is made again */
+    }
+    if (step == 1 || !ipc) {
+        atomic_store(&slots_given_up, 2);
+        rt_sampler_stop(); /* joins it: no sample from here on */
+    }
+    (void)snprintf(slots_given_up_text, sizeof(slots_given_up_text),
+                   "the program reached its process limit (%llu): gave up %s; children forked "
+                   "since are not profiled",
+                   (unsigned long long)rl.rlim_cur,
+                   atomic_load(&slots_given_up) == 2
+                           ? (ipc || step == 1 ? "the daemon connection's thread and the sampler "
+                                                 "(no samples from then on)"
+                                               : "the sampler (no samples from then on)")
+                           : "the daemon connection's thread");
+    rt_debug("%s", slots_given_up_text);
+    return true;
+}
+
+bool rt_slots_again(int err, unsigned *tries)
+{
+    const struct timespec ms = {0, 1000000};
+
+    if (err != EAGAIN)
+        return false;
+    /* A joined thread is counted out of the user's processes a little after the join
+     * returns (the kernel releases it after waking the joiner). */
+    if (*tries > 0 && *tries < 20) {
+        (*tries)++;
+        (void)nanosleep(&ms, NULL);
+        return true;
+    }
+    if (!rt_slots_give_up())
+        return false;
+    *tries = 1;
+    return true;
+}
+
+const char *rt_slots_given_up(void)
+{
+    return atomic_load(&slots_given_up) ? slots_given_up_text : NULL;
+}
+
 void rt_on_process_exit(void)
 {
     /* An exit signal meanwhile waits for this exit (crash.c), or, on this thread, returns
@@ -746,6 +811,13 @@ static void on_fork_child(void)
     atomic_store(&rt.exiting_tid, 0); /* the parent's exit, not ours */
     if (!atomic_load(&rt.running) && atomic_load(&rt.fork_start) == RT_FORK_START_NONE)
         return;
+    if (atomic_load(&slots_given_up)) {
+        /* Its threads would take the slots its parent gave the program: no runtime here. */
+        atomic_store(&rt.running, 0);
+        atomic_store(&rt.fork_start, RT_FORK_START_NONE);
+        rt_ipc_forget_after_fork(); /* not linked since the give-up: no connection */
+        return;
+    }
     /* The parent's buffer, sampler and locks are not ours: other threads held them at the
      * fork and are gone. Abandon them (pages shared copy-on-write, never touched) and
      * start from scratch as a new process, lazily (fork_start_begin()). */

@@ -19,6 +19,7 @@ void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_l
 {
     char error[300], stopped[64], untrusted_text[512], untrusted[sizeof(untrusted_text) + 24] = "";
     char given_text[256], given[sizeof(given_text) + 32] = "";
+    char threads_text[256], threads[sizeof(threads_text) + 32] = "";
 
     json_safe(error, sizeof(error), l->symbol_error);
     json_safe(stopped, sizeof(stopped), l->sampling_stopped);
@@ -29,6 +30,10 @@ void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_l
     if (l->descriptors_given_up && *l->descriptors_given_up) {
         json_safe(given_text, sizeof(given_text), l->descriptors_given_up);
         (void)snprintf(given, sizeof(given), ",\"descriptorsGivenUp\":\"%s\"", given_text);
+    }
+    if (l->threads_given_up && *l->threads_given_up) {
+        json_safe(threads_text, sizeof(threads_text), l->threads_given_up);
+        (void)snprintf(threads, sizeof(threads), ",\"threadsGivenUp\":\"%s\"", threads_text);
     }
     (void)snprintf(
             out, size,
@@ -42,7 +47,7 @@ void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_l
             ",\"symbolError\":\"%s\",\"samplingStopped\":\"%s\""
             ",\"samplingStoppedAtUs\":%" PRIu64 ",\"handlerCaptures\":%" PRIu64
             ",\"handlerP50Ns\":%" PRIu64 ",\"handlerP99Ns\":%" PRIu64
-            ",\"descriptorChecks\":%" PRIu64 ",\"descriptorChecksSkipped\":%" PRIu64 "%s%s%s}",
+            ",\"descriptorChecks\":%" PRIu64 ",\"descriptorChecksSkipped\":%" PRIu64 "%s%s%s%s}",
             l->pushed_blocks, l->cleared_blocks, l->failed_puts, l->failed_bytes,
             l->unsafe_samples_in_loader, l->descriptors_taken, l->interval_ns,
             l->symbol_modules_loaded, l->symbol_modules_names_only, l->symbol_service_batches,
@@ -50,5 +55,5 @@ void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_l
             l->symbol_module_errors, l->symbolize_us, error, stopped, l->sampling_stopped_at_us,
             l->handler_captures, l->handler_p50_ns, l->handler_p99_ns, l->descriptor_checks,
             l->descriptor_checks_skipped, l->built_from_region ? ",\"builtFromRegion\":true" : "",
-            untrusted, given);
+            untrusted, given, threads);
 }

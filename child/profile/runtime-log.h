@@ -31,11 +31,13 @@ struct prof_runtime_log {
     const char *daemon_untrusted; /* why the daemon was not used, NULL or "" = it was, or none */
     /* What the runtime gave up when the program ran out of descriptors, NULL or "" = none. */
     const char *descriptors_given_up;
+    /* What it gave up when the program reached its process limit, NULL or "" = none. */
+    const char *threads_given_up;
 };
 
 /* Formats l as a JSON object into out (NUL-terminated, cut at size: size must hold at least
  * 1536 bytes for every field to fit, 2048 with daemon_untrusted, 2400 with
- * descriptors_given_up too). Strings are copied without the
+ * descriptors_given_up too, 2700 with threads_given_up). Strings are copied without the
  * characters a JSON string would need escaped, so that text from another process cannot break the
  * object. */
 void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_log *l);

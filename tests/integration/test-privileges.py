@@ -118,6 +118,33 @@ def test_a_child_forked_after_chroot_is_in_the_file(tmp):
     assert ms >= 60, f"the child has {ms:.0f} ms of CPU in wl_worker_main"
 
 
+def test_a_program_at_its_process_limit_gets_its_threads_and_workers(tmp):
+    """`ulimit -u`: a program that drops to a user of its own, sets RLIMIT_NPROC, then makes
+    threads and forks workers until the limit says no. The runtime's two threads took two of
+    its slots, and each forked child's runtime took two more: `prefork 3` under `ulimit -u
+    12` got 1 worker of 3. Now a fork, pthread_create or posix_spawn that fails with EAGAIN
+    gets the runtime's threads (the connection's, then the sampler) and is made again, and
+    children forked since start no runtime: the program makes as many threads and workers
+    as without fleetprof, under limits of 6 and 12, and its process is still in the file."""
+    need_root()
+    uid = 61234  # a user no other test or process of the machine runs as
+    for limit in (6, 12):
+        plain = subprocess.run([WORKLOAD, "nproc", str(uid), str(limit), "20"],
+                               capture_output=True, text=True, timeout=120)
+        assert plain.returncode == 0, plain
+        out = os.path.join(tmp, f"out-{limit}.json")
+        r = subprocess.run([CLI, "record", "--no-summary", "-o", out, "--", WORKLOAD, "nproc",
+                            str(uid), str(limit), "20"], env=record_env(tmp), cwd=tmp,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+        got = [line for line in r.stdout.splitlines() if line.startswith("threads=")]
+        print(f"# ulimit -u {limit}: alone {plain.stdout.strip()}, with fleetprof {got}")
+        assert got == [plain.stdout.strip()], \
+            f"ulimit -u {limit}: alone {plain.stdout.strip()!r}, with fleetprof {got}"
+        procs = pc.load_valid(out).get("processes") or []
+        assert len(procs) == 1, f"want the program's process, got {len(procs)}"
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -210,5 +237,6 @@ if __name__ == "__main__":
         test_workers_that_setresuid_at_once_are_in_the_file,
         test_workers_that_drop_after_working_are_in_the_file,
         test_a_child_forked_after_chroot_is_in_the_file,
+        test_a_program_at_its_process_limit_gets_its_threads_and_workers,
         test_nginx_master_and_workers_are_in_the_file,
     ])
