@@ -84,7 +84,8 @@
  *   workload vm-max                    prints "largest_malloc_mb=M thread=ok|ERROR": the
  *                                      largest malloc() that succeeds (to 1 MiB), then
  *                                      whether a thread can be made (for RLIMIT_AS runs)
- *   workload nproc UID LIMIT N         drops to UID (setresuid; as servers do), sets
+ *   workload nproc UID LIMIT N         drops to UID unless it runs as UID (setresuid; as
+ *                                      servers do), sets
  *                                      RLIMIT_NPROC to LIMIT, makes threads until one
  *                                      fails and joins them, then forks up to N workers
  *                                      that each wait for a byte on a pipe, releases them;
@@ -482,8 +483,11 @@ static int nproc_fill(uid_t uid, rlim_t limit, int forks)
     pthread_t th[256];
     int fds[2], threads = 0, forked = 0;
 
-    if (setgroups(0, NULL) < 0 || setresgid((gid_t)uid, (gid_t)uid, (gid_t)uid) < 0 ||
-        setresuid(uid, uid, uid) < 0 || setrlimit(RLIMIT_NPROC, &rl) < 0 || pipe(fds) < 0)
+    if (uid != getuid() &&
+        (setgroups(0, NULL) < 0 || setresgid((gid_t)uid, (gid_t)uid, (gid_t)uid) < 0 ||
+         setresuid(uid, uid, uid) < 0))
+        return 3;
+    if (setrlimit(RLIMIT_NPROC, &rl) < 0 || pipe(fds) < 0)
         return 3;
     while (threads < 256 && pthread_create(&th[threads], NULL, thread_wait, &fds[0]) == 0)
         threads++;
