@@ -270,6 +270,20 @@ def test_a_program_that_dup2s_over_its_whole_table(tmp):
         d.stop()
 
 
+def limited_run(tmp, d, argv, rlimit, value, profiled):
+    """argv under rlimit = value (soft and hard), alone or preloaded beside daemon d; the
+    finished Popen (returncode set) and its stdout. A clean stderr is asserted."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
+    if profiled:
+        e.update(LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock,
+                 FLEETPROF_DIR=os.path.join(tmp, f"dir-{rlimit}-{value}"))
+    p = subprocess.Popen(argv, env=e, preexec_fn=lambda: resource.setrlimit(rlimit, (value, value)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0 and "fleetprof" not in err, (value, profiled, out, err)
+    return p, out
+
+
 def test_a_program_that_runs_out_of_descriptors_gets_the_profilers(tmp):
     """Under prlimit --nofile 8, 12 and 32 the program opens files until it cannot. With
     fleetprof it got 16 of 28 under 32 (the runtime held 12). Now its first EMFILE makes the
@@ -282,20 +296,12 @@ def test_a_program_that_runs_out_of_descriptors_gets_the_profilers(tmp):
     d = Daemon(tmp)
     try:
         for n in (8, 12, 32):
-            def limit(n=n):
-                resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
             got = []
             for profiled in (False, True):
-                e = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
-                if profiled:
-                    e.update(LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock,
-                             FLEETPROF_DIR=os.path.join(tmp, f"dir-{n}"))
-                r = subprocess.run([workload, "open-max", "0.1"], env=e, preexec_fn=limit,
-                                   capture_output=True, text=True, timeout=120)
-                assert r.returncode == 0 and "fleetprof" not in r.stderr, (n, profiled, r)
-                assert r.stdout.startswith("opened ") and "Too many open files" in r.stdout, \
-                    r.stdout
-                got.append(int(r.stdout.split()[1].rstrip(",")))
+                _, out = limited_run(tmp, d, [workload, "open-max", "0.1"],
+                                     resource.RLIMIT_NOFILE, n, profiled)
+                assert out.startswith("opened ") and "Too many open files" in out, out
+                got.append(int(out.split()[1].rstrip(",")))
             assert got[1] >= got[0] - 3, f"RLIMIT_NOFILE {n}: opened {got[0]} without, {got[1]} with"
         assert d.alive(), d.log()
     finally:
@@ -314,18 +320,10 @@ def test_a_program_under_ulimit_v_gets_its_memory_and_threads(tmp):
     try:
         pids = []
         for mb in (30, 60):
-            def limit(mb=mb):
-                resource.setrlimit(resource.RLIMIT_AS, (mb * 1000 * 1024, mb * 1000 * 1024))
             got = []
             for profiled in (False, True):
-                e = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
-                if profiled:
-                    e.update(LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_SOCKET=d.sock,
-                             FLEETPROF_DIR=os.path.join(tmp, f"dir-{mb}"))
-                p = subprocess.Popen([workload, "vm-max"], env=e, preexec_fn=limit,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                out, err = p.communicate(timeout=120)
-                assert p.returncode == 0 and "fleetprof" not in err, (mb, profiled, out, err)
+                p, out = limited_run(tmp, d, [workload, "vm-max"], resource.RLIMIT_AS,
+                                     mb * 1000 * 1024, profiled)
                 fields = dict(f.split("=", 1) for f in out.split())
                 assert fields["thread"] == "ok", (mb, profiled, out)
                 got.append(int(fields["largest_malloc_mb"]))
