@@ -211,6 +211,16 @@ void buf_region_mark_slots_given_up(struct buf_region *r)
     __atomic_store_n(&((struct buf_region_header *)r->head)->slots_given_up, 1u, __ATOMIC_RELEASE);
 }
 
+void buf_region_note_unprofiled_child(struct buf_region *r, int32_t pid)
+{
+    struct buf_region_header *h = (struct buf_region_header *)r->head;
+    uint32_t i = __atomic_fetch_add(&h->unprofiled_count, 1u, __ATOMIC_RELAXED);
+
+    /* A reader that finds 0 at an index below the count comes back for it later. */
+    if (i < BUF_REGION_UNPROFILED_MAX)
+        __atomic_store_n(&h->unprofiled_pids[i], pid, __ATOMIC_RELEASE);
+}
+
 void *buf_region_header_page(struct buf_region *r)
 {
     return r->head;

@@ -17,8 +17,11 @@
  *    +---------------------------------------+---------------------------------------+
  *    | meta_hash[1] (u64)                    | exec_ns (u64, 0 = not in exec)        |
  *    +---------------------------------------+---------------------------------------+
- *    | evict_ns (u64, written by the daemon) | slots_given_up    |
- *    +---------------------------------------+-------------------+
+ *    | evict_ns (u64, written by the daemon) | slots_given_up    | unprofiled_count  |
+ *    +---------------------------------------+-------------------+-------------------+
+ *    | unprofiled_pids[64] (i32): children forked after slots_given_up, which start no
+ *    | profiler; 0 = not yet written                                                 |
+ *    +-------------------------------------------------------------------------------+
  *    ... zeros up to 512
  *    512: the exec record (struct buf_region_exec): the program the owner exec'd into,
  *         written before exec_ns; zeros up to 1024
@@ -48,17 +51,18 @@
 
 #include "buffer/chunk.h"
 
-#define BUF_REGION_MAGIC        0x47525046u /* "FPRG" */
-#define BUF_REGION_SLOT_MAGIC   0x4c535046u /* "FPSL" */
-#define BUF_REGION_VERSION      1u
-#define BUF_REGION_PAGE_BYTES   4096u      /* the fixed part of the header */
-#define BUF_REGION_META_BYTES   (1u << 20) /* each of the two description areas */
+#define BUF_REGION_MAGIC          0x47525046u /* "FPRG" */
+#define BUF_REGION_SLOT_MAGIC     0x4c535046u /* "FPSL" */
+#define BUF_REGION_VERSION        1u
+#define BUF_REGION_PAGE_BYTES     4096u      /* the fixed part of the header */
+#define BUF_REGION_META_BYTES     (1u << 20) /* each of the two description areas */
 /* Where our regions put slot 0 (a reader takes header_bytes from the header). */
-#define BUF_REGION_HEADER_BYTES (BUF_REGION_PAGE_BYTES + 2u * BUF_REGION_META_BYTES)
-#define BUF_REGION_SLOT_PREFIX  32u /* the slot header, before the chunk's own struct */
-#define BUF_REGION_CHUNK_OFFSET 48u /* chunk header's offset in a slot */
-#define BUF_REGION_MAX_SLOTS    4096u
-#define BUF_REGION_EVICT_OFFSET 80u /* evict_ns, in the header page the daemon maps */
+#define BUF_REGION_HEADER_BYTES   (BUF_REGION_PAGE_BYTES + 2u * BUF_REGION_META_BYTES)
+#define BUF_REGION_SLOT_PREFIX    32u /* the slot header, before the chunk's own struct */
+#define BUF_REGION_CHUNK_OFFSET   48u /* chunk header's offset in a slot */
+#define BUF_REGION_MAX_SLOTS      4096u
+#define BUF_REGION_EVICT_OFFSET   80u /* evict_ns, in the header page the daemon maps */
+#define BUF_REGION_UNPROFILED_MAX 64u
 
 struct buf_region_header {
     uint32_t magic; /* BUF_REGION_MAGIC */
@@ -84,7 +88,9 @@ struct buf_region_header {
     /* 1: the owner gave its threads to the program at the process limit (RLIMIT_NPROC), and
      * the children it forks since start no profiler; 0 until then. */
     uint32_t slots_given_up;
-    uint32_t reserved_zero; /* 0 */
+    /* Children forked since, how many (the first BUF_REGION_UNPROFILED_MAX listed). */
+    uint32_t unprofiled_count;
+    int32_t unprofiled_pids[64]; /* BUF_REGION_UNPROFILED_MAX */
 };
 
 struct buf_region_slot {
@@ -96,7 +102,7 @@ struct buf_region_slot {
     uint64_t reserved2;
 };
 
-_Static_assert(sizeof(struct buf_region_header) == 96, "region header is a file format");
+_Static_assert(sizeof(struct buf_region_header) == 352, "region header is a file format");
 _Static_assert(offsetof(struct buf_region_header, evict_ns) == BUF_REGION_EVICT_OFFSET,
                "the eviction point's place is a file format");
 _Static_assert(sizeof(struct buf_region_slot) == BUF_REGION_SLOT_PREFIX,
@@ -221,6 +227,9 @@ int buf_region_read_meta(const uint8_t *mem, size_t len, const uint8_t **ret_byt
 void buf_region_mark_profile_written(struct buf_region *region);
 /* Sets the header's slots_given_up. */
 void buf_region_mark_slots_given_up(struct buf_region *region);
+/* Lists pid among the children forked without a profiler (unprofiled_pids), if there is room,
+ * and counts it. Any thread; async-signal-safe. */
+void buf_region_note_unprofiled_child(struct buf_region *region, int32_t pid);
 
 /* Whether the owner of the region image mem[0..len) ended its image by exec: 0 with its
  * instant and the program it exec'd into (NUL-terminated in into, "" when unknown), -ENOENT

@@ -367,6 +367,9 @@ void rt_region_done(bool profile_written);
 /* The runtime gave its threads to the program at the process limit: said in the region's
  * header, for the daemon to name the children forked since (buf_region_header). */
 void rt_region_mark_slots_given_up(void);
+/* A child forked since then, which starts no runtime: listed in the header for the daemon
+ * to name (buf_region_note_unprofiled_child()). */
+void rt_region_note_unprofiled_child(int32_t pid);
 /* Async-signal-safe; the calling process's own exec (not a vfork child's) of into (a path or
  * a file name, or NULL). */
 void rt_region_before_exec(const char *into);

@@ -211,8 +211,11 @@ FLEETPROF_EXPORT pid_t fork(void)
     for (unsigned tries = 0;;) {
         pid = real_fork();
         if (pid >= 0 || !rt_slots_again(errno, &tries))
-            return pid;
+            break;
     }
+    if (pid > 0 && rt_slots_given_up()) /* it starts no runtime: the daemon names it */
+        rt_region_note_unprofiled_child((int32_t)pid);
+    return pid;
 }
 
 /* libunwind keeps a pipe to probe memory while unwinding (it reads one byte from it, then

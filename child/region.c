@@ -384,6 +384,14 @@ void rt_region_mark_slots_given_up(void)
     (void)pthread_mutex_unlock(&reg.lock);
 }
 
+void rt_region_note_unprofiled_child(int32_t pid)
+{
+    (void)pthread_mutex_lock(&reg.lock);
+    if (reg.region)
+        buf_region_note_unprofiled_child(reg.region, pid);
+    (void)pthread_mutex_unlock(&reg.lock);
+}
+
 /* Where a region file goes aside at exec: fleetprof-PID.exec-NS.chunks. */
 static char exec_aside[sizeof(reg.path)];
 

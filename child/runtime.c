@@ -812,10 +812,10 @@ static void on_fork_child(void)
     if (!atomic_load(&rt.running) && atomic_load(&rt.fork_start) == RT_FORK_START_NONE)
         return;
     if (atomic_load(&slots_given_up)) {
-        /* Its threads would take the slots its parent gave the program: no runtime here. */
+        /* Its threads would take the slots its parent gave the program: no runtime here.
+         * The parent lists it in its region, where the daemon finds it to name it. */
         atomic_store(&rt.running, 0);
         atomic_store(&rt.fork_start, RT_FORK_START_NONE);
-        rt_ipc_forget_after_fork(); /* not linked since the give-up: no connection */
         return;
     }
     /* The parent's buffer, sampler and locks are not ours: other threads held them at the

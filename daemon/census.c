@@ -20,7 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "buffer/region.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 
@@ -209,20 +208,6 @@ void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count)
     }
 }
 
-/* Whether the profiled process pid said in its region that it gave its threads to the
- * program at its process limit (buf_region_header.slots_given_up). */
-static bool gave_up_slots(struct daemon *d, int32_t pid)
-{
-    struct buf_region_header h;
-
-    for (const struct conn *k = d->conns; pid > 0 && k; k = k->next)
-        if (k->pid == pid && k->region_fd >= 0 &&
-            pread(k->region_fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
-            h.magic == BUF_REGION_MAGIC && h.slots_given_up)
-            return true;
-    return false;
-}
-
 void daemon__census_close(struct conn *c)
 {
     struct daemon *d = c->d;
@@ -233,11 +218,7 @@ void daemon__census_close(struct conn *c)
     if (!parent || d->closing)
         return;
     (void)snprintf(c->name, sizeof(c->name), "%s", parent);
-    if (gave_up_slots(d, c->ppid))
-        why = "its parent gave the profiler's threads to the program at its process limit "
-              "(ulimit -u): the children it forked since run without the profiler";
-    else
-        why = why_not_profiled(pid, c->name, sizeof(c->name));
+    why = why_not_profiled(pid, c->name, sizeof(c->name));
     daemon__log(d, why ? DAEMON_LOG_INFO : DAEMON_LOG_DEBUG,
                 "process %d (%s), a child of %d, never said Hello: %s", (int)pid, c->name,
                 (int)c->ppid, why ? why : "it exec'd a program the profiler enters");

@@ -81,8 +81,9 @@ struct conn {
     bool in_pid_map;         /* linked in d->by_pid (from its Hello to its close) */
     /* Its connection ended while the process lives on: its region is kept (linger.c). */
     bool lingering;
-    uint64_t start_ticks;  /* its start time (/proc's clock ticks), known while lingering */
-    struct conn *pid_next; /* chain in d->by_pid */
+    uint64_t start_ticks;      /* its start time (/proc's clock ticks), known while lingering */
+    uint32_t unprofiled_named; /* of its region's unprofiled_pids, how many were named */
+    struct conn *pid_next;     /* chain in d->by_pid */
     struct conn *next;
 };
 

@@ -104,10 +104,46 @@ static bool region_profile_written(int fd)
            h.profile_written != 0;
 }
 
+/* Names the children c's owner forked after it gave the program its threads at the process
+ * limit (buf_region_header.unprofiled_pids): they start no profiler, and no connection
+ * tells of them. Each once; the header is another process's data, so only pids are taken
+ * from it, and a count past the list is said as a number. */
+static void name_unprofiled_children(struct daemon *d, struct conn *c)
+{
+    struct buf_region_header h;
+    uint32_t count;
+
+    if (c->region_fd < 0 || pread(c->region_fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+        h.magic != BUF_REGION_MAGIC || !h.slots_given_up)
+        return;
+    count = h.unprofiled_count < BUF_REGION_UNPROFILED_MAX ? h.unprofiled_count
+                                                           : BUF_REGION_UNPROFILED_MAX;
+    for (; c->unprofiled_named < count; c->unprofiled_named++) {
+        int32_t pid = h.unprofiled_pids[c->unprofiled_named];
+
+        if (pid <= 0)
+            break; /* being written: the next look takes it */
+        daemon__departure_never(d, pid, c->name,
+                                "it was forked after its parent gave the profiler's threads to "
+                                "the program at its process limit (ulimit -u), and runs "
+                                "without the profiler");
+    }
+    if (h.unprofiled_count > BUF_REGION_UNPROFILED_MAX &&
+        c->unprofiled_named == BUF_REGION_UNPROFILED_MAX) {
+        c->unprofiled_named++; /* said once */
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "child %d (%s) forked %u more children without the profiler than its "
+                    "region lists (%u): they are not named",
+                    (int)c->pid, c->name, h.unprofiled_count - BUF_REGION_UNPROFILED_MAX,
+                    BUF_REGION_UNPROFILED_MAX);
+    }
+}
+
 /* The owner of c's kept region is gone. */
 static void linger_died(struct daemon *d, struct conn *c)
 {
     linger_forget(d, c);
+    name_unprofiled_children(d, c);
     if (region_profile_written(c->region_fd)) {
         daemon__log(d, DAEMON_LOG_INFO,
                     "child %d (%s) ended while disconnected, and wrote its profile itself",
@@ -132,8 +168,12 @@ void daemon__linger_check(struct daemon *d)
 
     for (; d->lingering && c; c = next) {
         next = c->next;
-        if (c->lingering && daemon__process_gone(c->pid, c->start_ticks))
+        if (!c->lingering)
+            continue;
+        if (daemon__process_gone(c->pid, c->start_ticks))
             linger_died(d, c);
+        else
+            name_unprofiled_children(d, c);
     }
 }
 

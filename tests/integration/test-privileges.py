@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_check as pc  # noqa: E402
 import taplib  # noqa: E402
-from daemon_helper import wait_until  # noqa: E402
+from daemon_helper import events, gathering_events, wait_until  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
@@ -125,7 +125,9 @@ def test_a_program_at_its_process_limit_gets_its_threads_and_workers(tmp):
     12` got 1 worker of 3. Now a fork, pthread_create or posix_spawn that fails with EAGAIN
     gets the runtime's threads (the connection's, then the sampler) and is made again, and
     children forked since start no runtime: the program makes as many threads and workers
-    as without fleetprof, under limits of 6 and 12, and its process is still in the file."""
+    as without fleetprof, under limits of 6 and 12; its process is still in the file, and
+    each worker is named in the log with that reason (the parent lists them in its region,
+    the daemon reads them there)."""
     need_root()
     uid = 61234  # a user no other test or process of the machine runs as
     for limit in (6, 12):
@@ -141,8 +143,14 @@ def test_a_program_at_its_process_limit_gets_its_threads_and_workers(tmp):
         print(f"# ulimit -u {limit}: alone {plain.stdout.strip()}, with fleetprof {got}")
         assert got == [plain.stdout.strip()], \
             f"ulimit -u {limit}: alone {plain.stdout.strip()!r}, with fleetprof {got}"
-        procs = pc.load_valid(out).get("processes") or []
+        doc = pc.load_valid(out)
+        procs = doc.get("processes") or []
         assert len(procs) == 1, f"want the program's process, got {len(procs)}"
+        # Its workers ran without the profiler, and the log names each of them.
+        forks = int(got[0].split()[1].split("=")[1])
+        named = {e[2] for e in gathering_events(doc)
+                 if len(e) > 2 and "forked after its parent gave the profiler's threads" in e[1]}
+        assert len(named) == forks, f"{forks} workers, {len(named)} named: {events(doc)}"
 
 
 def free_port():

@@ -191,6 +191,29 @@ static void test_eviction_point_crosses_mappings(void **state)
     region = buf_region_free(region);
 }
 
+/* The children forked without a profiler, as another process reads them through the memfd:
+ * the first BUF_REGION_UNPROFILED_MAX listed in order, every one counted. */
+static void test_unprofiled_children_are_listed_then_counted(void **state)
+{
+    struct buf_region_header h;
+    struct buf_region *region;
+
+    (void)state;
+    assert_int_equal(buf_region_new(CHUNK, NULL, &region), 0);
+    assert_int_equal(pread(buf_region_fd(region), &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    assert_int_equal(h.slots_given_up, 0);
+    assert_int_equal(h.unprofiled_count, 0);
+    buf_region_mark_slots_given_up(region);
+    for (int32_t pid = 1000; pid < 1000 + (int32_t)BUF_REGION_UNPROFILED_MAX + 3; pid++)
+        buf_region_note_unprofiled_child(region, pid);
+    assert_int_equal(pread(buf_region_fd(region), &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    assert_int_equal(h.slots_given_up, 1);
+    assert_int_equal(h.unprofiled_count, BUF_REGION_UNPROFILED_MAX + 3);
+    for (uint32_t i = 0; i < BUF_REGION_UNPROFILED_MAX; i++)
+        assert_int_equal(h.unprofiled_pids[i], 1000 + (int32_t)i);
+    region = buf_region_free(region);
+}
+
 static void test_file_region(void **state)
 {
     char dir[] = "/tmp/fleetprof-region-XXXXXX";
@@ -352,6 +375,7 @@ int main(void)
             cmocka_unit_test(test_limit_pressure_reuses_slots),
             cmocka_unit_test(test_memfd_is_sealed_against_shrinking),
             cmocka_unit_test(test_eviction_point_crosses_mappings),
+            cmocka_unit_test(test_unprofiled_children_are_listed_then_counted),
             cmocka_unit_test(test_file_region),
             cmocka_unit_test(test_sizes_must_match),
             cmocka_unit_test(test_description_is_read_whole),
