@@ -208,12 +208,25 @@ void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count)
     }
 }
 
+/* Whether pid is connected and has said nothing yet: a profiled process whose Hello the loop
+ * has not read (a busy daemon may take its child's close first). Tools do not fork children
+ * that connect: only a runtime's fork handler does. */
+static bool connecting(struct daemon *d, int32_t pid)
+{
+    for (const struct conn *k = d->conns; pid > 0 && k; k = k->next)
+        if (k->kind == CONN_NEW && (int32_t)k->peer.pid == pid)
+            return true;
+    return false;
+}
+
 void daemon__census_close(struct conn *c)
 {
     struct daemon *d = c->d;
     const char *why, *parent = profiled_name(d, c->ppid);
     int32_t pid = (int32_t)c->peer.pid;
 
+    if (!parent && connecting(d, c->ppid))
+        parent = ""; /* its name is its own (read below) */
     /* Only a profiled process's child: a tool connects too, and says what it wants. */
     if (!parent || d->closing)
         return;
