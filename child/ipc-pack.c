@@ -137,6 +137,8 @@ int rt_ipc_pack_description(const struct rt_description *in, uint8_t **ret_bytes
         runtime.unsafe_samples_in_loader = log->unsafe_samples_in_loader;
         runtime.descriptors_taken = log->descriptors_taken;
         runtime.sampling_stopped = or_empty(log->sampling_stopped);
+        runtime.descriptors_given_up = or_empty(log->descriptors_given_up);
+        runtime.threads_given_up = or_empty(log->threads_given_up);
         runtime.sampling_stopped_at_us = log->sampling_stopped_at_us;
         runtime.handler_captures = log->handler_captures;
         runtime.handler_p50_ns = log->handler_p50_ns;

@@ -551,6 +551,24 @@ static bool exit_profile_in_region(uint64_t now)
     return true;
 }
 
+/* The process gave the program its descriptors or its threads, and with them its daemon
+ * connection; the daemon keeps its region (daemon/linger.c). Its end is described there, so
+ * that the daemon builds its exit profile, not a recovery, when no file takes it. */
+static void describe_exit_for_the_daemon(uint64_t now)
+{
+    struct buf_chunked_buffer_state st;
+    struct prof_runtime_log log;
+    int r;
+
+    if (!(rt_fds_given_up() || rt_slots_given_up()) || !rt_region_active())
+        return;
+    buf_chunked_buffer_get_state(rt.buffer, &st);
+    runtime_log_fill(&log, &st);
+    r = rt_region_describe_exit(now, &log);
+    if (r < 0)
+        rt_debug("cannot describe the process's end in its region: %s", strerror(-r));
+}
+
 /* The exit profile, once per process (later callers wait for the first): to the daemon
  * when connected (left in the region for it to build when the process ends and the profile
  * is small), else to FLEETPROF_DIR/<pid>.json when set, so nothing is lost; and to
@@ -588,6 +606,8 @@ static void write_exit_profile(bool process_ends)
                                              rt.cfg.dir) < (int)sizeof(dir_path)) {
             int r;
 
+            if (process_ends)
+                describe_exit_for_the_daemon(now);
             (void)mkdir(rt.cfg.dir, 0700);
             r = rt_write_profile_to(dir_path, now);
             if (r == -ENOENT && session_gone())

@@ -228,8 +228,9 @@ struct daemon_built {
     /* 0; -ESHUTDOWN (the daemon closed first); or why the region could not be read
      * (logged). */
     int result;
-    bool execd; /* a recovery of an image that ended by exec: its life before the exec */
-    char *json; /* with result 0, owned: the callback takes it by setting it to NULL */
+    bool execd;  /* a recovery of an image that ended by exec: its life before the exec */
+    bool exited; /* a recovery of a process that ended normally: its exit profile */
+    char *json;  /* with result 0, owned: the callback takes it by setting it to NULL */
     size_t len;
     const char *how; /* how it was built, for the gathering log */
 };

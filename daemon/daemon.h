@@ -154,8 +154,12 @@ struct daemon_recovery {
     uint64_t dropped_blocks; /* entries too big to be real */
     int crash_signal;        /* the fatal signal the process recorded (0: none; killed) */
     bool execd;              /* the image ended by exec (its region says so), not by a death */
-    char execd_into[257];    /* with execd: what it exec'd ("" = unknown) */
-    int32_t crash_tid;       /* the thread it hit */
+    /* The region holds the description of the process's end and no crash: it ended
+     * normally with nobody to take its profile (it had left the daemon), and the profile is
+     * built as its exit profile, not a recovery. */
+    bool exited;
+    char execd_into[257]; /* with execd: what it exec'd ("" = unknown) */
+    int32_t crash_tid;    /* the thread it hit */
 };
 
 /* Writes the profile of the process that left the chunk file at path to out_path (through a

@@ -388,6 +388,8 @@ static int exit_info(const struct recovered_info *ri, struct exit_symbols *es)
             .descriptors_taken = rs->descriptors_taken,
             .interval_ns = d->interval_ns,
             .sampling_stopped = rs->sampling_stopped,
+            .descriptors_given_up = rs->descriptors_given_up,
+            .threads_given_up = rs->threads_given_up,
             .sampling_stopped_at_us = rs->sampling_stopped_at_us,
             .handler_captures = rs->handler_captures,
             .handler_p50_ns = rs->handler_p50_ns,
@@ -417,7 +419,7 @@ static int build_image(const uint8_t *mem, size_t len, const char *how,
     const uint8_t *meta = NULL;
     size_t meta_len = 0;
     uint64_t exec_ns;
-    char log[1600];
+    char log[2800];
     int r;
 
     if (len < sizeof(h))
@@ -456,6 +458,15 @@ static int build_image(const uint8_t *mem, size_t len, const char *how,
     }
     if (r < 0)
         goto out;
+    if (how && rec.described && ri.desc && ri.desc->exit_ns != 0 && ri.desc->runtime &&
+        buf_region_read_crash(mem, len, &(struct buf_region_crash){0}) < 0 &&
+        buf_region_read_exec(mem, len, &exec_ns, NULL, 0) < 0) {
+        /* It described its end, then ended without a crash: an exit nobody took (it had
+         * left the daemon, as a process that gave the program its descriptors or its
+         * threads does). Its exit profile, not a recovery. */
+        rec.exited = true;
+        how = NULL;
+    }
     if (!how) {
         es.out = log;
         es.out_size = sizeof(log);
@@ -945,6 +956,14 @@ static void build_done(struct worker_job *job, bool ran)
                     "child %d (%s): its life before the exec rebuilt from its chunks in %" PRIu64
                     " us: %s",
                     (int)b->pid, b->name, b->build_us, how);
+    } else if (b->r == 0 && b->kind == DAEMON_BUILD_RECOVERY && b->rec.exited) {
+        (void)snprintf(how, sizeof(how),
+                       "ended after it left the daemon, %" PRIu64 " entries from %" PRIu64
+                       " chunks, built in %" PRIu64 " us",
+                       b->rec.blocks, b->rec.chunks, b->build_us);
+        daemon__log(d, DAEMON_LOG_INFO,
+                    "child %d (%s): exit profile built from its chunk region: %s", (int)b->pid,
+                    b->name, how);
     } else if (b->r == 0 && b->kind == DAEMON_BUILD_RECOVERY) {
         (void)snprintf(how, sizeof(how),
                        "%s, %" PRIu64 " entries from %" PRIu64 " chunks, %" PRIu64
@@ -986,6 +1005,7 @@ static void build_done(struct worker_job *job, bool ran)
                                        : strerror(-b->r));
     }
     out.execd = b->r == 0 && b->rec.execd;
+    out.exited = b->r == 0 && b->rec.exited;
     out.result = b->r;
     out.json = b->r == 0 ? b->json : NULL;
     out.len = b->len;

@@ -44,7 +44,7 @@ static void on_built(struct conn *c, struct daemon_built *b)
     struct daemon *d = c->d;
 
     c->building = false;
-    if (b->json && b->execd) { /* its life before the exec: an exit profile, not a death */
+    if (b->json && (b->execd || b->exited)) { /* an exit profile, not a death */
         if (!daemon__gather_on_exit_profile(c, b->json, b->len, b->how))
             daemon__exit_profile_add(d, c, b->json, b->len, b->how);
         b->json = NULL;

@@ -146,6 +146,12 @@ def test_a_program_at_its_process_limit_gets_its_threads_and_workers(tmp):
         doc = pc.load_valid(out)
         procs = doc.get("processes") or []
         assert len(procs) == 1, f"want the program's process, got {len(procs)}"
+        # Its exit profile (built by the daemon from its region, as it left the daemon), not
+        # a recovery of a death, and it says what the runtime gave up.
+        meta = procs[0]["meta"]["fleetprof"]
+        assert meta.get("exit") and not meta.get("recovered"), meta
+        (log,) = procs[0]["profilingLog"].values()
+        assert "process limit" in log["runtime"].get("threadsGivenUp", ""), log["runtime"]
         # Its workers ran without the profiler, and the log names each of them.
         forks = int(got[0].split()[1].split("=")[1])
         named = {e[2] for e in gathering_events(doc)
