@@ -101,14 +101,6 @@ int rt_ipc_give_up(void)
     return m ? m->give_up() : 0;
 }
 
-void rt_ipc_before_chroot(void)
-{
-    const struct rt_ipc_module *m = rt_ipc_module(false);
-
-    if (m)
-        m->before_chroot();
-}
-
 int rt_ipc_send_exit_profile(struct json_writer *w)
 {
     const struct rt_ipc_module *m = rt_ipc_module(false);

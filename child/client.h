@@ -38,10 +38,6 @@ int rt_ipc_abandon(void);
 /* The program ran out of descriptors: as rt_ipc_abandon(), but no connection is made again
  * (the exit profile goes to FLEETPROF_DIR, as without a daemon). */
 int rt_ipc_give_up(void);
-/* The program is about to chroot(): the socket's directory is kept open (one descriptor),
- * so that a child it forks afterwards still connects (in its fork handler); the socket's
- * path names nothing inside the new root. Program thread, only while linked to a daemon. */
-void rt_ipc_before_chroot(void);
 /* Hands the exit profile (a finished memory writer, owned by the IPC layer from now on, even
  * on failure) to the IPC thread; rt_ipc_stop() then waits for it to leave before the Final
  * update. Returns 0 or -ENOMEM. */

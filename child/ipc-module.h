@@ -179,7 +179,6 @@ struct rt_ipc_module {
     bool (*owns_fd)(int fd);
     int (*abandon)(void);
     int (*give_up)(void);
-    void (*before_chroot)(void);
     int (*send_exit_profile)(struct json_writer *w);
     bool (*exit_in_region_accepted)(void);
     void (*exit_in_region)(void);

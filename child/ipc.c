@@ -1439,10 +1439,6 @@ static int client_abandon(void)
     return client_start(ipc.socket_path, &hooks);
 }
 
-/* The socket's directory, kept open from before a chroot() (-1: none), and the socket's name
- * in it. Outside struct ipc: a forked child keeps them (its copy of the descriptor). */
-static int chroot_dir_fd = -1;
-static char chroot_socket_name[108];
 /* The connection was given up (client_give_up()): a child forked since still connects in
  * its fork handler (a socket, no thread), so that the daemon knows of it. */
 static bool children_connect;
@@ -1455,34 +1451,9 @@ static int client_give_up(void)
     int r = client_abandon();
 
     children_connect = children_connect || linked;
-    if (chroot_dir_fd >= 0) {
-        core->fd_release(chroot_dir_fd);
-        chroot_dir_fd = -1;
-    }
     atomic_store(&ipc.start_pending, 0);
     core->set_update_cb(NULL, NULL);
     return r;
-}
-
-static void client_before_chroot(void)
-{
-    char reason[IPC_TRUST_REASON_MAX];
-    int fd, r;
-
-    if (chroot_dir_fd >= 0 || !atomic_load(&ipc.linked))
-        return;
-    core->fds_capture(RT_FDS_CAPTURE);
-    r = ipc_socket_dir_open(ipc.socket_path, geteuid(), chroot_socket_name,
-                            sizeof(chroot_socket_name), reason, sizeof(reason), &fd);
-    if (r == 0) {
-        fd = core->fd_relocate(fd); /* away from the numbers the program will take */
-        core->fd_protect(fd);
-        chroot_dir_fd = fd;
-    }
-    core->fds_capture(RT_FDS_CAPTURE_OFF);
-    if (r < 0)
-        core->debug("children forked after the chroot will not reach the daemon: %s",
-                    *reason ? reason : strerror(-r));
 }
 
 /* In the fork handler of a child whose parent talked to a daemon: the connection now, the
@@ -1499,11 +1470,7 @@ static void connect_early(const char *path)
     int fd, r;
 
     core->fds_capture(RT_FDS_CAPTURE); /* away from the numbers the program will take */
-    if (chroot_dir_fd >= 0)            /* we are the only thread: the working directory may move */
-        r = ipc_socket_connect_in(chroot_dir_fd, chroot_socket_name, uid, reason, sizeof(reason),
-                                  &fd);
-    else
-        r = ipc_socket_connect(path, uid, reason, sizeof(reason), &fd);
+    r = ipc_socket_connect(path, uid, reason, sizeof(reason), &fd);
     if (r == 0)
         core->fd_protect(fd); /* from a program that closes every descriptor it did not open */
     core->fds_capture(RT_FDS_CAPTURE_OFF);
@@ -1551,8 +1518,6 @@ static void client_forget_after_fork(void)
     linked = atomic_load(&ipc.linked);
     memcpy(path, ipc.socket_path, sizeof(path));
     memset(&ipc, 0, sizeof(ipc));
-    if (chroot_dir_fd >= 0) /* the core forgot it with the rest: ours still, for our forks */
-        core->fd_protect(chroot_dir_fd);
     ipc.defer_start = true; /* this child may exec at once: start at the first tick */
     atomic_store(&ipc.start_not_before_ns, 0);
     if (linked || children_connect)
@@ -1581,7 +1546,6 @@ static const struct rt_ipc_module module = {
         .owns_fd = client_owns_fd,
         .abandon = client_abandon,
         .give_up = client_give_up,
-        .before_chroot = client_before_chroot,
         .send_exit_profile = client_send_exit_profile,
         .exit_in_region_accepted = client_exit_in_region_accepted,
         .exit_in_region = client_exit_in_region,

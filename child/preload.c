@@ -20,9 +20,10 @@
  *   sigaction, signal,   SIGPROF: the program's action is kept aside, ours stays installed;
  *   bsd_signal, ssignal, a raw rt_sigaction that replaces ours stops sampling (sampler.c);
  *   sysv_signal, __sysv_signal, sigset, sigignore, siginterrupt
- *   chroot               keeps the daemon socket's directory open first, so that the
- *                        children forked inside the new root still connect
- *                        (rt_ipc_before_chroot());
+ *   chroot               remembered: the pid of each child forked since is told to the
+ *                        daemon (rt_ipc_spawned()), which names it if it cannot connect
+ *                        from inside the new root (nothing outside it is kept open: a
+ *                        descriptor of a directory outside would let a jailed process out);
  *   close, close_range,  leave the runtime's own descriptors (its daemon connection, its
  *   closefrom            event loop's epoll and eventfd) open when the program closes
  *                        "every descriptor", as daemons do: libuv aborts the process when
@@ -89,6 +90,8 @@ static posix_spawn_fn real_posix_spawn;
 static posix_spawn_fn real_posix_spawnp;
 static close_fn real_close;
 static fork_fn real_fork;
+/* The process changed its root: its children may not reach the daemon's socket. */
+static _Atomic bool chrooted;
 static chroot_fn real_chroot;
 static signal_fn real_signal;
 static signal_fn real_bsd_signal;
@@ -215,6 +218,8 @@ FLEETPROF_EXPORT pid_t fork(void)
     }
     if (pid > 0 && rt_slots_given_up()) /* it starts no runtime: the daemon names it */
         rt_region_note_unprofiled_child((int32_t)pid);
+    else if (pid > 0 && atomic_load(&chrooted) && rt_running())
+        rt_ipc_spawned((int32_t)pid); /* named if it cannot connect from inside the root */
     return pid;
 }
 
@@ -323,15 +328,18 @@ FLEETPROF_EXPORT void closefrom(int lowfd)
 
 FLEETPROF_EXPORT int chroot(const char *path)
 {
+    int r;
+
     if (!real_chroot)
         resolve_real_functions();
     if (!real_chroot) {
         errno = ENOSYS;
         return -1;
     }
-    if (rt_running())
-        rt_ipc_before_chroot();
-    return real_chroot(path);
+    r = real_chroot(path);
+    if (r == 0)
+        atomic_store(&chrooted, true);
+    return r;
 }
 
 RT_NO_TSAN FLEETPROF_EXPORT void *dlopen(const char *file, int mode)

@@ -158,6 +158,18 @@ static bool runs_securely(int32_t pid)
            sscanf(g, "\nGid: %lu %lu", &r_gid, &e_gid) == 2 && (r_uid != e_uid || r_gid != e_gid);
 }
 
+/* Whether pid runs under another root (chroot): the daemon's socket is not where the
+ * profiler looks for it there. */
+static bool in_chroot(int32_t pid)
+{
+    char path[64], root[8];
+    ssize_t n;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
+    n = readlink(path, root, sizeof(root));
+    return n > 0 && !(n == 1 && root[0] == '/');
+}
+
 /* Why the process pid, which has not said Hello, will not be profiled, read off it as it is
  * now; NULL when it runs a program the runtime enters (it connects and reports). Its name
  * (the program it became) goes into name. */
@@ -173,6 +185,8 @@ static const char *why_not_profiled(int32_t pid, char *name, size_t name_size)
     if (parent_of(pid) < 0)
         why = "it ended before its profiler started (it lived a few milliseconds, or ran a "
               "program the profiler cannot enter)";
+    else if (in_chroot(pid))
+        why = "it runs in a chroot, where the profiler cannot reach the daemon's socket";
     else if (is_static(pid) == 1)
         why = "it exec'd a static program, into which no loader preloads the profiler";
     else if (runs_securely(pid))

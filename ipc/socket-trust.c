@@ -2,7 +2,6 @@
 #include "ipc/socket-trust.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -188,12 +187,11 @@ int ipc_socket_dir_check(const char *socket_path, uid_t uid, bool create, char *
     return 0;
 }
 
-/* The checks of ipc_socket_file_check() on what fstatat(dirfd, path) found. */
-static int file_check_at(int dirfd, const char *path, uid_t uid, char *reason, size_t reason_len)
+int ipc_socket_file_check(const char *path, uid_t uid, char *reason, size_t reason_len)
 {
     struct stat st;
 
-    if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (lstat(path, &st) < 0) {
         int r = -errno;
 
         if (r == -ENOENT)
@@ -214,78 +212,6 @@ static int file_check_at(int dirfd, const char *path, uid_t uid, char *reason, s
         return -EPERM;
     }
     say(reason, reason_len, "%s", "");
-    return 0;
-}
-
-int ipc_socket_file_check(const char *path, uid_t uid, char *reason, size_t reason_len)
-{
-    return file_check_at(AT_FDCWD, path, uid, reason, reason_len);
-}
-
-int ipc_socket_dir_open(const char *socket_path, uid_t uid, char *ret_name, size_t name_size,
-                        char *reason, size_t reason_len, int *ret_dirfd)
-{
-    char resolved[SUN_PATH_MAX + 1];
-    char *slash;
-    int fd, r;
-
-    if (!ret_name || !ret_dirfd)
-        return -EINVAL;
-    r = ipc_socket_dir_check(socket_path, uid, false, resolved, sizeof(resolved), reason,
-                             reason_len);
-    if (r < 0)
-        return r;
-    slash = strrchr(resolved, '/'); /* resolved is absolute */
-    if (!slash || strlen(slash + 1) >= name_size)
-        return -ENAMETOOLONG;
-    strcpy(ret_name, slash + 1);
-    if (slash == resolved)
-        slash++; /* the root directory */
-    *slash = '\0';
-    fd = open(resolved, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        r = -errno;
-        say(reason, reason_len, "cannot open the socket directory %s: %s", resolved, strerror(-r));
-        return r;
-    }
-    *ret_dirfd = fd;
-    return 0;
-}
-
-int ipc_socket_connect_in(int dirfd, const char *name, uid_t uid, char *reason, size_t reason_len,
-                          int *ret_fd)
-{
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    int fd, cwd, r;
-
-    if (dirfd < 0 || !name || !ret_fd || strlen(name) >= sizeof(addr.sun_path))
-        return -EINVAL;
-    r = file_check_at(dirfd, name, uid, reason, reason_len);
-    if (r < 0)
-        return r;
-    strcpy(addr.sun_path, name);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return -errno;
-    cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (cwd < 0 || fchdir(dirfd) < 0) {
-        r = -errno;
-        say(reason, reason_len, "cannot enter the socket directory: %s", strerror(-r));
-        if (cwd >= 0)
-            (void)close(cwd);
-        (void)close(fd);
-        return r;
-    }
-    /* A relative name resolves from the working directory, even one outside a chroot. */
-    r = connect(fd, (const struct sockaddr *)&addr, sizeof(addr)) < 0 ? -errno : 0;
-    if (fchdir(cwd) < 0 && r == 0)
-        r = -errno; /* cannot happen with cwd open; never leave the program elsewhere quietly */
-    (void)close(cwd);
-    if (r < 0) {
-        (void)close(fd);
-        return r;
-    }
-    *ret_fd = fd;
     return 0;
 }
 

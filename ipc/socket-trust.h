@@ -53,20 +53,4 @@ int ipc_socket_file_check(const char *path, uid_t uid, char *reason, size_t reas
  * connect(2): -ENOENT (no socket), -ECONNREFUSED (stale), -EACCES, -EAGAIN (backlog full). */
 int ipc_socket_connect(const char *path, uid_t uid, char *reason, size_t reason_len, int *ret_fd);
 
-/* For a process about to chroot(2), after which the socket's path names nothing: checks
- * socket_path's directory as ipc_socket_dir_check() does and opens it (O_PATH, close-on-exec)
- * into *ret_dirfd, the socket's name in it written to ret_name. The descriptor keeps the
- * directory that was checked, whatever is renamed later. Returns 0 or the check's errors
- * (with a reason), -ENAMETOOLONG, or open(2)'s error. */
-int ipc_socket_dir_open(const char *socket_path, uid_t uid, char *ret_name, size_t name_size,
-                        char *reason, size_t reason_len, int *ret_dirfd);
-
-/* ipc_socket_connect() for the socket name in the directory dirfd (ipc_socket_dir_open()),
- * reachable from a chroot: the socket file is checked there, then connected to by its
- * relative name with the working directory moved to dirfd for the call and moved back. The
- * working directory is the process's: call this only while no other thread can run (a
- * fork handler). Returns as ipc_socket_connect(), or the errors of open(2) and fchdir(2). */
-int ipc_socket_connect_in(int dirfd, const char *name, uid_t uid, char *reason, size_t reason_len,
-                          int *ret_fd);
-
 #endif /* FLEETPROF_IPC_SOCKET_TRUST_H */

@@ -258,48 +258,6 @@ static void test_the_socket_itself(void **state)
     assert_int_equal(close(fd), 0);
 }
 
-/* A socket reached through its directory's descriptor (a process that chrooted), while the
- * working directory is elsewhere: connected, and the working directory is back where it was;
- * a file that is not a socket is refused there as by path. */
-static void test_a_socket_reached_through_its_directory(void **state)
-{
-    struct fixture *f = *state;
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    char name[108], cwd[PATH_MAX], after[PATH_MAX], file[300];
-    int listener, dirfd = -1, fd = -1, plain;
-
-    (void)snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/sock", f->dir);
-    listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(listener >= 0);
-    assert_int_equal(bind(listener, (struct sockaddr *)&addr, sizeof(addr)), 0);
-    assert_int_equal(listen(listener, 4), 0);
-    assert_int_equal(ipc_socket_dir_open(addr.sun_path, geteuid(), name, sizeof(name), f->reason,
-                                         sizeof(f->reason), &dirfd),
-                     0);
-    assert_string_equal(name, "sock");
-
-    assert_non_null(getcwd(cwd, sizeof(cwd)));
-    assert_int_equal(chdir("/"), 0);
-    assert_int_equal(
-            ipc_socket_connect_in(dirfd, name, geteuid(), f->reason, sizeof(f->reason), &fd), 0);
-    assert_non_null(getcwd(after, sizeof(after)));
-    assert_string_equal(after, "/");
-    assert_true(fd >= 0);
-    (void)close(fd);
-
-    (void)snprintf(file, sizeof(file), "%s/plain", f->dir);
-    plain = open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-    assert_true(plain >= 0);
-    (void)close(plain);
-    assert_int_equal(
-            ipc_socket_connect_in(dirfd, "plain", geteuid(), f->reason, sizeof(f->reason), &fd),
-            -ECONNREFUSED);
-    assert_non_null(strstr(f->reason, "is not a socket"));
-    assert_int_equal(chdir(cwd), 0);
-    (void)close(dirfd);
-    (void)close(listener);
-}
-
 static void on_message(struct ipc_conn *c, const Fleetprof__Envelope *env, void *userdata)
 {
     (void)c;
@@ -372,8 +330,6 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_paths_that_name_no_socket, setup, teardown),
             cmocka_unit_test_setup_teardown(test_the_socket_itself, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_a_socket_reached_through_its_directory, setup,
-                                            teardown),
             cmocka_unit_test_setup_teardown(test_listener_and_client_refuse_a_loose_directory,
                                             setup, teardown),
     };
