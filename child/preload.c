@@ -104,6 +104,19 @@ static siginterrupt_fn real_siginterrupt;
 static pipe2_fn real_pipe2;
 static close_range_fn real_close_range;
 static closefrom_fn real_closefrom;
+RT_NO_TSAN static void resolve_real_functions(void);
+
+/* In an interposer returning -1 with errno: the real function, or ENOSYS without one. */
+#define NEED_REAL(fn)                 \
+    do {                              \
+        if (!(fn))                    \
+            resolve_real_functions(); \
+        if (!(fn)) {                  \
+            errno = ENOSYS;           \
+            return -1;                \
+        }                             \
+    } while (0)
+
 RT_NO_TSAN static void resolve_real_functions(void)
 {
     /* ISO C has no cast from void * to a function pointer; POSIX's dlsym documentation
@@ -205,12 +218,7 @@ FLEETPROF_EXPORT pid_t fork(void)
 {
     pid_t pid;
 
-    if (!real_fork)
-        resolve_real_functions();
-    if (!real_fork) {
-        errno = ENOSYS;
-        return -1;
-    }
+    NEED_REAL(real_fork);
     for (unsigned tries = 0;;) {
         pid = real_fork();
         if (pid >= 0 || !rt_slots_again(errno, &tries))
@@ -232,12 +240,7 @@ RT_NO_TSAN FLEETPROF_EXPORT int pipe2(int fds[2], int flags)
 {
     int r;
 
-    if (!real_pipe2)
-        resolve_real_functions();
-    if (!real_pipe2) {
-        errno = ENOSYS;
-        return -1;
-    }
+    NEED_REAL(real_pipe2);
     r = real_pipe2(fds, flags);
     if (r < 0 && errno == EMFILE && !rt_fds_capturing() && rt_fds_give_up())
         r = real_pipe2(fds, flags); /* the runtime's descriptors are the program's now */
@@ -330,12 +333,7 @@ FLEETPROF_EXPORT int chroot(const char *path)
 {
     int r;
 
-    if (!real_chroot)
-        resolve_real_functions();
-    if (!real_chroot) {
-        errno = ENOSYS;
-        return -1;
-    }
+    NEED_REAL(real_chroot);
     r = real_chroot(path);
     if (r == 0)
         atomic_store(&chrooted, true);
