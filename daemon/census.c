@@ -239,9 +239,11 @@ void daemon__census_close(struct conn *c)
     const char *why, *parent = profiled_name(d, c->ppid);
     int32_t pid = (int32_t)c->peer.pid;
 
-    if (!parent && connecting(d, c->ppid))
+    if (!parent && (connecting(d, c->ppid) || in_chroot(pid)))
         parent = ""; /* its name is its own (read below) */
-    /* Only a profiled process's child: a tool connects too, and says what it wants. */
+    /* Only a profiled process's child: a tool connects too, and says what it wants. A
+     * process that left for another root is a runtime's, whoever its parent: it exec'd
+     * there (chroot(1)) before its Hello, and its new image cannot reach us. */
     if (!parent || d->closing)
         return;
     (void)snprintf(c->name, sizeof(c->name), "%s", parent);
@@ -254,4 +256,21 @@ void daemon__census_close(struct conn *c)
      * every fork+exec passes here, and most become profiled processes. */
     if (why)
         daemon__departure_never(d, pid, c->name, why);
+}
+
+void daemon__census_execd(struct conn *c)
+{
+    struct daemon *d = c->d;
+    char name[sizeof(c->name)];
+    const char *why;
+
+    if (d->closing || c->pid <= 0)
+        return;
+    (void)snprintf(name, sizeof(name), "%s", c->name);
+    why = why_not_profiled(c->pid, name, sizeof(name));
+    if (!why)
+        return; /* a program the runtime enters: its new image reports */
+    daemon__log(d, DAEMON_LOG_INFO, "process %d (%s) exec'd into %s, which will not report: %s",
+                (int)c->pid, c->name, name, why);
+    daemon__departure_never(d, c->pid, name, why);
 }

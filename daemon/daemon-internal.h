@@ -115,6 +115,9 @@ struct exit_profile {
     char *json;          /* owned */
     size_t len;
     char built[160]; /* how the daemon built it from the child's region; "" = the child sent it */
+    /* The life of an image that ended by exec: the process lives on, and does not count as
+     * reporting after that exec (its new image may never report). */
+    bool before_exec;
     struct exit_profile *next;
 };
 
@@ -191,9 +194,10 @@ bool daemon__gather_on_exit_profile(struct conn *c, char *json, size_t len, cons
 void daemon__gather_on_tool_gone(struct conn *c);
 void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req);
 /* Stores a complete exit profile (takes ownership of json); built: how the daemon built it
- * from the child's region (for the gathering log), NULL when the child sent it. */
+ * from the child's region (for the gathering log), NULL when the child sent it; before_exec:
+ * it is an image's life that ended by exec (exit_profile.before_exec). */
 void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len,
-                              const char *built);
+                              const char *built, bool before_exec);
 /* Remembers a child that ended without an exit profile. */
 void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered);
 /* Remembers a process that was never profiled (why: static); the next capture names it
@@ -300,6 +304,10 @@ void daemon__census_close(struct conn *c);
 /* Child c started these processes with posix_spawn (Spawned): each that has not connected
  * and that the profiler cannot enter is named the same way. */
 void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count);
+/* c's process, which reported, exec'd (its region says so) and lives on: its new image
+ * connects and reports, or it is judged now as a never-profiled one (a chroot, a static
+ * program, ...) and named unless it reports after all. */
+void daemon__census_execd(struct conn *c);
 
 /* symbols-service.c */
 /* Answers a child's Symbolize with one or more Symbols (the symbol service). */

@@ -349,7 +349,7 @@ void daemon__exit_profiles_free(struct daemon *d)
 }
 
 void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len,
-                              const char *built)
+                              const char *built, bool before_exec)
 {
     struct exit_profile *e;
     struct ctl_actions a;
@@ -367,6 +367,7 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
         return;
     }
     e->pid = c->pid;
+    e->before_exec = before_exec;
     (void)snprintf(e->name, sizeof(e->name), "%s", c->name);
     /* Receipt times name daemon-owned chunks: strictly increasing, so the list stays in
      * receipt order by appending (a storm of short-lived children must not walk it). */
@@ -1378,7 +1379,7 @@ static void write_header(struct gather *g, struct json_writer *w)
 static bool pid_reported_since(const struct daemon *d, int32_t pid)
 {
     for (const struct exit_profile *e = d->exit_profiles; e; e = e->next)
-        if (e->pid == pid)
+        if (e->pid == pid && !e->before_exec)
             return true;
     for (const struct conn *c = d->conns; c; c = c->next)
         if (c->kind == CONN_CHILD && c->pid == pid)

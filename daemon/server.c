@@ -46,17 +46,17 @@ static void on_built(struct conn *c, struct daemon_built *b)
     c->building = false;
     if (b->json && (b->execd || b->exited)) { /* an exit profile, not a death */
         if (!daemon__gather_on_exit_profile(c, b->json, b->len, b->how))
-            daemon__exit_profile_add(d, c, b->json, b->len, b->how);
+            daemon__exit_profile_add(d, c, b->json, b->len, b->how, b->execd);
         b->json = NULL;
     } else if (b->json && b->kind == DAEMON_BUILD_RECOVERY) {
         if (!daemon__gather_on_recovered(c, b->json, b->len, b->how)) {
             daemon__departure_add(d, c, b->how);
-            daemon__exit_profile_add(d, c, b->json, b->len, NULL);
+            daemon__exit_profile_add(d, c, b->json, b->len, NULL, false);
         }
         b->json = NULL;
     } else if (b->json) {
         if (!daemon__gather_on_exit_profile(c, b->json, b->len, b->how))
-            daemon__exit_profile_add(d, c, b->json, b->len, b->how);
+            daemon__exit_profile_add(d, c, b->json, b->len, b->how, b->execd);
         b->json = NULL;
     } else {
         daemon__departure_add(d, c, NULL); /* the build said why (logged) */
@@ -85,6 +85,9 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
                   !daemon__region_execd(c->region_fd);
         if (!lingers)
             c->building = daemon__region_build(c, DAEMON_BUILD_RECOVERY, on_built);
+        /* It exec'd and lives on: its new image reports, or is named now with why not. */
+        if (c->building && !daemon__process_gone(c->pid, 0) && daemon__region_execd(c->region_fd))
+            daemon__census_execd(c);
     }
     if (c->building) {
         /* A capture waiting for it waits for the build (on_built). */
@@ -506,7 +509,7 @@ static void on_exit_piece(struct conn *c, const Fleetprof__ProfileData *m)
         return;
     c->exit_profile_received = true;
     if (!daemon__gather_on_exit_profile(c, c->exit_data, c->exit_len, NULL))
-        daemon__exit_profile_add(c->d, c, c->exit_data, c->exit_len, NULL);
+        daemon__exit_profile_add(c->d, c, c->exit_data, c->exit_len, NULL, false);
     c->exit_data = NULL;
     c->exit_len = c->exit_cap = 0;
     return;
