@@ -465,11 +465,12 @@ static void release_sigxfsz(const sigset_t *old, bool was_pending)
 
 int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
 {
-    char path[PATH_MAX], tmp[PATH_MAX + FLEETPROF_TMPFILE_EXTRA];
+    char path[PATH_MAX];
+    struct fleetprof_outfile out;
     struct json_writer *w = NULL;
     sigset_t old_mask;
     bool xfsz_pending;
-    int fd, r;
+    int r;
 
     if (!pattern || !*pattern)
         return -EINVAL;
@@ -478,21 +479,17 @@ int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
         return r;
     /* A new file of ours renamed into place (common/outfile.h): readers see the old file or a
      * complete new one, and a link planted in a shared FLEETPROF_DIR is never followed. */
-    fd = fleetprof_tmpfile_beside(path, tmp, sizeof(tmp));
-    if (fd < 0)
-        return fd;
+    r = fleetprof_outfile_open(&out, path);
+    if (r < 0)
+        return r;
     hold_sigxfsz(&old_mask, &xfsz_pending);
-    r = json_writer_new_fd(fd, &w);
+    r = json_writer_new_fd(out.fd, &w);
     if (r == 0)
         r = rt_profile_write(w, shutdown_ns, shutdown_ns != 0, NULL);
     w = json_writer_free(w);
     release_sigxfsz(&old_mask, xfsz_pending);
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
-    if (r == 0 && rename(tmp, path) < 0)
-        r = -errno;
+    r = fleetprof_outfile_commit(&out, r);
     if (r < 0) {
-        (void)unlink(tmp);
         rt_debug("cannot write the profile to %s: %s", path, strerror(-r));
     } else {
         rt_debug("profile written to %s", path);

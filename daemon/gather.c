@@ -66,9 +66,8 @@ struct pending {
 struct gather {
     struct daemon *d;
     uint64_t id;
-    char *path;     /* the output, owned */
-    char *tmp_path; /* the file being written, renamed to path at the end; owned */
-    char *dir;      /* path's directory, where spools go; owned */
+    char *path; /* the output, owned */
+    char *dir;  /* path's directory, where spools go; owned */
     char *product;
     struct conn *tool; /* a CaptureRequest's sender, or NULL (library use) */
     uint64_t tool_request;
@@ -79,7 +78,9 @@ struct gather {
     size_t count;
     uint32_t done_count, exit_profiles, processes, given_up, recovered;
     uint64_t bytes;
-    int fd;                  /* tmp_path, owned (the worker's during the final sync); or -1 */
+    /* The file being written beside path, renamed to it at the end (common/outfile.h); out.fd
+     * is the worker's during the final sync, -1 once committed or removed. */
+    struct fleetprof_outfile out;
     uint64_t out_len;        /* bytes in fd: where the next write goes */
     struct pending *current; /* the child streaming into fd, or NULL */
     uint64_t current_start;  /* where current's element (separator first) begins in fd */
@@ -461,7 +462,7 @@ __attribute__((format(printf, 3, 4))) static int fail(struct gather *g, int r, c
 static int write_at(struct gather *g, uint64_t offset, const char *data, size_t len)
 {
     while (len > 0) {
-        ssize_t n = pwrite(g->fd, data, len, (off_t)offset);
+        ssize_t n = pwrite(g->out.fd, data, len, (off_t)offset);
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -540,7 +541,7 @@ static int out_append_file(struct gather *g, int fd, uint64_t len)
 
     while ((uint64_t)in < len) {
         loff_t out = (loff_t)g->out_len;
-        ssize_t n = copy_file_range(fd, &in, g->fd, &out, (size_t)(len - (uint64_t)in), 0);
+        ssize_t n = copy_file_range(fd, &in, g->out.fd, &out, (size_t)(len - (uint64_t)in), 0);
 
         if (n > 0) {
             g->out_len += (uint64_t)n;
@@ -703,8 +704,8 @@ static void drop_data(struct gather *g, struct pending *p)
         uint64_t end = p->region + 1 + p->total;
 
         if (end == g->out_len && !g->write_error) {
-            if (ftruncate(g->fd, (off_t)p->region) < 0)
-                (void)fail(g, -errno, "cannot truncate %.400s: %s", g->tmp_path, strerror(errno));
+            if (ftruncate(g->out.fd, (off_t)p->region) < 0)
+                (void)fail(g, -errno, "cannot truncate %.400s: %s", g->out.tmp, strerror(errno));
             g->out_len = p->region;
         } else if (!g->write_error) {
             (void)blank(g, p->region, 1 + p->total);
@@ -713,8 +714,8 @@ static void drop_data(struct gather *g, struct pending *p)
     }
     if (p == g->current) {
         g->current = NULL;
-        if (!g->write_error && ftruncate(g->fd, (off_t)g->current_start) < 0)
-            (void)fail(g, -errno, "cannot truncate %.400s: %s", g->tmp_path, strerror(errno));
+        if (!g->write_error && ftruncate(g->out.fd, (off_t)g->current_start) < 0)
+            (void)fail(g, -errno, "cannot truncate %.400s: %s", g->out.tmp, strerror(errno));
         g->out_len = g->current_start;
     }
     spool_close(p);
@@ -1126,15 +1127,8 @@ static void sync_file(uv_work_t *work)
     struct gather *g = work->data;
     int r = 0;
 
-    if (fsync(g->fd) < 0)
-        r = -errno;
-    if (close(g->fd) < 0 && r == 0)
-        r = -errno;
-    g->fd = -1;
-    if (r == 0 && rename(g->tmp_path, g->path) < 0)
-        r = -errno;
+    r = fleetprof_outfile_commit(&g->out, 0);
     if (r < 0) {
-        (void)unlink(g->tmp_path);
         (void)fail(g, r, "cannot write %.400s: %s", g->path, strerror(-r));
     }
 }
@@ -1147,13 +1141,9 @@ static void gather_free(struct gather *g)
         spool_close(&g->pending[i]);
     free(g->pending);
     free(g->elements);
-    if (g->fd >= 0) {
-        (void)close(g->fd);
-        (void)unlink(g->tmp_path);
-    }
+    fleetprof_outfile_abort(&g->out);
     json_writer_free(g->events);
     free(g->path);
-    free(g->tmp_path);
     free(g->dir);
     free(g->lost);
     free(g->departures);
@@ -1183,11 +1173,8 @@ static void complete(struct gather *g)
     struct daemon_capture_result res = {0};
 
     /* The temp file goes before anyone hears of the failure; what it took is given back. */
-    if (g->write_error && g->fd >= 0) {
-        (void)close(g->fd);
-        (void)unlink(g->tmp_path);
-        g->fd = -1;
-    }
+    if (g->write_error)
+        fleetprof_outfile_abort(&g->out);
     if (g->write_error)
         give_back(g);
     if (!g->write_error)
@@ -1392,24 +1379,17 @@ static bool pid_reported_since(const struct daemon *d, int32_t pid)
 static int open_output(struct gather *g)
 {
     const char *slash = strrchr(g->path, '/');
+    int r;
 
-    size_t tmp_size = strlen(g->path) + FLEETPROF_TMPFILE_EXTRA;
-
-    g->tmp_path = malloc(tmp_size);
-    if (!g->tmp_path)
-        return fail(g, -ENOMEM, "out of memory");
     g->dir = !slash ? strdup(".")
                     : strndup(g->path, slash == g->path ? 1 : (size_t)(slash - g->path));
     if (!g->dir)
         return fail(g, -ENOMEM, "out of memory");
-    g->fd = fleetprof_tmpfile_beside(g->path, g->tmp_path, tmp_size);
-    if (g->fd < 0) {
-        int r = g->fd;
-
-        g->fd = -1;
-        g->tmp_path[0] = '\0';
+    r = fleetprof_outfile_open(&g->out, g->path);
+    if (r == -ENOMEM)
+        return fail(g, r, "out of memory");
+    if (r < 0)
         return fail(g, r, "cannot create a file next to %.400s: %s", g->path, strerror(-r));
-    }
     return 0;
 }
 
@@ -1667,7 +1647,7 @@ static int capture_start(struct daemon *d, const char *output_path, const char *
         return -ENOMEM;
     g->d = d;
     g->id = ++d->next_id;
-    g->fd = -1;
+    g->out.fd = -1;
     g->path = strdup(output_path);
     g->product = product ? strdup(product) : NULL;
     g->progress = progress;

@@ -557,8 +557,8 @@ int daemon_recover_file(const char *path, const char *out_path, struct daemon_re
     struct json_writer *w = NULL;
     uint8_t *mem = NULL;
     size_t len = 0;
-    char tmp[PATH_MAX + FLEETPROF_TMPFILE_EXTRA];
-    int fd, out = -1, r;
+    struct fleetprof_outfile out = {.fd = -1};
+    int fd, r;
 
     error[0] = '\0';
     fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -573,16 +573,15 @@ int daemon_recover_file(const char *path, const char *out_path, struct daemon_re
         (void)snprintf(error, error_size, "cannot read %s: %s", path, strerror(-r));
         return r;
     }
-    out = fleetprof_tmpfile_beside(out_path, tmp, sizeof(tmp));
-    if (out < 0) {
-        r = out;
+    r = fleetprof_outfile_open(&out, out_path);
+    if (r < 0) {
         (void)snprintf(error, error_size, "cannot create a file next to %s: %s", out_path,
                        strerror(-r));
         goto out;
     }
     r = prof_symbols_new(0, &symbols);
     if (r == 0)
-        r = json_writer_new_fd(out, &w);
+        r = json_writer_new_fd(out.fd, &w);
     if (r < 0) {
         (void)snprintf(error, error_size, "cannot start: %s", strerror(-r));
         goto out;
@@ -596,22 +595,13 @@ int daemon_recover_file(const char *path, const char *out_path, struct daemon_re
                        "%s is not a chunk file a profiled process left (no region header)", path);
     else if (r < 0)
         (void)snprintf(error, error_size, "cannot recover %s: %s", path, strerror(-r));
-    if (r == 0 && close(out) < 0)
-        r = -errno;
-    else if (r < 0)
-        (void)close(out);
-    out = -1;
-    if (r == 0 && rename(tmp, out_path) < 0) {
-        r = -errno;
-        (void)snprintf(error, error_size, "cannot write %s: %s", out_path, strerror(-r));
+    if (r == 0) {
+        r = fleetprof_outfile_commit(&out, 0);
+        if (r < 0)
+            (void)snprintf(error, error_size, "cannot write %s: %s", out_path, strerror(-r));
     }
-    if (r < 0)
-        (void)unlink(tmp);
 out:
-    if (out >= 0) {
-        (void)close(out);
-        (void)unlink(tmp);
-    }
+    fleetprof_outfile_abort(&out);
     json_writer_free(w);
     prof_symbols_free(symbols);
     free(mem);

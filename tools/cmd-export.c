@@ -223,7 +223,8 @@ int cmd_export(int argc, char **argv)
     struct json_doc *doc = NULL;
     struct collapsed col = {0};
     bool split = false;
-    char why[512], tmp[PATH_MAX + FLEETPROF_TMPFILE_EXTRA] = "";
+    struct fleetprof_outfile file = {.fd = -1};
+    char why[512];
     FILE *out = stdout;
     int c, r, fd, status = 1;
 
@@ -267,14 +268,15 @@ int cmd_export(int argc, char **argv)
         return status;
     }
     if (out_path) { /* written beside it, then renamed over it (common/outfile.h) */
-        fd = fleetprof_tmpfile_beside(out_path, tmp, sizeof(tmp));
+        /* stdio writes a duplicate: the file's own descriptor is fsynced at the commit. */
+        r = fleetprof_outfile_open(&file, out_path);
+        fd = r == 0 ? dup(file.fd) : -1;
         out = fd >= 0 ? fdopen(fd, "w") : NULL;
         if (!out) {
-            r = fd < 0 ? fd : -errno;
-            if (fd >= 0) {
+            r = r < 0 ? r : -errno;
+            if (fd >= 0)
                 (void)close(fd);
-                (void)unlink(tmp);
-            }
+            fleetprof_outfile_abort(&file);
             (void)fprintf(stderr, "fleetprof export: cannot write %s: %s\n", out_path,
                           strerror(-r));
             json_doc_free(doc);
@@ -296,12 +298,10 @@ int cmd_export(int argc, char **argv)
                       out_path ? out_path : "standard output", strerror(errno));
         r = -EIO;
     }
-    if (out != stdout && r >= 0 && rename(tmp, out_path) < 0) {
+    if (out != stdout && fleetprof_outfile_commit(&file, r < 0 ? r : 0) < 0 && r >= 0) {
         (void)fprintf(stderr, "fleetprof export: cannot write %s: %s\n", out_path, strerror(errno));
         r = -EIO;
     }
-    if (out != stdout && r < 0)
-        (void)unlink(tmp);
     status = r < 0 ? 1 : 0;
     free(col.path);
     free(col.stack_canon);

@@ -294,25 +294,6 @@ static int compare_inputs(const void *a, const void *b)
     return ia->position < ib->position ? -1 : ia->position > ib->position;
 }
 
-/* Creates path.tmp.XXXXXX (common/outfile.h). */
-static int open_temp(const char *path, char **ret_tmp, int *ret_fd)
-{
-    size_t size = strlen(path) + FLEETPROF_TMPFILE_EXTRA;
-    char *tmp = malloc(size);
-    int fd;
-
-    if (!tmp)
-        return -ENOMEM;
-    fd = fleetprof_tmpfile_beside(path, tmp, size);
-    if (fd < 0) {
-        free(tmp);
-        return fd;
-    }
-    *ret_tmp = tmp;
-    *ret_fd = fd;
-    return 0;
-}
-
 static void usage(FILE *out)
 {
     (void)fprintf(out,
@@ -338,8 +319,8 @@ int cmd_merge(int argc, char **argv)
     const struct json_value *top_root, *top_subs;
     size_t n_inputs = 0, n_usable = 0, kept_bytes = 0, skipped, files = 1;
     const char *out = NULL;
-    char *tmp = NULL;
-    int c, r, fd = -1, status = 1;
+    struct fleetprof_outfile file = {.fd = -1};
+    int c, r, status = 1;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
@@ -420,13 +401,13 @@ int cmd_merge(int argc, char **argv)
     m.top_categories =
             json_object_get(top_doc, json_object_get(top_doc, top_root, "meta"), "categories");
 
-    r = open_temp(out, &tmp, &fd);
+    r = fleetprof_outfile_open(&file, out);
     if (r < 0) {
         (void)fprintf(stderr, "fleetprof merge: cannot create a temporary file next to %s: %s\n",
                       out, strerror(-r));
         goto out;
     }
-    tmp_path_for_signal = tmp;
+    tmp_path_for_signal = file.tmp;
     (void)signal(SIGINT, on_fatal_signal);
     (void)signal(SIGTERM, on_fatal_signal);
     (void)signal(SIGHUP, on_fatal_signal);
@@ -434,7 +415,7 @@ int cmd_merge(int argc, char **argv)
      * the process die of SIGXFSZ with the temp file left behind. */
     (void)signal(SIGXFSZ, SIG_IGN);
 
-    r = json_writer_new_fd(fd, &w);
+    r = json_writer_new_fd(file.fd, &w);
     if (r < 0)
         goto oom;
     m.w = w;
@@ -475,15 +456,9 @@ int cmd_merge(int argc, char **argv)
         json_writer_object_end(w);
         r = json_writer_finish(w);
     }
-    if (r >= 0 && fsync(fd) < 0)
-        r = -errno;
-    if (close(fd) < 0 && r >= 0)
-        r = -errno;
-    fd = -1;
-    if (r >= 0 && rename(tmp, out) < 0)
-        r = -errno;
+    tmp_path_for_signal = NULL; /* the commit frees the name */
+    r = fleetprof_outfile_commit(&file, r < 0 ? r : 0);
     if (r < 0) {
-        (void)unlink(tmp);
         if (r == -ENOMEM)
             goto oom;
         (void)fprintf(stderr, "fleetprof merge: cannot write %s: %s\n", out, strerror(-r));
@@ -499,15 +474,9 @@ int cmd_merge(int argc, char **argv)
 
 oom:
     (void)fprintf(stderr, "fleetprof merge: out of memory\n");
-    if (tmp)
-        (void)unlink(tmp);
 out:
     tmp_path_for_signal = NULL;
-    if (fd >= 0) {
-        (void)close(fd);
-        (void)unlink(tmp);
-    }
-    free(tmp);
+    fleetprof_outfile_abort(&file);
     json_writer_free(w);
     log_merge_done(&m.logs[0]);
     log_merge_done(&m.logs[1]);

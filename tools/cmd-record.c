@@ -180,9 +180,9 @@ check:
  * system). Returns 0, or 1 after explaining. */
 static int check_output(const char *option, const char *path)
 {
-    char tmp[PATH_MAX + FLEETPROF_TMPFILE_EXTRA];
+    struct fleetprof_outfile probe;
     struct stat st;
-    int fd;
+    int r;
 
     if (!*path || path[strlen(path) - 1] == '/' || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
         fprintf(stderr, "fleetprof record: %s %s: expected a file name, not a directory\n", option,
@@ -194,14 +194,13 @@ static int check_output(const char *option, const char *path)
                 option, path);
         return 1;
     }
-    fd = fleetprof_tmpfile_beside(path, tmp, sizeof(tmp));
-    if (fd < 0) {
+    r = fleetprof_outfile_open(&probe, path);
+    if (r < 0) {
         fprintf(stderr, "fleetprof record: cannot write %s: cannot create a file beside it: %s\n",
-                path, strerror(-fd));
+                path, strerror(-r));
         return 1;
     }
-    (void)close(fd);
-    (void)unlink(tmp);
+    fleetprof_outfile_abort(&probe);
     return 0;
 }
 

@@ -709,33 +709,27 @@ static int write_pprof(struct exporter *x, struct pprof *pp, const char *path)
 {
     bool std_out = !path || strcmp(path, "-") == 0;
     struct gz_sink sink = {.base = {.append = gz_append}};
+    struct fleetprof_outfile file = {.fd = -1};
     const char *name = std_out ? "standard output" : path;
-    char *tmp = NULL;
     struct stat st;
     int fd, r, zr;
 
-    if (std_out) {
-        fd = dup(STDOUT_FILENO);
-    } else {
-        size_t size = strlen(path) + FLEETPROF_TMPFILE_EXTRA;
-
-        tmp = malloc(size);
-        if (!tmp)
-            return fail(x, -ENOMEM, "%s", name);
-        fd = fleetprof_tmpfile_beside(path, tmp, size);
-        if (fd < 0)
-            errno = -fd;
-    }
+    /* zlib closes what it writes: a duplicate, so that the file's own descriptor is still
+     * there to be measured and fsynced at the commit. */
+    r = std_out ? 0 : fleetprof_outfile_open(&file, path);
+    if (r < 0)
+        return fail(x, r, "cannot write %s", name);
+    fd = dup(std_out ? STDOUT_FILENO : file.fd);
     if (fd < 0) {
         r = -errno;
-        free(tmp);
+        fleetprof_outfile_abort(&file);
         return fail(x, r, "cannot write %s", name);
     }
     sink.gz = gzdopen(fd, "wb");
     if (!sink.gz) {
         (void)close(fd);
-        r = -ENOMEM;
-        goto err_unlink;
+        fleetprof_outfile_abort(&file);
+        return fail(x, -ENOMEM, "cannot write %s", name);
     }
     (void)gzbuffer(sink.gz, 1 << 17);
     r = pack_tables(pp, &sink);
@@ -744,26 +738,15 @@ static int write_pprof(struct exporter *x, struct pprof *pp, const char *path)
     zr = gzclose(sink.gz);
     if (r == 0 && zr != Z_OK)
         r = zr == Z_ERRNO && errno ? -errno : -EIO;
-    if (r < 0)
-        goto err_unlink;
-    if (tmp) {
-        if (stat(tmp, &st) == 0)
+    if (!std_out) {
+        if (r == 0 && fstat(file.fd, &st) == 0)
             x->res.bytes += (uint64_t)st.st_size;
-        if (rename(tmp, path) < 0) {
-            r = -errno;
-            goto err_unlink;
-        }
+        r = fleetprof_outfile_commit(&file, r);
     }
+    if (r < 0)
+        return fail(x, r, "cannot write %s", name);
     x->res.files++;
-    free(tmp);
     return 0;
-
-err_unlink:
-    if (tmp) {
-        (void)unlink(tmp);
-        free(tmp);
-    }
-    return fail(x, r, "cannot write %s", name);
 }
 
 static void set_interval(struct exporter *x, struct pprof *pp, const struct json_value *v)
