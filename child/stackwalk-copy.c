@@ -17,6 +17,7 @@
 #include <libunwind.h>
 
 #include "child/core.h"
+#include "common/grow.h"
 
 /* The generic library's functions (unw_* in libunwind.h name them _Ux86_64_*). */
 static struct {
@@ -53,15 +54,8 @@ static int add_segments(struct dl_phdr_info *info, size_t size, void *data)
 
         if (ph->p_type != PT_LOAD && ph->p_type != PT_GNU_EH_FRAME)
             continue;
-        if (segment_count == segment_cap) {
-            size_t cap = segment_cap ? segment_cap * 2 : 64;
-            struct segment *grown = realloc(segments, cap * sizeof(*grown));
-
-            if (!grown)
-                return 1;
-            segments = grown;
-            segment_cap = cap;
-        }
+        if (FLEETPROF_GROW(segments, segment_cap, segment_count + 1) < 0)
+            return 1;
         segments[segment_count].start = info->dlpi_addr + ph->p_vaddr;
         segments[segment_count].end = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
         segment_count++;

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 struct owner {
     int32_t id;
     size_t index;       /* position in ctl.owners */
@@ -275,15 +277,8 @@ static int push_back(struct ctl *c, struct owner *o, const struct ctl_chunk *chu
             memmove(o->chunks, o->chunks + o->head, o->count * sizeof(*o->chunks));
             o->head = 0;
         }
-        if (o->count == o->cap) {
-            size_t cap = o->cap ? o->cap * 2 : 16;
-            struct ctl_chunk *grown = realloc(o->chunks, cap * sizeof(*grown));
-
-            if (!grown)
-                return -ENOMEM;
-            o->chunks = grown;
-            o->cap = cap;
-        }
+        if (FLEETPROF_GROW(o->chunks, o->cap, o->count + 1) < 0)
+            return -ENOMEM;
     }
     o->chunks[o->head + o->count++] = *chunk;
     o->released += chunk->bytes;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "buffer/json-writer.h"
+#include "common/grow.h"
 #include "common/outfile.h"
 #include "tools/commands.h"
 #include "tools/json-read.h"
@@ -72,15 +73,8 @@ static bool log_has_key(const struct log_merge *lm, const char *key)
 
 static int log_add_key(struct log_merge *lm, const char *key)
 {
-    if (lm->n_keys == lm->cap_keys) {
-        size_t cap = lm->cap_keys ? lm->cap_keys * 2 : 16;
-        char **grown = realloc(lm->keys, cap * sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        lm->keys = grown;
-        lm->cap_keys = cap;
-    }
+    if (FLEETPROF_GROW(lm->keys, lm->cap_keys, lm->n_keys + 1) < 0)
+        return -ENOMEM;
     lm->keys[lm->n_keys] = strdup(key);
     if (!lm->keys[lm->n_keys])
         return -ENOMEM;

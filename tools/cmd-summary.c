@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "buffer/json-writer.h"
+#include "common/grow.h"
 #include "tools/commands.h"
 #include "tools/idmap.h"
 #include "tools/json-read.h"
@@ -182,15 +183,8 @@ static uint32_t tree_child(struct tree *t, uint32_t parent, uint32_t func)
 
     if (id != t->n)
         return id; /* known, or PSTACK_NONE: out of memory */
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 4096;
-        struct tree_node *v = realloc(t->v, cap * sizeof(*v));
-
-        if (!v)
-            return PSTACK_NONE;
-        t->v = v;
-        t->cap = cap;
-    }
+    if (FLEETPROF_GROW(t->v, t->cap, t->n + 1) < 0)
+        return PSTACK_NONE;
     t->v[t->n] = (struct tree_node){.parent = parent, .func = func};
     return (uint32_t)t->n++;
 }

@@ -20,6 +20,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "common/grow.h"
 #include "common/outfile.h"
 #include "profile.pb-c.h"
 #include "tools/idmap.h"
@@ -30,25 +31,6 @@
 #define SAMPLE_BATCH   4096 /* samples per packed Profile message */
 #define NO_STACK_NAME  "(no stack)"
 #define BAD_STACK_NAME "(invalid stack)"
-
-/* Grows *vp (elements of size bytes, capacity *cap) to hold need elements. 0 or -ENOMEM. */
-static int grow(void *vp, size_t *cap, size_t need, size_t size)
-{
-    void **v = vp;
-    size_t c = *cap ? *cap : 64;
-    void *grown;
-
-    if (need <= *cap)
-        return 0;
-    while (c < need)
-        c *= 2;
-    grown = realloc(*v, c * size);
-    if (!grown)
-        return -ENOMEM;
-    *v = grown;
-    *cap = c;
-    return 0;
-}
 
 /* ---- one pprof profile under construction ----------------------------------------------- */
 
@@ -156,8 +138,9 @@ static int64_t str_index(struct pprof *pp, const char *s)
         if (pp->str_hash[k] == h && strcmp(pp->str[k], s) == 0)
             return k;
     }
-    if (grow(&pp->str, &pp->cap_str, pp->n_str + 1, sizeof(*pp->str)) < 0 ||
-        grow(&pp->str_hash, &pp->cap_str_hash, pp->n_str + 1, sizeof(*pp->str_hash)) < 0)
+    if (fleetprof_grow((void **)&pp->str, &pp->cap_str, pp->n_str + 1, sizeof(*pp->str)) < 0 ||
+        fleetprof_grow((void **)&pp->str_hash, &pp->cap_str_hash, pp->n_str + 1,
+                       sizeof(*pp->str_hash)) < 0)
         return -1;
     pp->str[pp->n_str] = s;
     pp->str_hash[pp->n_str] = h;
@@ -223,7 +206,7 @@ static uint64_t pprof_mapping(struct pprof *pp, const struct pp_mapping *m)
             return k + 1;
         k = (uint32_t)pp->n_maps; /* same start and file, another extent: its own */
     }
-    if (grow(&pp->maps, &pp->cap_maps, pp->n_maps + 1, sizeof(*pp->maps)) < 0)
+    if (fleetprof_grow((void **)&pp->maps, &pp->cap_maps, pp->n_maps + 1, sizeof(*pp->maps)) < 0)
         return 0;
     pp->maps[pp->n_maps++] = *m;
     return k + 1;
@@ -294,7 +277,8 @@ static uint64_t func_mapping(struct exporter *x, uint32_t func)
     if (func >= x->cap_func_map) {
         size_t old = x->cap_func_map;
 
-        if (grow(&x->func_map, &x->cap_func_map, (size_t)func + 1, sizeof(*x->func_map)) < 0)
+        if (fleetprof_grow((void **)&x->func_map, &x->cap_func_map, (size_t)func + 1,
+                           sizeof(*x->func_map)) < 0)
             return UINT64_MAX;
         memset(x->func_map + old, 0, (x->cap_func_map - old) * sizeof(*x->func_map));
     }
@@ -319,14 +303,16 @@ static uint64_t func_id(struct exporter *x, uint32_t func)
     if (func >= pp->cap_func_ids) {
         size_t old = pp->cap_func_ids;
 
-        if (grow(&pp->func_ids, &pp->cap_func_ids, (size_t)func + 1, sizeof(*pp->func_ids)) < 0)
+        if (fleetprof_grow((void **)&pp->func_ids, &pp->cap_func_ids, (size_t)func + 1,
+                           sizeof(*pp->func_ids)) < 0)
             return 0;
         memset(pp->func_ids + old, 0, (pp->cap_func_ids - old) * sizeof(*pp->func_ids));
     }
     if (pp->func_ids[func])
         return pp->func_ids[func];
     name = str_index(pp, x->funcs.v[func].name);
-    if (name < 0 || grow(&pp->func_name, &pp->cap_funcs, pp->n_funcs + 1, sizeof(int64_t)) < 0)
+    if (name < 0 || fleetprof_grow((void **)&pp->func_name, &pp->cap_funcs, pp->n_funcs + 1,
+                                   sizeof(int64_t)) < 0)
         return 0;
     pp->func_name[pp->n_funcs++] = name;
     pp->func_ids[func] = (uint32_t)pp->n_funcs;
@@ -346,7 +332,8 @@ static uint32_t location_id(struct exporter *x, uint32_t func, uint32_t line)
     if (k == UINT32_MAX)
         return 0;
     if (k == pp->n_locs) {
-        if (grow(&pp->locs, &pp->cap_locs, pp->n_locs + 1, sizeof(*pp->locs)) < 0)
+        if (fleetprof_grow((void **)&pp->locs, &pp->cap_locs, pp->n_locs + 1, sizeof(*pp->locs)) <
+            0)
             return 0;
         pp->locs[pp->n_locs++] = (struct pp_location){mapping, function, line};
     }
@@ -357,8 +344,10 @@ static uint32_t location_id(struct exporter *x, uint32_t func, uint32_t line)
 static int add_sample(struct pprof *pp, uint32_t th, const uint64_t *locs, size_t depth,
                       uint64_t samples, uint64_t cpu_ns)
 {
-    if (grow(&pp->samples, &pp->cap_samples, pp->n_samples + 1, sizeof(*pp->samples)) < 0 ||
-        grow(&pp->pool, &pp->cap_pool, pp->n_pool + depth, sizeof(*pp->pool)) < 0)
+    if (fleetprof_grow((void **)&pp->samples, &pp->cap_samples, pp->n_samples + 1,
+                       sizeof(*pp->samples)) < 0 ||
+        fleetprof_grow((void **)&pp->pool, &pp->cap_pool, pp->n_pool + depth, sizeof(*pp->pool)) <
+                0)
         return -ENOMEM;
     memcpy(pp->pool + pp->n_pool, locs, depth * sizeof(*locs));
     pp->samples[pp->n_samples++] = (struct pp_sample){.thread = th,
@@ -419,8 +408,10 @@ static int export_thread(const struct pstack_process *proc, const struct pstack_
 
     if (proc->info.has_start_time && last_sample_ms(x->doc, t->value, &last))
         extend_span(pp, proc->info.start_time, proc->info.start_time + last);
-    if (grow(&pp->threads, &pp->cap_threads, pp->n_threads + 1, sizeof(*pp->threads)) < 0 ||
-        grow(&x->stack_canon, &x->cap_stack_canon, t->n_stacks + 1, sizeof(*x->stack_canon)) < 0)
+    if (fleetprof_grow((void **)&pp->threads, &pp->cap_threads, pp->n_threads + 1,
+                       sizeof(*pp->threads)) < 0 ||
+        fleetprof_grow((void **)&x->stack_canon, &x->cap_stack_canon, t->n_stacks + 1,
+                       sizeof(*x->stack_canon)) < 0)
         return -ENOMEM;
     th = (uint32_t)pp->n_threads;
     pp->threads[th] = (struct pp_thread){.pid = proc->info.pid,
@@ -452,7 +443,8 @@ static int export_thread(const struct pstack_process *proc, const struct pstack_
         if (k == UINT32_MAX)
             goto out;
         if (k == x->n_canon) {
-            if (grow(&x->canon, &x->cap_canon, x->n_canon + 1, sizeof(*x->canon)) < 0)
+            if (fleetprof_grow((void **)&x->canon, &x->cap_canon, x->n_canon + 1,
+                               sizeof(*x->canon)) < 0)
                 goto out;
             x->canon[x->n_canon++] = (struct canon_stack){.loc = loc, .parent = parent};
         }
@@ -466,7 +458,7 @@ static int export_thread(const struct pstack_process *proc, const struct pstack_
         if (!x->canon[c].samples && !x->canon[c].cpu_ns)
             continue;
         for (uint32_t k = (uint32_t)c + 1; k; k = x->canon[k - 1].parent) {
-            if (grow(&path, &cap_path, depth + 1, sizeof(*path)) < 0)
+            if (fleetprof_grow((void **)&path, &cap_path, depth + 1, sizeof(*path)) < 0)
                 goto out;
             path[depth++] = x->canon[k - 1].loc;
         }
@@ -513,7 +505,7 @@ static int read_libs(struct exporter *x, const struct pstack_process *proc)
                 .build_id = str_index(x->pp, code && *code ? code : bp),
         };
         if (m.filename < 0 || m.build_id < 0 || !(id = pprof_mapping(x->pp, &m)) ||
-            grow(&x->libs, &x->cap_libs, x->n_libs + 1, sizeof(*x->libs)) < 0)
+            fleetprof_grow((void **)&x->libs, &x->cap_libs, x->n_libs + 1, sizeof(*x->libs)) < 0)
             return -ENOMEM;
         x->libs[x->n_libs++] = (struct proc_lib){.name = name, .mapping_id = id};
     }
@@ -810,7 +802,8 @@ static int export_process(const struct pstack_process *proc, void *userdata)
         if (r < 0) {
             r = -ENOMEM;
         } else {
-            r = grow(&x->pids_written, &x->cap_pids, x->res.files + 1, sizeof(*x->pids_written));
+            r = fleetprof_grow((void **)&x->pids_written, &x->cap_pids, x->res.files + 1,
+                               sizeof(*x->pids_written));
             if (r == 0) {
                 x->pids_written[x->res.files] = proc->info.pid;
                 r = write_pprof(x, &single, path);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "tools/json-read.h"
 
 int profile_load(const char *path, struct json_doc **ret_doc, char *why, size_t why_size)
@@ -125,15 +126,8 @@ int pid_set_add(struct pid_set *set, int64_t pid)
 {
     if (pid_set_has(set, pid))
         return 0;
-    if (set->n == set->cap) {
-        size_t cap = set->cap ? set->cap * 2 : 16;
-        int64_t *grown = realloc(set->v, cap * sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        set->v = grown;
-        set->cap = cap;
-    }
+    if (FLEETPROF_GROW(set->v, set->cap, set->n + 1) < 0)
+        return -ENOMEM;
     set->v[set->n++] = pid;
     return 1;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "tools/json-read.h"
 
 static uint64_t hash_bytes(uint64_t h, const char *s, size_t len)
@@ -78,15 +79,8 @@ uint32_t pstack_func_intern(struct pstack_funcs *t, const char *name, size_t nam
     for (; t->slots[i]; i = (i + 1) & (t->nslots - 1))
         if (func_matches(&t->v[t->slots[i] - 1], name, name_len, lib, lib_len))
             return t->slots[i] - 1;
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 256;
-        struct pstack_func *grown = realloc(t->v, cap * sizeof(*grown));
-
-        if (!grown)
-            return PSTACK_NONE;
-        t->v = grown;
-        t->cap = cap;
-    }
+    if (FLEETPROF_GROW(t->v, t->cap, t->n + 1) < 0)
+        return PSTACK_NONE;
     f = &t->v[t->n];
     f->name = dup_bytes(name, name_len);
     f->lib = lib ? dup_bytes(lib, lib_len) : NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "buffer/json-writer.h"
+#include "common/grow.h"
 #include "common/quantile.h"
 #include "tools/json-read.h"
 #include "tools/summary-log.h"
@@ -27,16 +28,9 @@ static struct group_sum *group_find(struct group_table *g, const char *name, siz
     }
     if (id < g->n)
         return &g->v[id];
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 16;
-        struct group_sum *v = realloc(g->v, cap * sizeof(*v));
-
-        if (!v) {
-            g->oom = true;
-            return NULL;
-        }
-        g->v = v;
-        g->cap = cap;
+    if (FLEETPROF_GROW(g->v, g->cap, g->n + 1) < 0) {
+        g->oom = true;
+        return NULL;
     }
     memset(&g->v[g->n], 0, sizeof(g->v[0]));
     g->v[g->n].name = name;

@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include "buffer/json-writer.h"
+#include "common/grow.h"
 #include "tools/json-read.h"
 #include "tools/profile-read.h"
 
@@ -189,15 +190,8 @@ static void name_map_add(struct name_map *m, int64_t pid, const char *name)
     for (size_t i = 0; i < m->n; i++)
         if (m->v[i].pid == pid)
             return;
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 16;
-        struct named_pid *grown = realloc(m->v, cap * sizeof(*grown));
-
-        if (!grown)
-            return; /* names are a nicety */
-        m->v = grown;
-        m->cap = cap;
-    }
+    if (FLEETPROF_GROW(m->v, m->cap, m->n + 1) < 0)
+        return; /* names are a nicety */
     m->v[m->n].pid = pid;
     m->v[m->n++].text = name;
 }
@@ -389,16 +383,9 @@ static void digest_add(struct digest *g, enum event_class cls, const struct pid_
             g->oom = true;
         if (cls != EV_DROP || seen)
             continue;
-        if (g->n_drops == g->cap_drops) {
-            size_t cap = g->cap_drops ? g->cap_drops * 2 : 8;
-            struct named_pid *grown = realloc(g->drops, cap * sizeof(*grown));
-
-            if (!grown) {
-                g->oom = true;
-                return;
-            }
-            g->drops = grown;
-            g->cap_drops = cap;
+        if (FLEETPROF_GROW(g->drops, g->cap_drops, g->n_drops + 1) < 0) {
+            g->oom = true;
+            return;
         }
         g->drops[g->n_drops].pid = pids->v[i];
         g->drops[g->n_drops].text = strdup(reason);
@@ -851,16 +838,9 @@ static void note_event(struct log_walk *walk, bool has_ms, double ms, enum event
         if (same_but_numbers(ns->v[i].message, walk->message))
             n = &ns->v[i];
     if (!n) {
-        if (ns->n == ns->cap) {
-            size_t cap = ns->cap ? ns->cap * 2 : 8;
-            struct notable *grown = realloc(ns->v, cap * sizeof(*grown));
-
-            if (!grown) {
-                ns->oom = true;
-                return;
-            }
-            ns->v = grown;
-            ns->cap = cap;
+        if (FLEETPROF_GROW(ns->v, ns->cap, ns->n + 1) < 0) {
+            ns->oom = true;
+            return;
         }
         n = &ns->v[ns->n++];
         memset(n, 0, sizeof(*n));

@@ -24,6 +24,7 @@
 #include "child/profile/entries.h"
 #include "child/profile/groups.h"
 #include "child/profile/libs.h"
+#include "common/grow.h"
 
 #define GECKO_VERSION 36
 #define NO_INDEX      UINT32_MAX
@@ -155,24 +156,6 @@ static void u64map_done(struct u64map *m)
 {
     free(m->slots);
     memset(m, 0, sizeof(*m));
-}
-
-/* Grows *array (of elem bytes) to hold at least n elements. */
-static int reserve(void **array, size_t *cap, size_t n, size_t elem)
-{
-    void *grown;
-    size_t c = *cap ? *cap : 64;
-
-    if (n <= *cap)
-        return 0;
-    while (c < n)
-        c *= 2;
-    grown = realloc(*array, c * elem);
-    if (!grown)
-        return -ENOMEM;
-    *array = grown;
-    *cap = c;
-    return 0;
 }
 
 struct gframe {
@@ -325,7 +308,7 @@ static struct gthread *thread_for(struct gecko *g, int32_t tid)
 
     if (t)
         return t;
-    if (reserve((void **)&g->threads, &g->thread_cap, g->thread_count + 1, sizeof(*t)) < 0)
+    if (fleetprof_grow((void **)&g->threads, &g->thread_cap, g->thread_count + 1, sizeof(*t)) < 0)
         return NULL;
     t = &g->threads[g->thread_count];
     memset(t, 0, sizeof(*t));
@@ -389,7 +372,7 @@ static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, u
         return value >> 31;
     if (value & RUNTIME_FRAME_BIT) /* 2^31 frames: the map cannot tell them apart */
         return -ENOMEM;
-    if (reserve((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
+    if (fleetprof_grow((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
         return -ENOMEM;
     f = &t->frames[t->frame_count++];
     memset(f, 0, sizeof(*f));
@@ -412,8 +395,8 @@ static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, u
         if (r < 0)
             return r;
         if (inserted) {
-            if (reserve((void **)&g->requests, &g->request_cap, g->request_count + 1,
-                        sizeof(*g->requests)) < 0)
+            if (fleetprof_grow((void **)&g->requests, &g->request_cap, g->request_count + 1,
+                               sizeof(*g->requests)) < 0)
                 return -ENOMEM;
             g->requests[g->request_count++] = (struct prof_frame_request){lib, lookup - lib->bias};
         }
@@ -442,7 +425,7 @@ static int intern_label(struct gthread *t, const struct prof_label *l, bool unde
                       (uint32_t)t->frame_count, ret_frame, &inserted);
     if (r < 0 || !inserted)
         return r;
-    if (reserve((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
+    if (fleetprof_grow((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
         return -ENOMEM;
     f = &t->frames[t->frame_count++];
     memset(f, 0, sizeof(*f));
@@ -463,7 +446,8 @@ static int intern_stack(struct gthread *t, uint32_t prefix, uint32_t frame, uint
     r = u64map_intern(&t->stack_map, key, (uint32_t)t->stack_count, ret_stack, &inserted);
     if (r < 0 || !inserted)
         return r;
-    if (reserve((void **)&t->stacks, &t->stack_cap, t->stack_count + 1, sizeof(*t->stacks)) < 0)
+    if (fleetprof_grow((void **)&t->stacks, &t->stack_cap, t->stack_count + 1, sizeof(*t->stacks)) <
+        0)
         return -ENOMEM;
     t->stacks[t->stack_count++] = (struct gstack){prefix, frame};
     return 0;
@@ -761,8 +745,10 @@ static void remember_known(struct gecko *g, struct gthread *t, uint32_t stack, u
 
     if (len == 0 || len + KNOWN_STACK_OVERHEAD > KNOWN_STACK_BYTES - g->known_bytes)
         return;
-    if (reserve((void **)&t->known, &t->known_cap, t->known_count + 1, sizeof(*t->known)) < 0 ||
-        reserve((void **)&t->known_bytes, &t->known_bytes_cap, t->known_bytes_used + len, 1) < 0)
+    if (fleetprof_grow((void **)&t->known, &t->known_cap, t->known_count + 1, sizeof(*t->known)) <
+                0 ||
+        fleetprof_grow((void **)&t->known_bytes, &t->known_bytes_cap, t->known_bytes_used + len,
+                       1) < 0)
         return;
     r = u64map_intern(&t->known_map, g->unknown_hash, (uint32_t)t->known_count, &index, &inserted);
     if (r < 0 || !inserted)
@@ -1057,8 +1043,8 @@ static int add_overhead(struct gecko *g, const struct prof_overhead *o)
 static int add_pause(struct gecko *g, bool paused, uint64_t time_ns)
 {
     if (paused) {
-        if (reserve((void **)&g->pauses, &g->pause_cap, g->pause_count * 2 + 2,
-                    sizeof(*g->pauses) * 1) < 0)
+        if (fleetprof_grow((void **)&g->pauses, &g->pause_cap, g->pause_count * 2 + 2,
+                           sizeof(*g->pauses) * 1) < 0)
             return -ENOMEM;
         g->pauses[g->pause_count * 2] = time_ns;
         g->pauses[g->pause_count * 2 + 1] = 0;

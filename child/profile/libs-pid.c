@@ -17,6 +17,7 @@
 
 #include <elfutils/libdwelf.h>
 
+#include "common/grow.h"
 #include "libs-internal.h"
 #include "libs.h"
 #include "maps.h"
@@ -63,15 +64,8 @@ static struct map_group *group_find_or_add(struct group_vec *g, const char *path
             ((!path && !grp->path) || (path && grp->path && strcmp(path, grp->path) == 0)))
             return grp;
     }
-    if (g->count == g->capacity) {
-        size_t cap = g->capacity ? g->capacity * 2 : 32;
-        struct map_group *p = realloc(g->groups, cap * sizeof(*p));
-
-        if (!p)
-            return NULL;
-        g->groups = p;
-        g->capacity = cap;
-    }
+    if (FLEETPROF_GROW(g->groups, g->capacity, g->count + 1) < 0)
+        return NULL;
     grp = &g->groups[g->count];
     memset(grp, 0, sizeof(*grp));
     grp->inode = inode;

@@ -18,6 +18,7 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "libs-internal.h"
 #include "maps.h"
 
@@ -39,15 +40,8 @@ static void lib_clear(struct prof_lib *lib)
 
 struct prof_lib *prof__lib_vec_push(struct prof__lib_vec *v)
 {
-    if (v->count == v->capacity) {
-        size_t cap = v->capacity ? v->capacity * 2 : 16;
-        struct prof_lib *p = realloc(v->libs, cap * sizeof(*p));
-
-        if (!p)
-            return NULL;
-        v->libs = p;
-        v->capacity = cap;
-    }
+    if (FLEETPROF_GROW(v->libs, v->capacity, v->count + 1) < 0)
+        return NULL;
     memset(&v->libs[v->count], 0, sizeof(v->libs[0]));
     return &v->libs[v->count++];
 }
