@@ -38,6 +38,7 @@
 
 #include "buffer/json-writer.h"
 #include "child/profile/gecko.h"
+#include "common/grow.h"
 #include "common/outfile.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
@@ -615,15 +616,8 @@ static int spool_write(struct gather *g, struct pending *p, const char *data, si
 /* Counts a complete element whose separator byte is at offset. */
 static int add_element(struct gather *g, uint64_t offset)
 {
-    if (g->element_count == g->element_cap) {
-        size_t cap = g->element_cap ? 2 * g->element_cap : 64;
-        uint64_t *grown = realloc(g->elements, cap * sizeof(*grown));
-
-        if (!grown)
-            return fail(g, -ENOMEM, "building the profile failed: out of memory");
-        g->elements = grown;
-        g->element_cap = cap;
-    }
+    if (FLEETPROF_GROW(g->elements, g->element_cap, g->element_count + 1) < 0)
+        return fail(g, -ENOMEM, "building the profile failed: out of memory");
     g->elements[g->element_count++] = offset;
     g->processes++;
     return 0;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "child/profile/groups.h"
+#include "common/grow.h"
 
 struct fg_group {
     char *name; /* owned, NUL-terminated */
@@ -427,18 +428,8 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
     if (m->process_cpu_ns < p->cpu_reported)
         return refuse(fg, ret_why, "process CPU time went backwards (%llu ns, was %llu ns)",
                       (unsigned long long)m->process_cpu_ns, (unsigned long long)p->cpu_reported);
-    if (m->n_groups > fg->plan_cap) {
-        size_t cap = fg->plan_cap ? fg->plan_cap : 16;
-        struct fg_plan *plan;
-
-        while (cap < m->n_groups)
-            cap *= 2;
-        plan = realloc(fg->plan, cap * sizeof(*plan));
-        if (!plan)
-            return -ENOMEM;
-        fg->plan = plan;
-        fg->plan_cap = cap;
-    }
+    if (FLEETPROF_GROW(fg->plan, fg->plan_cap, m->n_groups) < 0)
+        return -ENOMEM;
 
     /* Pass one: judge every group; only interning a new name happens here, and a name
      * nobody reported is invisible in reports. */

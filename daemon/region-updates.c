@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 
@@ -121,15 +122,8 @@ bool daemon__region_updates_accept(struct conn *c)
 
     if (!c->evict_page || c->d->closing || !(s = scan_of(c->d)))
         return false; /* updates keep coming as messages */
-    if (s->count == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 64;
-        struct ring_child *grown = realloc(s->children, cap * sizeof(*grown));
-
-        if (!grown)
-            return false;
-        s->children = grown;
-        s->cap = cap;
-    }
+    if (FLEETPROF_GROW(s->children, s->cap, s->count + 1) < 0)
+        return false;
     k = &s->children[s->count];
     k->ring = buf_region_updates_of(c->evict_page);
     k->c = c;
