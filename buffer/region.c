@@ -20,6 +20,7 @@
 
 #include "buffer/buf-internal.h"
 #include "buffer/leb128.h"
+#include "common/hash.h"
 
 _Static_assert(BUF_REGION_SLOT_PREFIX + offsetof(struct buf_chunk, header) ==
                        BUF_REGION_CHUNK_OFFSET,
@@ -142,11 +143,7 @@ fail:
 
 static uint64_t fnv1a(const uint8_t *p, size_t len)
 {
-    uint64_t h = 0xcbf29ce484222325u;
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 0x100000001b3u;
-    return h;
+    return fleetprof_fnv1a64(p, len, FLEETPROF_FNV64_SEED);
 }
 
 void buf_region_record_crash(struct buf_region *r, const struct buf_region_crash *crash)

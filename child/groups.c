@@ -35,6 +35,7 @@
 #include "child/include/fleetprof.h"
 #include "child/lifecycle.h"
 #include "child/profile/groups.h"
+#include "common/hash.h"
 
 #define GRP_MAX       4096
 #define GRP_HASH_SIZE 8192 /* power of two, > GRP_MAX: open addressing stays short */
@@ -159,11 +160,7 @@ static uint64_t thread_cpu_ns(void)
 
 static uint32_t hash_name(const char *s, size_t len)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 16777619u;
-    return h;
+    return fleetprof_fnv1a32(s, len);
 }
 
 static void free_thread(void *p)

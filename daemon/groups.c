@@ -15,6 +15,7 @@
 
 #include "child/profile/groups.h"
 #include "common/grow.h"
+#include "common/hash.h"
 
 struct fg_group {
     char *name; /* owned, NUL-terminated */
@@ -74,11 +75,7 @@ struct fleet_groups {
 
 static uint32_t hash_name(const char *s, size_t len)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 16777619u;
-    return h;
+    return fleetprof_fnv1a32(s, len);
 }
 
 static uint32_t hash_id(uint32_t id)

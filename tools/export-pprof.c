@@ -21,6 +21,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "common/grow.h"
+#include "common/hash.h"
 #include "common/outfile.h"
 #include "profile.pb-c.h"
 #include "tools/idmap.h"
@@ -94,11 +95,7 @@ struct pprof {
 
 static uint64_t str_hash(const char *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
+    return fleetprof_fnv1a64_str(s);
 }
 
 static int str_rehash(struct pprof *pp, size_t nslots)

@@ -6,23 +6,15 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "common/hash.h"
 #include "tools/json-read.h"
-
-static uint64_t hash_bytes(uint64_t h, const char *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 static uint64_t func_hash(const char *name, size_t name_len, const char *lib, size_t lib_len)
 {
-    uint64_t h = hash_bytes(0xcbf29ce484222325ull, name, name_len);
+    uint64_t h = fleetprof_fnv1a64(name, name_len, FLEETPROF_FNV64_SEED);
 
-    h = hash_bytes(h ^ (lib ? 0x5a : 0xa5), "\xff", 1);
-    return lib ? hash_bytes(h, lib, lib_len) : h;
+    h = fleetprof_fnv1a64("\xff", 1, h ^ (lib ? 0x5a : 0xa5));
+    return lib ? fleetprof_fnv1a64(lib, lib_len, h) : h;
 }
 
 static bool func_matches(const struct pstack_func *f, const char *name, size_t name_len,

@@ -29,6 +29,7 @@
 #include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
 
+#include "common/hash.h"
 #include "libs.h"
 
 #define STR_BLOCK_BYTES    (64 * 1024)
@@ -55,19 +56,6 @@ struct str_pool {
     size_t cap; /* power of two */
     size_t bytes;
 };
-
-static uint64_t fnv1a(const void *data, size_t len, uint64_t h)
-{
-    const unsigned char *p = data;
-
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3u;
-    }
-    return h;
-}
-
-#define FNV_SEED 0xcbf29ce484222325u
 
 static int str_pool_grow(struct str_pool *pool)
 {
@@ -103,7 +91,7 @@ static int str_pool_grow(struct str_pool *pool)
 /* Returns the pool's copy of str[0..len) (NUL-terminated), or NULL when out of memory. */
 static const char *str_pool_intern(struct str_pool *pool, const char *str, size_t len)
 {
-    uint64_t h = fnv1a(str, len, FNV_SEED);
+    uint64_t h = fleetprof_fnv1a64(str, len, FLEETPROF_FNV64_SEED);
     struct str_block *b = pool->blocks;
     char *copy;
     size_t i;
@@ -309,15 +297,15 @@ static void set_error(struct prof_symbols *s, const char *fmt, ...)
 
 static uint64_t key_hash(const struct sym_key *k)
 {
-    uint64_t h = FNV_SEED;
+    uint64_t h = FLEETPROF_FNV64_SEED;
 
     if (k->build_id_len > 0)
-        return fnv1a(k->build_id, k->build_id_len, h);
-    h = fnv1a(k->path, strlen(k->path), h);
-    h = fnv1a(&k->dev, sizeof(k->dev), h);
-    h = fnv1a(&k->ino, sizeof(k->ino), h);
-    h = fnv1a(&k->mtime_ns, sizeof(k->mtime_ns), h);
-    return fnv1a(&k->size, sizeof(k->size), h);
+        return fleetprof_fnv1a64(k->build_id, k->build_id_len, h);
+    h = fleetprof_fnv1a64(k->path, strlen(k->path), h);
+    h = fleetprof_fnv1a64(&k->dev, sizeof(k->dev), h);
+    h = fleetprof_fnv1a64(&k->ino, sizeof(k->ino), h);
+    h = fleetprof_fnv1a64(&k->mtime_ns, sizeof(k->mtime_ns), h);
+    return fleetprof_fnv1a64(&k->size, sizeof(k->size), h);
 }
 
 static bool key_equal(const struct sym_module *m, const struct sym_key *k)
