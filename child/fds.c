@@ -381,6 +381,16 @@ void rt_fds_capture(enum rt_fds_capture how)
     capturing = how;
 }
 
+void rt_fds_setup_begin(void)
+{
+    atomic_fetch_add(&setups, 1);
+}
+
+void rt_fds_setup_end(void)
+{
+    atomic_fetch_sub(&setups, 1);
+}
+
 void rt_fds_wait_setups(void)
 {
     struct timespec step = {0, SETUP_WAIT_STEP_NS};

@@ -82,6 +82,11 @@ size_t rt_fds_release_kept(void);
  * until no thread of the runtime is making descriptors, so that every one of ours is
  * protected by then. Immediate when none is (one atomic load). */
 void rt_fds_wait_setups(void);
+/* A short-lived descriptor of the runtime's (a /proc read on the sampler) is made and closed
+ * between these: the program's dup2()/close() wait for it as for a setup, without the
+ * standard descriptors' placeholders a capture makes. */
+void rt_fds_setup_begin(void);
+void rt_fds_setup_end(void);
 /* In a forked child, first: the parent's other threads' setups are not its own. */
 void rt_fds_fork_child(void);
 /* pipe2() made fds on a capturing thread: they move high and become the runtime's. */

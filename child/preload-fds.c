@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/epoll.h>
@@ -105,10 +106,17 @@ static int made(int fd)
 }
 
 /* The call found no free number: the runtime's descriptors are the program's now (the
- * first time), and the call is made again. The program gets what it would without us. */
+ * first time), and the call is made again. Later, the last number may have been one of the
+ * runtime's short-lived ones (a /proc read on the sampler, closed a moment later): the call
+ * is made again too, once no such descriptor is in flight. Either way the program gets what
+ * it would without us, for one more system call at the limit. */
 static bool again(int r)
 {
-    return r < 0 && errno == EMFILE && !rt_fds_capturing() && rt_fds_give_up();
+    if (r >= 0 || errno != EMFILE || rt_fds_capturing() || !rt_running())
+        return false;
+    (void)rt_fds_give_up();
+    rt_fds_wait_setups();
+    return true;
 }
 
 #define CALL_AGAIN(fn, ...)                                 \
@@ -217,16 +225,35 @@ static void before_dup_onto(int oldfd, int newfd)
         rt_fd_yield(newfd);
 }
 
+/* EBUSY: newfd was being handed out by an open() on another thread at that moment (Linux
+ * only). One of the runtime's, short-lived (a /proc read), can be; the program would not
+ * have met it without us, so the call is made again once that open is through. */
+#define DUP_BUSY_TRIES 1000
+
 FLEETPROF_EXPORT int dup2(int oldfd, int newfd)
 {
+    int r;
+
     before_dup_onto(oldfd, newfd);
-    return CALL_REAL(real_dup2, oldfd, newfd);
+    r = CALL_REAL(real_dup2, oldfd, newfd);
+    for (int i = 0; r < 0 && errno == EBUSY && i < DUP_BUSY_TRIES; i++) {
+        (void)sched_yield();
+        r = CALL_REAL(real_dup2, oldfd, newfd);
+    }
+    return r;
 }
 
 FLEETPROF_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
+    int r;
+
     before_dup_onto(oldfd, newfd);
-    return CALL_REAL(real_dup3, oldfd, newfd, flags);
+    r = CALL_REAL(real_dup3, oldfd, newfd, flags);
+    for (int i = 0; r < 0 && errno == EBUSY && i < DUP_BUSY_TRIES; i++) {
+        (void)sched_yield();
+        r = CALL_REAL(real_dup3, oldfd, newfd, flags);
+    }
+    return r;
 }
 
 FLEETPROF_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)

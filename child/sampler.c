@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -451,19 +452,44 @@ static uint64_t thread_cpu_ns(clockid_t clock)
  * tick: a runnable one is signalled (it runs no user code before the handler, so the
  * capture is the stack it waits at), a blocked one is not (a signal would interrupt its
  * call: sleeps and waits return EINTR even with SA_RESTART). */
+/* Whether st is a file of /proc (its file system's device, read once). */
+static bool proc_file(const struct stat *st)
+{
+    static dev_t proc_dev;
+    static bool known;
+    struct stat p;
+
+    if (!known && stat("/proc/self", &p) == 0) {
+        proc_dev = p.st_dev;
+        known = true;
+    }
+    return known && st->st_dev == proc_dev;
+}
+
 static bool thread_runnable(int32_t tid)
 {
     char path[64], buf[512];
+    struct stat before, after;
     const char *state;
-    ssize_t n;
+    ssize_t n = -1;
     int fd;
 
     (void)snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+    /* A setup: a program's dup2() sweep waits for it. Should one land on the number anyway
+     * (it looked just before), the descriptor is the program's then, and is not closed. */
+    rt_fds_setup_begin();
     fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    n = read(fd, buf, sizeof(buf) - 1);
-    (void)close(fd);
+    if (fd >= 0 && fstat(fd, &before) < 0)
+        (void)close(fd);
+    else if (fd >= 0 && proc_file(&before)) {
+        n = read(fd, buf, sizeof(buf) - 1);
+        if (fstat(fd, &after) == 0 && after.st_dev == before.st_dev &&
+            after.st_ino == before.st_ino)
+            (void)close(fd);
+        else
+            n = -1;
+    }
+    rt_fds_setup_end();
     if (n <= 0)
         return false;
     buf[n] = '\0';
