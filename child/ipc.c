@@ -43,6 +43,7 @@
 #include "buffer/update.h"
 #include "child/ipc-module.h"
 #include "child/profile/groups.h"
+#include "common/grow.h"
 #include "ipc/socket-trust.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -722,18 +723,8 @@ static int arena_add(struct rt_symbol_batch *b, const char *text, size_t *ret_of
         *ret_off = SIZE_MAX;
         return 0;
     }
-    if (b->arena_len + n > b->arena_cap) {
-        size_t cap = b->arena_cap ? b->arena_cap : 4096;
-        char *grown;
-
-        while (cap < b->arena_len + n)
-            cap *= 2;
-        grown = realloc(b->arena, cap);
-        if (!grown)
-            return -ENOMEM;
-        b->arena = grown;
-        b->arena_cap = cap;
-    }
+    if (FLEETPROF_GROW(b->arena, b->arena_cap, b->arena_len + n) < 0)
+        return -ENOMEM;
     memcpy(b->arena + b->arena_len, text, n);
     *ret_off = b->arena_len;
     b->arena_len += n;

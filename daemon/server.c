@@ -21,6 +21,7 @@
 
 #include <uv.h>
 
+#include "common/grow.h"
 #include "common/macros.h"
 #include "daemon/controller.h"
 #include "daemon/core.h"
@@ -488,20 +489,10 @@ static void on_exit_piece(struct conn *c, const Fleetprof__ProfileData *m)
                     m->offset != c->exit_len ? "pieces out of order" : "too large");
         goto reset;
     }
-    if (c->exit_len + n > c->exit_cap) {
-        size_t cap = c->exit_cap ? c->exit_cap : 1u << 16;
-        char *grown;
-
-        while (cap < c->exit_len + n)
-            cap *= 2;
-        grown = realloc(c->exit_data, cap);
-        if (!grown) {
-            daemon__log(c->d, DAEMON_LOG_WARNING, "exit profile of child %d dropped: out of memory",
-                        (int)c->pid);
-            goto reset;
-        }
-        c->exit_data = grown;
-        c->exit_cap = cap;
+    if (FLEETPROF_GROW(c->exit_data, c->exit_cap, c->exit_len + n) < 0) {
+        daemon__log(c->d, DAEMON_LOG_WARNING, "exit profile of child %d dropped: out of memory",
+                    (int)c->pid);
+        goto reset;
     }
     memcpy(c->exit_data + c->exit_len, m->data.data, n);
     c->exit_len += n;

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "daemon/daemon.h"
 #include "tools/commands.h"
 
@@ -108,15 +109,8 @@ static int by_name(const void *a, const void *b)
  * 1 after saying so. */
 static int push_input(char *path, char ***list, size_t *n, size_t *cap)
 {
-    if (path && *n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 16;
-        char **grown = realloc(*list, ncap * sizeof(**list));
-
-        if (grown) {
-            *list = grown;
-            *cap = ncap;
-        }
-    }
+    if (path)
+        (void)fleetprof_grow((void **)list, cap, *n + 1, sizeof(**list));
     if (!path || *n == *cap) {
         free(path);
         (void)fprintf(stderr, "fleetprof recover: out of memory\n");

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "buffer/json-writer.h"
+#include "common/grow.h"
 
 #define TYPE_BITS 3
 #define TYPE_MASK ((1u << TYPE_BITS) - 1)
@@ -135,18 +136,8 @@ static const char *describe(const struct parser *p, size_t offset, char *buf, si
 
 static int vec_push(struct value_vec *vec, struct json_value v)
 {
-    if (vec->n == vec->cap) {
-        size_t cap = vec->cap ? vec->cap * 2 : 64;
-        struct json_value *grown;
-
-        if (cap > SIZE_MAX / sizeof(*grown))
-            return -ENOMEM;
-        grown = realloc(vec->v, cap * sizeof(*grown));
-        if (!grown)
-            return -ENOMEM;
-        vec->v = grown;
-        vec->cap = cap;
-    }
+    if (FLEETPROF_GROW(vec->v, vec->cap, vec->n + 1) < 0)
+        return -ENOMEM;
     vec->v[vec->n++] = v;
     return 0;
 }
@@ -406,18 +397,8 @@ static int close_container(struct parser *p)
                     f->type == JSON_OBJECT ? "members" : "elements");
     if (first + n > UINT32_MAX)
         return fail(p, p->pos - 1, "more than %u values in the document", UINT32_MAX);
-    if (p->nodes.cap - p->nodes.n < n) {
-        size_t cap = p->nodes.cap ? p->nodes.cap : 64;
-        struct json_value *grown;
-
-        while (cap - p->nodes.n < n)
-            cap *= 2;
-        grown = realloc(p->nodes.v, cap * sizeof(*grown));
-        if (!grown)
-            return -ENOMEM;
-        p->nodes.v = grown;
-        p->nodes.cap = cap;
-    }
+    if (FLEETPROF_GROW(p->nodes.v, p->nodes.cap, p->nodes.n + n) < 0)
+        return -ENOMEM;
     if (n)
         memcpy(p->nodes.v + first, p->scratch.v + f->base, n * sizeof(struct json_value));
     p->nodes.n += n;

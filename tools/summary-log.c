@@ -67,19 +67,9 @@ static void sb_add(struct strbuf *sb, const char *data, size_t len)
 {
     if (sb->oom)
         return;
-    if (sb->cap - sb->len <= len) {
-        size_t cap = sb->cap ? sb->cap : 128;
-        char *grown;
-
-        while (cap - sb->len <= len)
-            cap *= 2;
-        grown = realloc(sb->s, cap);
-        if (!grown) {
-            sb->oom = true;
-            return;
-        }
-        sb->s = grown;
-        sb->cap = cap;
+    if (FLEETPROF_GROW(sb->s, sb->cap, sb->len + len + 1) < 0) {
+        sb->oom = true;
+        return;
     }
     memcpy(sb->s + sb->len, data, len);
     sb->len += len;
