@@ -941,8 +941,13 @@ static void *sampler_main(void *arg)
     return NULL;
 }
 
+/* Two program threads may stop the sampler at once (one gives the program its threads at the
+ * process limit, another exits): one joins it, the other waits for that. */
+static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void rt_sampler_forget_after_fork(void)
 {
+    (void)pthread_mutex_init(&stop_lock, NULL); /* another thread may have held it */
     /* The parent's statm stays open in a forked child, and reads the parent's memory. */
     if (statm_fd >= 0)
         (void)close(statm_fd);
@@ -967,11 +972,18 @@ int rt_sampler_start(const struct rt_sampler_hooks *h)
 
 void rt_sampler_stop(void)
 {
-    if (!rt.sampler_started)
+    bool self = pthread_equal(pthread_self(), rt.sampler);
+
+    if (!self)
+        (void)pthread_mutex_lock(&stop_lock);
+    if (!rt.sampler_started) {
+        if (!self)
+            (void)pthread_mutex_unlock(&stop_lock);
         return;
+    }
     atomic_store(&rt.stop_sampler, 1);
     rt_sampler_wake();
-    if (!pthread_equal(pthread_self(), rt.sampler))
+    if (!self)
         (void)pthread_join(rt.sampler, NULL);
     rt.sampler_started = false;
     harvest_last_captures();
@@ -980,4 +992,6 @@ void rt_sampler_stop(void)
      * its state is ours now. Not the memory counter: the sampler closed /proc/self/statm as
      * it ended, and reading it would open it again. */
     sample_counters(rt_now_ns(), false);
+    if (!self)
+        (void)pthread_mutex_unlock(&stop_lock);
 }
