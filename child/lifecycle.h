@@ -59,7 +59,7 @@ const char *rt_fds_given_up(void);
  * thread was given up (the caller tries again: rt_slots_again()). */
 bool rt_slots_give_up(void);
 /* Whether the call that failed with err should be made again: after a give-up, while the
- * kernel has not yet counted the ended thread out (at most 20 ms). *tries starts at 0. */
+ * kernel has not yet counted the ended thread out (at most 200 ms). *tries starts at 0. */
 bool rt_slots_again(int err, unsigned *tries);
 /* What it gave up, for the profile's log; NULL before. */
 const char *rt_slots_given_up(void);

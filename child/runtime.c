@@ -753,6 +753,11 @@ bool rt_slots_give_up(void)
     return true;
 }
 
+/* How long a call waits, after a give-up, for the kernel to count the joined thread out of
+ * the user's processes: a moment, but the exiting thread needs a CPU to get there, and on a
+ * machine whose CPUs are all busy that can take a scheduler period or more. */
+#define SLOTS_RELEASE_WAIT_MS 200u
+
 bool rt_slots_again(int err, unsigned *tries)
 {
     const struct timespec ms = {0, 1000000};
@@ -761,7 +766,7 @@ bool rt_slots_again(int err, unsigned *tries)
         return false;
     /* A joined thread is counted out of the user's processes a little after the join
      * returns (the kernel releases it after waking the joiner). */
-    if (*tries > 0 && *tries < 20) {
+    if (*tries > 0 && *tries < SLOTS_RELEASE_WAIT_MS) {
         (*tries)++;
         (void)nanosleep(&ms, NULL);
         return true;
