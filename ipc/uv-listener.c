@@ -173,8 +173,12 @@ static void on_connection(uv_stream_t *server, int status)
         ipc__conn_fail(c, r, "cannot start reading");
 }
 
-/* A temporary name for the socket beside path ("DIR/.PID.fleetprof-bind"), in bound; the
- * path itself when that name does not fit in a socket address. */
+/* A temporary name for the socket beside path, in bound: "DIR/.PID.fleetprof-bind", or the
+ * shorter "DIR/.PIDHEX" when that does not fit in a socket address (a long directory: the
+ * default socket's name is longer than this one, so it fits whenever path does). Bound
+ * there, the socket appears at path only once it listens: a client that saw the file and
+ * connected at once was refused (ECONNREFUSED) when the daemon bound path itself. The path
+ * itself only when neither fits. */
 static void bind_name(const char *path, char *bound, size_t size)
 {
     const char *slash = strrchr(path, '/');
@@ -182,6 +186,8 @@ static void bind_name(const char *path, char *bound, size_t size)
     int n = snprintf(bound, size, "%.*s.%d.fleetprof-bind", dir_len, path, (int)getpid());
 
     if (n < 0 || (size_t)n >= size)
+        n = snprintf(bound, size, "%.*s.%x", dir_len, path, (unsigned)getpid());
+    if (n < 0 || (size_t)n >= size || strcmp(bound, path) == 0)
         (void)snprintf(bound, size, "%s", path);
 }
 
