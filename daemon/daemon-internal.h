@@ -304,9 +304,9 @@ void daemon__census_close(struct conn *c);
 /* Child c started these processes with posix_spawn (Spawned): each that has not connected
  * and that the profiler cannot enter is named the same way. */
 void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count);
-/* c's process, which reported, exec'd (its region says so) and lives on: its new image
- * connects and reports, or it is judged now as a never-profiled one (a chroot, a static
- * program, ...) and named unless it reports after all. */
+/* c's process, which reported, exec'd (its region says so): its new image connects and
+ * reports, or it is judged now as a never-profiled one (a chroot, a static program, an image
+ * that ended already, ...) and named unless it reports after all. */
 void daemon__census_execd(struct conn *c);
 
 /* symbols-service.c */

@@ -86,10 +86,13 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
                   !daemon__region_execd(c->region_fd);
         if (!lingers)
             c->building = daemon__region_build(c, DAEMON_BUILD_RECOVERY, on_built);
-        /* It exec'd and lives on: its new image reports, or is named now with why not. */
-        if (c->building && !daemon__process_gone(c->pid, 0) && daemon__region_execd(c->region_fd))
-            daemon__census_execd(c);
     }
+    /* It exec'd: its new image reports, or is named with why not (judged now, while it may
+     * still be there to read; an image that ended already is named as one that ended before
+     * its profiler started). */
+    if (c->kind == CONN_CHILD && c->pid && !d->closing && c->region_fd >= 0 &&
+        daemon__region_execd(c->region_fd))
+        daemon__census_execd(c);
     if (c->building) {
         /* A capture waiting for it waits for the build (on_built). */
     } else if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid)) {
