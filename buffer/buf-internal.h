@@ -91,14 +91,4 @@ struct buf_chunk_manager {
     bool in_use;               /* attached to a chunked buffer */
 };
 
-/* json-writer.c: whether a memory writer may map its big chunks (BUF__JSON_CHUNK_MMAP, the
- * default where transparent huge pages are not off). Tests set it to take each path whatever
- * the kernel does: without it every chunk is a malloc'd small one, as when mmap fails. Setting
- * it also forgets an earlier MADV_HUGEPAGE failure and skips the sysfs check. Returns the
- * previous set. Not thread-safe: for tests, before any writer is used. */
-enum {
-    BUF__JSON_CHUNK_MMAP = 1u << 0,
-};
-unsigned buf__json_chunk_ways(unsigned ways);
-
 #endif /* FLEETPROF_BUFFER_BUF_INTERNAL_H */

@@ -2,7 +2,7 @@
  *
  * Values are stored in chunks and may be read by the daemon from a crashed child's memory:
  * append new kinds, never renumber. Payload layouts are defined by the writers (child/) and
- * readers (child/profile/) of each kind.
+ * readers (profile/) of each kind.
  */
 #ifndef FLEETPROF_BUFFER_ENTRY_H
 #define FLEETPROF_BUFFER_ENTRY_H

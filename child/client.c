@@ -11,9 +11,9 @@
 
 #include <errno.h>
 
-#include "buffer/json-writer.h"
 #include "child/include/fleetprof.h"
 #include "child/ipc-start.h"
+#include "json/writer.h"
 
 int rt_ipc_start(const char *socket_path, rt_profile_writer *write_profile)
 {

@@ -23,9 +23,9 @@
 
 #include "child/fds.h"
 #include "child/log.h"
-#include "child/profile/entries.h"
-#include "child/profile/gecko.h"
-#include "child/profile/symbols.h"
+#include "profile/entries.h"
+#include "profile/gecko.h"
+#include "profile/symbols.h"
 
 #define RT_MAX_THREADS       1024 /* registered + remembered dead threads */
 #define RT_MAX_LABELS        64

@@ -34,8 +34,8 @@
 #include "child/core.h"
 #include "child/include/fleetprof.h"
 #include "child/lifecycle.h"
-#include "child/profile/groups.h"
 #include "common/hash.h"
+#include "profile/groups.h"
 
 #define GRP_MAX       4096
 #define GRP_HASH_SIZE 8192 /* power of two, > GRP_MAX: open addressing stays short */

@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "buffer/chunked-buffer.h"
-#include "buffer/json-writer.h"
 #include "child/core.h"
 #include "child/ipc-module.h"
+#include "json/writer.h"
 
 void *rt_dlopen_beside(const char *name, char *error, size_t size)
 {

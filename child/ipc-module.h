@@ -153,7 +153,7 @@ struct rt_ipc_core {
      * manager's updates go (NULL: nowhere). */
     void (*destroy_at_or_before)(uint64_t done_ns);
     void (*set_update_cb)(buf_update_cb cb, void *userdata);
-    /* The core's JSON writers (buffer/json-writer.h): a memory writer for a gathered
+    /* The core's JSON writers (json/writer.h): a memory writer for a gathered
      * profile, its chunks, and freeing it. */
     int (*json_new_memory)(struct json_writer **ret);
     int (*json_each_chunk)(const struct json_writer *w,

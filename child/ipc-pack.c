@@ -9,9 +9,9 @@
 #include <stdlib.h>
 
 #include "child/ipc-module.h"
-#include "child/profile/gecko.h"
-#include "child/profile/libs.h"
-#include "child/profile/runtime-log.h"
+#include "profile/gecko.h"
+#include "profile/libs.h"
+#include "profile/runtime-log.h"
 #include "proto/fleetprof-protocol.h"
 
 static char *or_empty(const char *s)

@@ -42,10 +42,10 @@
 #include "buffer/region-updates.h"
 #include "buffer/update.h"
 #include "child/ipc-module.h"
-#include "child/profile/groups.h"
 #include "common/grow.h"
 #include "ipc/socket-trust.h"
 #include "ipc/uv-ipc.h"
+#include "profile/groups.h"
 #include "proto/fleetprof-protocol.h"
 
 #define EXIT_WAIT_NS          (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 
 #include "child/core.h"
-#include "child/profile/libs.h"
+#include "profile/libs.h"
 
 struct modules {
     struct prof_libs libs; /* first: rt_modules_put() gets it back from &libs */

@@ -22,8 +22,8 @@
 
 #include "child/core.h"
 #include "child/ipc-module.h"
-#include "child/profile/libs.h"
-#include "child/profile/runtime-log.h"
+#include "profile/libs.h"
+#include "profile/runtime-log.h"
 
 /* A description is rewritten at most this often: a program that starts threads in a burst
  * costs one description per period, not one per thread. */

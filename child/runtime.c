@@ -27,15 +27,15 @@
 
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
-#include "buffer/json-writer.h"
 #include "child/client.h"
 #include "child/core.h"
 #include "child/include/fleetprof.h"
 #include "child/ipc-start.h"
 #include "child/lifecycle.h"
-#include "child/profile/libs.h"
-#include "child/profile/runtime-log.h"
 #include "common/outfile.h"
+#include "json/writer.h"
+#include "profile/libs.h"
+#include "profile/runtime-log.h"
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool hooks_installed;

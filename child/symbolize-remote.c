@@ -18,9 +18,9 @@
 
 #include "child/client.h"
 #include "child/core.h"
-#include "child/profile/libs.h"
-#include "child/profile/symbols.h"
 #include "child/symbols-plugin.h"
+#include "profile/libs.h"
+#include "profile/symbols.h"
 
 #define SYMBOLIZE_TIMEOUT_NS    (5ull * 1000 * 1000 * 1000)
 #define SYMBOL_CACHE_BYTES      (256u * 1024 * 1024)

@@ -1,13 +1,13 @@
-/* child/symbols-plugin.c - libfleetprof-symbols.so: child/profile/'s libdw symbol cache
+/* child/symbols-plugin.c - libfleetprof-symbols.so: profile/'s libdw symbol cache
  * behind the small table of child/symbols-plugin.h, for the runtime to dlopen() when it
  * symbolizes by itself. Exports only fleetprof_symbols_plugin (libfleetprof-symbols.map).
  */
 #include "child/symbols-plugin.h"
 
-#include "child/profile/gecko.h"
-#include "child/profile/libs.h"
-#include "child/profile/symbolize-local.h"
-#include "child/profile/symbols.h"
+#include "profile/gecko.h"
+#include "profile/libs.h"
+#include "profile/symbolize-local.h"
+#include "profile/symbols.h"
 
 static int resolve(void *userdata, const struct prof_frame_request *requests, size_t count,
                    struct prof_frame_result *results)

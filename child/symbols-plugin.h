@@ -23,7 +23,7 @@ struct prof_symbols;
 struct prof_symbols_stats;
 
 /* What the plugin's entry point returns: static data, valid while the plugin is loaded
- * (the runtime never unloads it). Thread-safety as child/profile/symbols.h: one cache per
+ * (the runtime never unloads it). Thread-safety as profile/symbols.h: one cache per
  * thread at a time. */
 struct rt_symbols_plugin {
     uint32_t abi;          /* RT_SYMBOLS_PLUGIN_ABI */

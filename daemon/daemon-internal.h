@@ -15,11 +15,11 @@
 
 #include <uv.h>
 
-#include "child/profile/symbols.h"
 #include "daemon/controller.h"
 #include "daemon/daemon.h"
 #include "daemon/groups.h"
 #include "ipc/uv-ipc.h"
+#include "profile/symbols.h"
 #include "proto/fleetprof-protocol.h"
 
 struct buf_region_header;

@@ -36,12 +36,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "buffer/json-writer.h"
-#include "child/profile/gecko.h"
 #include "common/grow.h"
 #include "common/outfile.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
+#include "json/writer.h"
+#include "profile/gecko.h"
 
 #define PIECE_TOTAL_MAX   (512u << 20) /* one child's JSON; beyond it is "too large" */
 #define COPY_BUFFER_BYTES (1u << 20)   /* the spool copy when copy_file_range cannot be used */

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "child/profile/groups.h"
 #include "common/grow.h"
 #include "common/hash.h"
+#include "profile/groups.h"
 
 struct fg_group {
     char *name; /* owned, NUL-terminated */

@@ -4,7 +4,7 @@
  * The region was written by another process, perhaps while it was being killed, perhaps by
  * a hostile one: it is copied first and every byte of the copy is checked before use (the
  * region reader for chunks and blocks, protobuf-c for the description, bounds here for what
- * the description says). The profile is then written by the same child/profile/ code as an
+ * the description says). The profile is then written by the same profile/ code as an
  * exit profile, so it reads exactly like one, marked meta.fleetprof.recovered.
  *
  * The same code builds the exit profile of a short-lived child that asked for it
@@ -25,19 +25,19 @@
 #include "buffer/chunk-manager.h"
 #include "buffer/chunk.h"
 #include "buffer/chunked-buffer.h"
-#include "buffer/json-writer.h"
 #include "buffer/region.h"
-#include "child/profile/entries.h"
-#include "child/profile/gecko.h"
-#include "child/profile/libs.h"
-#include "child/profile/runtime-log.h"
-#include "child/profile/symbolize-local.h"
-#include "child/profile/symbols.h"
 #include "common/outfile.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
 #include "daemon/workers.h"
+#include "json/writer.h"
+#include "profile/entries.h"
+#include "profile/gecko.h"
+#include "profile/libs.h"
+#include "profile/runtime-log.h"
+#include "profile/symbolize-local.h"
+#include "profile/symbols.h"
 #include "proto/fleetprof-protocol.h"
 
 /* Bounds on what a description may ask for (a real process is far below them). */

@@ -2,7 +2,7 @@
  *
  * A child connected to the daemon does not load debug info: it sends its unique (module,
  * offset) pairs in Symbolize requests, and the daemon answers from one libdw cache
- * (child/profile/symbols.h, keyed by build-id) shared by the whole fleet, so each module is
+ * (profile/symbols.h, keyed by build-id) shared by the whole fleet, so each module is
  * opened once however many children use it. Children are hostile: a request is bounded
  * (SYMBOLIZE_MAX_ADDRESSES, the envelope's limits), and a module is opened only when its
  * path is absolute, appears in the requesting process's /proc/PID/maps (the peer's
@@ -13,7 +13,7 @@
  * Runs on the daemon's loop: the first request naming a module blocks the loop while it
  * opens (~1 ms for libc's names). Modules whose DWARF is costly to open (compressed and over
  * 1 MiB, libc's from libc6-dbg: 33-42 ms) get names without lines (the cost rule of
- * child/profile/symbols.h), logged once per module. With much uncompressed DWARF the first
+ * profile/symbols.h), logged once per module. With much uncompressed DWARF the first
  * line lookups may still take a while; a uv_queue_work job owning the cache while it runs
  * is the next step if it shows in gathers.
  */
@@ -26,12 +26,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "child/profile/maps.h"
-#include "child/profile/symbols.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/workers.h"
 #include "ipc/ipc.h"
+#include "profile/maps.h"
+#include "profile/symbols.h"
 #include "proto/fleetprof-protocol.h"
 
 #define SYMBOLIZE_MAX_ADDRESSES 65536       /* per request; children send 16384 */

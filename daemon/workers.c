@@ -11,9 +11,9 @@
 #include <signal.h>
 #include <stdlib.h>
 
-#include "child/profile/gecko.h"
-#include "child/profile/symbolize-local.h"
-#include "child/profile/symbols.h"
+#include "profile/gecko.h"
+#include "profile/symbolize-local.h"
+#include "profile/symbols.h"
 
 #define WORKERS_MAX 16
 

@@ -18,10 +18,10 @@
 #include <unistd.h>
 
 #include "common/outfile.h"
+#include "json/reader.h"
 #include "tools/commands.h"
 #include "tools/export-pprof.h"
 #include "tools/idmap.h"
-#include "tools/json-read.h"
 #include "tools/profile-read.h"
 #include "tools/profile-stacks.h"
 

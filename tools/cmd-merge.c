@@ -21,11 +21,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "buffer/json-writer.h"
 #include "common/grow.h"
 #include "common/outfile.h"
+#include "json/reader.h"
+#include "json/writer.h"
 #include "tools/commands.h"
-#include "tools/json-read.h"
 #include "tools/profile-read.h"
 
 /* Inputs parsed in the first pass stay in memory up to this many bytes of JSON; beyond it,

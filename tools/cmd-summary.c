@@ -20,11 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "buffer/json-writer.h"
 #include "common/grow.h"
+#include "json/reader.h"
+#include "json/writer.h"
 #include "tools/commands.h"
 #include "tools/idmap.h"
-#include "tools/json-read.h"
 #include "tools/profile-read.h"
 #include "tools/profile-stacks.h"
 #include "tools/summary-groups.h"

@@ -23,9 +23,9 @@
 #include "common/grow.h"
 #include "common/hash.h"
 #include "common/outfile.h"
+#include "json/reader.h"
 #include "profile.pb-c.h"
 #include "tools/idmap.h"
-#include "tools/json-read.h"
 #include "tools/profile-read.h"
 #include "tools/profile-stacks.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/grow.h"
-#include "tools/json-read.h"
+#include "json/reader.h"
 
 int profile_load(const char *path, struct json_doc **ret_doc, char *why, size_t why_size)
 {

@@ -1,6 +1,6 @@
 /* tools/profile-read.h - reading Gecko profiles (shared/gecko-format.md) in the tools.
  *
- * Loads a file with tools/json-read.h and checks just enough of its shape to be called a
+ * Loads a file with json/reader.h and checks just enough of its shape to be called a
  * profile; describes a process (pid, name, exit or live); finds table columns by schema.
  * Everything else in a profile is read defensively by the commands themselves: any value
  * may be missing or of the wrong type, since the file comes from the user.

@@ -7,7 +7,7 @@
 
 #include "common/grow.h"
 #include "common/hash.h"
-#include "tools/json-read.h"
+#include "json/reader.h"
 
 static uint64_t func_hash(const char *name, size_t name_len, const char *lib, size_t lib_len)
 {
@@ -91,7 +91,7 @@ uint32_t pstack_func_intern(struct pstack_funcs *t, const char *name, size_t nam
  * "func (in lib) + 123" and "func (in lib) (file:line)" are func in lib; anything else is a
  * function named by the whole string (labels, "0x..." addresses outside every module). The
  * last " (in " counts: code no symbol covers is "lib+0x1a2c (in lib)", and in the vdso
- * "[vdso]+0x8f0 (called from __vdso_clock_gettime) (in [vdso])" (child/profile/gecko.h). */
+ * "[vdso]+0x8f0 (called from __vdso_clock_gettime) (in [vdso])" (profile/gecko.h). */
 static void split_location(const char *s, size_t len, size_t *ret_name_len, const char **ret_lib,
                            size_t *ret_lib_len)
 {

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer/json-writer.h"
 #include "common/grow.h"
 #include "common/quantile.h"
-#include "tools/json-read.h"
+#include "json/reader.h"
+#include "json/writer.h"
 #include "tools/summary-log.h"
 
 double summary_percent(uint64_t part, uint64_t whole)

@@ -49,9 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer/json-writer.h"
 #include "common/grow.h"
-#include "tools/json-read.h"
+#include "json/reader.h"
+#include "json/writer.h"
 #include "tools/profile-read.h"
 
 #define MAX_PLACEHOLDERS 64 /* named arguments tracked per event; later ones always print */

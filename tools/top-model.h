@@ -17,7 +17,7 @@
 #include "proto/fleetprof-protocol.h"
 
 /* Per-event charged time histogram, log2 from 1 us: bucket 0 is under 1 us, bucket b in
- * 1..20 is [2^(b-1), 2^b) us, bucket 21 is 2^20 us or more (child/profile/groups.h; tools/
+ * 1..20 is [2^(b-1), 2^b) us, bucket 21 is 2^20 us or more (profile/groups.h; tools/
  * may not include it, and the wire carries the same layout). */
 #define TOP_BUCKETS 22
 

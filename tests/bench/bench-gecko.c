@@ -35,10 +35,10 @@
 #include <unistd.h>
 
 #include "buffer/chunked-buffer.h"
-#include "buffer/json-writer.h"
-#include "child/profile/entries.h"
-#include "child/profile/gecko.h"
-#include "child/profile/libs.h"
+#include "json/writer.h"
+#include "profile/entries.h"
+#include "profile/gecko.h"
+#include "profile/libs.h"
 #include "tests/bench/synth-profile.h"
 
 #define RUNS       11

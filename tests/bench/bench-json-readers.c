@@ -1,4 +1,4 @@
-/* tests/bench/bench-json-readers.c - our JSON reader (tools/json-read.c) against maintained
+/* tests/bench/bench-json-readers.c - our JSON reader (json/reader.c) against maintained
  * libraries (jansson, json-c, yajl's tree API) on big fleet profiles: CPU time and peak memory.
  *
  *   bench-json-readers -g GEN [-m MB] [-r RUNS] [-l NAMES]

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "buffer/json-writer.h"
+#include "json/writer.h"
 
 #define SAMPLES 2000000
 #define FRAMES  10000

@@ -1,4 +1,4 @@
-/* Benchmark of symbolization (child/profile/symbols.h): the cost of the first resolution in
+/* Benchmark of symbolization (profile/symbols.h): the cost of the first resolution in
  * a module, names only and with file:line, for three modules of different sizes (this
  * program, libc with its /usr/lib/debug file when installed, libdw), and the cost of a
  * cache hit. Each first resolution uses a fresh cache; the median of several runs is
@@ -20,8 +20,8 @@
 
 #include <elfutils/libdwfl.h>
 
-#include "child/profile/libs.h"
-#include "child/profile/symbols.h"
+#include "profile/libs.h"
+#include "profile/symbols.h"
 
 #define RUNS   7
 #define HITS   2000000

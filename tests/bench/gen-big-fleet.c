@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "buffer/chunked-buffer.h"
-#include "child/profile/entries.h"
-#include "child/profile/gecko.h"
-#include "child/profile/libs.h"
+#include "profile/entries.h"
+#include "profile/gecko.h"
+#include "profile/libs.h"
 #include "tests/bench/synth-profile.h"
 
 #define CHECK SYNTH_CHECK

@@ -1,9 +1,9 @@
-/* tests/bench/json-reader-fleetprof.c - tools/json-read.c behind the benchmark's reader
+/* tests/bench/json-reader-fleetprof.c - json/reader.c behind the benchmark's reader
  * interface (json-readers.h): json_doc_parse() of the text, and json_doc_read_file(). */
 #include <stdio.h>
 
+#include "json/reader.h"
 #include "tests/bench/json-readers.h"
-#include "tools/json-read.h"
 
 static void *parse_text(const char *path, const char *text, size_t len, char *err, size_t err_size)
 {

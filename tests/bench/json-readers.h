@@ -2,9 +2,9 @@
  * interface.
  *
  * Each parser is its own program (json-reader-<library>.c + json-reader-main.c): their
- * headers cannot be included together (jansson, json-c and tools/json-read.h each define
+ * headers cannot be included together (jansson, json-c and json/reader.h each define
  * `json_type` or JSON_NULL-like constants), nor can they be linked together (jansson, json-c
- * and tools/json-read.c all export a `json_object_get`, and the first one linked would
+ * and json/reader.c all export a `json_object_get`, and the first one linked would
  * silently serve the others' calls). Every reader parses a whole document into its tree, then the
  * walk does the same work on every tree, so a lazy parser cannot skip any: it visits every value
  * (counting containers and strings, summing string bytes and the values of numbers as

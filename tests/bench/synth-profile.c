@@ -11,8 +11,8 @@
 
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
-#include "buffer/json-writer.h"
-#include "child/profile/libs.h"
+#include "json/writer.h"
+#include "profile/libs.h"
 
 #define SYNTH_CHUNK_BYTES (256u << 10)
 

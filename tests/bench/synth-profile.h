@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "child/profile/gecko.h"
+#include "profile/gecko.h"
 
 struct buf_chunk_manager;
 struct buf_chunked_buffer;

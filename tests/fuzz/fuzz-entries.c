@@ -26,12 +26,12 @@
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
 #include "buffer/entry.h"
-#include "buffer/json-writer.h"
 #include "buffer/leb128.h"
-#include "child/profile/entries.h"
-#include "child/profile/gecko.h"
-#include "child/profile/libs.h"
 #include "json-check.h"
+#include "json/writer.h"
+#include "profile/entries.h"
+#include "profile/gecko.h"
+#include "profile/libs.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

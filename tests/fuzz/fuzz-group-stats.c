@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "child/profile/groups.h"
 #include "daemon/groups.h"
 #include "ipc/ipc.h"
+#include "profile/groups.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer/json-writer.h"
-#include "tools/json-read.h"
+#include "json/reader.h"
+#include "json/writer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

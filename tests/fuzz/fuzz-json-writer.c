@@ -16,8 +16,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "buffer/json-writer.h"
 #include "json-check.h"
+#include "json/writer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

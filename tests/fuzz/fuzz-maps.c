@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz-maps.c - the /proc/PID/maps parser (child/profile/maps.c).
+/* tests/fuzz/fuzz-maps.c - the /proc/PID/maps parser (profile/maps.c).
  *
  * The daemon parses the maps of a child that asks for symbols, and a child chooses the
  * names of the files it maps: any bytes but NUL and newline. Input: a maps text. Every
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "child/profile/maps.h"
+#include "profile/maps.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,10 +12,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "buffer/json-writer.h"
-#include "child/profile/gecko.h"
 #include "daemon/daemon-internal.h"
 #include "json-check.h"
+#include "json/writer.h"
+#include "profile/gecko.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -19,7 +19,7 @@
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
 #include "buffer/leb128.h"
-#include "child/profile/entries.h"
+#include "profile/entries.h"
 
 #define START_NS 1000000000ull
 

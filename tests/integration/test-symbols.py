@@ -42,7 +42,7 @@ WAIT_STACK = [("main", "sym-wait"), ("sym_lib_global_fn", "libsym-lib.so"),
               ("sym_wait_block", "sym-wait")]
 
 
-# The cost rule (child/profile/symbols.h): no file:line in a module whose DWARF is compressed
+# The cost rule (profile/symbols.h): no file:line in a module whose DWARF is compressed
 # and over PROF_SYMBOLS_DEFAULT_MAX_COMPRESSED_DWARF; names always.
 MAX_COMPRESSED_DWARF = 1 << 20
 

@@ -200,7 +200,7 @@ def test_summary_top_option_and_json_document(tmp):
 
 def test_summary_names_unnamed_code_by_module_and_offset(tmp):
     # Code no symbol covers is "<module>+0x<offset> (in <module>)" in the file, with the vdso
-    # caller when known (child/profile/gecko.h): the summary keeps the library, and prints
+    # caller when known (profile/gecko.h): the summary keeps the library, and prints
     # the name once, not as "libfoo.so!libfoo.so+0x1a2c".
     doc = make_process(42, "app", 1e12, ["a"] * 3 + ["b"] * 2 + ["c"])
     doc["threads"][0]["stringTable"] = [

@@ -1,6 +1,6 @@
 /* tests/lib/json-check.c - a strict JSON validator for tests and fuzz targets (RFC 8259:
  * no trailing commas, valid UTF-8, valid escapes, bounded depth). Written independently of
- * buffer/json-writer.c, whose output it checks. */
+ * json/writer.c, whose output it checks. */
 #include "json-check.h"
 
 #include <stdbool.h>

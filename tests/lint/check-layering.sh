@@ -46,6 +46,20 @@ while IFS= read -r file; do
                 report "$where" "buffer/ may include only buffer/ and common/, not \"$inc\""
             fi
             ;;
+        json)
+            if [[ $kind == "<" && ! $inc =~ $libc_re ]]; then
+                report "$where" "json/ may include only libc headers, not <$inc>"
+            elif [[ $kind == '"' && $inc == */* && $incmod != json && $incmod != common ]]; then
+                report "$where" "json/ may include only json/ and common/, not \"$inc\""
+            fi
+            ;;
+        profile)
+            # Shared by the runtime, the daemon and the tools: none of them, no transport.
+            case "$incmod" in
+            child | daemon | tools | ipc | proto) [[ $inc == */* ]] && report "$where" "profile/ must not depend on $incmod/" ;;
+            esac
+            [[ $inc == uv.h || $inc == libunwind* || $inc == protobuf-c/* ]] && report "$where" "profile/ must not use <$inc>"
+            ;;
         ipc)
             if [[ $inc == child/* || $inc == daemon/* || $inc == tools/* ]]; then
                 report "$where" "ipc/ must not depend on $incmod/"
@@ -60,11 +74,6 @@ while IFS= read -r file; do
                 report "$where" "proto/ may include only protobuf-c"
             ;;
         child)
-            if [[ $sub == profile/* ]]; then
-                if [[ $inc == child/* && $inc != child/profile/* ]] || [[ $inc == uv.h || $inc == libunwind* ]]; then
-                    report "$where" "child/profile/ must not use the runtime ($inc)"
-                fi
-            fi
             [[ $inc == daemon/* || $inc == tools/* ]] && report "$where" "child/ must not depend on $incmod/"
             # libuv and protobuf-c only in libfleetprof-ipc.so (ipc.c, ipc-pack.c), which the
             # runtime dlopen()s (docs/layers.md): never in libfleetprof.so itself.
@@ -74,7 +83,7 @@ while IFS= read -r file; do
             fi
             # The module reaches the runtime only through struct rt_ipc_core (ipc-module.h).
             if [[ ($sub == ipc.c || $sub == ipc-pack.c) && $inc == child/* && $inc != child/ipc-module.h &&
-                $inc != child/profile/* && $inc != child/fds.h ]]; then
+                $inc != child/fds.h ]]; then
                 report "$where" "libfleetprof-ipc.so must reach the runtime only through child/ipc-module.h ($inc)"
             fi
             # The runtime's layers (docs/architecture.md, "Inside child/"): the core sees
@@ -93,7 +102,7 @@ while IFS= read -r file; do
             fi
             ;;
         daemon)
-            if [[ $inc == child/* && $inc != child/profile/* && $inc != child/include/* ]] || [[ $inc == libunwind* ]]; then
+            if [[ $inc == child/* && $inc != child/include/* ]] || [[ $inc == libunwind* ]]; then
                 report "$where" "daemon/ must not use the child runtime ($inc)"
             fi
             [[ $inc == tools/* ]] && report "$where" "daemon/ must not depend on tools/"
@@ -103,7 +112,7 @@ while IFS= read -r file; do
             ;;
         esac
     done <"$file"
-done < <(find buffer proto ipc child daemon tools common tests -type f \( -name '*.c' -o -name '*.h' \) \
+done < <(find buffer json profile proto ipc child daemon tools common tests -type f \( -name '*.c' -o -name '*.h' \) \
     -not -path 'tests/lint/fixtures/*' 2>/dev/null | sort)
 
 # Functions a file defines (not static), the public ones of its layer; attribute macros may

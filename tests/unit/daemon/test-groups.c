@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "child/profile/groups.h"
 #include "daemon/groups.h"
+#include "profile/groups.h"
 #include "testlib.h"
 
 /* A GroupStats under construction: up to 8 groups with their own storage. */

@@ -1,4 +1,4 @@
-/* Unit tests for child/profile/entries: every entry kind round-trips with non-default
+/* Unit tests for profile/entries: every entry kind round-trips with non-default
  * values through a real chunked buffer whose small chunks make entries straddle; every
  * truncation of an encoded entry is -EBADMSG (never a crash), every split into two spans
  * decodes alike; over-long strings, frames, labels and fields are truncated on write;
@@ -12,7 +12,7 @@
 #include "buffer/chunked-buffer.h"
 #include "buffer/entry.h"
 #include "buffer/leb128.h"
-#include "child/profile/entries.h"
+#include "profile/entries.h"
 #include "testlib.h"
 
 #define STRING_ARENA (64 * 1024)

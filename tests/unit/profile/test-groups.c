@@ -1,4 +1,4 @@
-/* tests/unit/profile/test-groups.c - performance group totals (child/profile/groups.h) and
+/* tests/unit/profile/test-groups.c - performance group totals (profile/groups.h) and
  * how a process profile carries them (gecko.h): the charge rule and its discards, the
  * histogram's buckets and quantiles, meta.fleetprof.groups, a group's counter track and a
  * slow-event marker with its schema, checked field by field against shared/gecko-format.md
@@ -13,12 +13,12 @@
 
 #include "buffer/chunk-manager.h"
 #include "buffer/chunked-buffer.h"
-#include "buffer/json-writer.h"
-#include "child/profile/entries.h"
-#include "child/profile/gecko.h"
-#include "child/profile/groups.h"
+#include "json/reader.h"
+#include "json/writer.h"
+#include "profile/entries.h"
+#include "profile/gecko.h"
+#include "profile/groups.h"
 #include "testlib.h"
-#include "tools/json-read.h"
 
 #define PID 4343
 

@@ -13,8 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "child/profile/libs.h"
-#include "child/profile/maps.h"
+#include "profile/libs.h"
+#include "profile/maps.h"
 #include "sym-lib.h"
 #include "testlib.h"
 

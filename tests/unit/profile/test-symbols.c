@@ -25,8 +25,8 @@
 
 #include <elfutils/libdwfl.h>
 
-#include "child/profile/libs.h"
-#include "child/profile/symbols.h"
+#include "profile/libs.h"
+#include "profile/symbols.h"
 #include "sym-lib.h"
 #include "testlib.h"
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json/reader.h"
 #include "testlib.h"
-#include "tools/json-read.h"
 #include "tools/top-model.h"
 
 #define MS  1000000ull

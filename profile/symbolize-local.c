@@ -1,8 +1,8 @@
-/* child/profile/symbolize-local.c - see symbolize-local.h. */
-#include "child/profile/symbolize-local.h"
+/* profile/symbolize-local.c - see symbolize-local.h. */
+#include "profile/symbolize-local.h"
 
-#include "child/profile/libs.h"
-#include "child/profile/symbols.h"
+#include "profile/libs.h"
+#include "profile/symbols.h"
 
 static int resolve_local(void *userdata, const struct prof_frame_request *requests, size_t count,
                          struct prof_frame_result *results)

@@ -1,11 +1,11 @@
-/* child/profile/libs-internal.h - helpers shared by the module-list collectors.
+/* profile/libs-internal.h - helpers shared by the module-list collectors.
  *
  * libs.c (collect_self, lookup: libc only, linked into the runtime) and libs-pid.c
  * (collect_pid: reads module files with libelf, used by the daemon) build the same
- * struct prof_lib entries with these. Not for use outside child/profile/.
+ * struct prof_lib entries with these. Not for use outside profile/.
  */
-#ifndef FLEETPROF_CHILD_PROFILE_LIBS_INTERNAL_H
-#define FLEETPROF_CHILD_PROFILE_LIBS_INTERNAL_H
+#ifndef FLEETPROF_PROFILE_LIBS_INTERNAL_H
+#define FLEETPROF_PROFILE_LIBS_INTERNAL_H
 
 #include <elf.h>
 #include <stddef.h>
@@ -41,4 +41,4 @@ int prof__lib_set_build_id(struct prof_lib *lib, const uint8_t *id, size_t len);
 size_t prof__find_build_id_note(const uint8_t *notes, size_t size, size_t align,
                                 const uint8_t **ret_desc);
 
-#endif /* FLEETPROF_CHILD_PROFILE_LIBS_INTERNAL_H */
+#endif /* FLEETPROF_PROFILE_LIBS_INTERNAL_H */

@@ -1,11 +1,11 @@
-/* child/profile/runtime-log.h - profilingLog[pid].runtime: the runtime's own counters, as one
+/* profile/runtime-log.h - profilingLog[pid].runtime: the runtime's own counters, as one
  * JSON object, written by the one function both writers of an exit profile use: the runtime
  * (child/runtime.c) and the daemon when it builds a short-lived child's exit profile from the
  * child's chunk region (daemon/recover.c), from the numbers the child left in its description.
  * libc only; no state.
  */
-#ifndef FLEETPROF_CHILD_PROFILE_RUNTIME_LOG_H
-#define FLEETPROF_CHILD_PROFILE_RUNTIME_LOG_H
+#ifndef FLEETPROF_PROFILE_RUNTIME_LOG_H
+#define FLEETPROF_PROFILE_RUNTIME_LOG_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,4 +42,4 @@ struct prof_runtime_log {
  * object. */
 void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_log *l);
 
-#endif /* FLEETPROF_CHILD_PROFILE_RUNTIME_LOG_H */
+#endif /* FLEETPROF_PROFILE_RUNTIME_LOG_H */

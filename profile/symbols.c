@@ -1,4 +1,4 @@
-/* child/profile/symbols.c - the symbol cache on top of libdwfl; see symbols.h.
+/* profile/symbols.c - the symbol cache on top of libdwfl; see symbols.h.
  *
  * One Dwfl per module, each reported at its ELF addresses (dwfl_report_elf with base 0 and
  * add_p_vaddr, so module address == ELF vaddr; the vdso, reported from memory, gets a bias

@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "buffer/buf-internal.h"
-#include "buffer/json-writer.h"
+#include "json/json-internal.h"
+#include "json/writer.h"
 #include "testlib.h"
 
 /* Allocation failure injection. The test links with -Wl,--wrap=malloc,--wrap=calloc,
@@ -1426,7 +1426,7 @@ static void test_big_chunks_same_bytes(void **state)
     static const struct {
         bool mmap_fails, madvise_fails;
     } modes[] = {{false, false}, {false, true}, {true, false}};
-    unsigned saved = buf__json_chunk_ways(0);
+    unsigned saved = json__writer_chunk_ways(0);
     uint64_t seed = test_seed();
 
     (void)state;
@@ -1434,7 +1434,7 @@ static void test_big_chunks_same_bytes(void **state)
         size_t ref_chunks, ref_largest;
         char *ref;
 
-        (void)buf__json_chunk_ways(0); /* the reference: small malloc'd chunks only */
+        (void)json__writer_chunk_ways(0); /* the reference: small malloc'd chunks only */
         huge_advice = 0;
         ref = mixed_document(rows[r], seed + r, &ref_chunks, &ref_largest);
         assert_true(ref_largest <= JSON_WRITER_CHUNK_BYTES);
@@ -1444,7 +1444,7 @@ static void test_big_chunks_same_bytes(void **state)
             size_t chunks, largest;
             char *s;
 
-            (void)buf__json_chunk_ways(BUF__JSON_CHUNK_MMAP);
+            (void)json__writer_chunk_ways(JSON__WRITER_CHUNK_MMAP);
             mmap_fail = modes[m].mmap_fails;
             madvise_fail = modes[m].madvise_fails;
             huge_advice = huge_misaligned = 0;
@@ -1473,7 +1473,7 @@ static void test_big_chunks_same_bytes(void **state)
         }
         free(ref);
     }
-    (void)buf__json_chunk_ways(saved);
+    (void)json__writer_chunk_ways(saved);
 }
 
 static void test_fd_writer_closed_pipe(void **state)

@@ -1,4 +1,4 @@
-/* child/profile/gecko.c - buffer entries -> one Gecko process profile (see gecko.h).
+/* profile/gecko.c - buffer entries -> one Gecko process profile (see gecko.h).
  *
  * One pass over the buffer builds, per thread: a frame table keyed by address (or label),
  * a stack table keyed by (prefix, frame), and the rows of its samples and markers, written
@@ -7,7 +7,7 @@
  * resolved in one batch, then each thread's tables are written and its rows spliced in.
  * Format: shared/gecko-format.md; every rule in its section 13 is checked by the tests.
  */
-#include "child/profile/gecko.h"
+#include "profile/gecko.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,12 +19,12 @@
 
 #include "buffer/chunked-buffer.h"
 #include "buffer/entry.h"
-#include "buffer/json-writer.h"
 #include "buffer/progress.h"
-#include "child/profile/entries.h"
-#include "child/profile/groups.h"
-#include "child/profile/libs.h"
 #include "common/grow.h"
+#include "json/writer.h"
+#include "profile/entries.h"
+#include "profile/groups.h"
+#include "profile/libs.h"
 
 #define GECKO_VERSION 36
 #define NO_INDEX      UINT32_MAX

@@ -1,5 +1,5 @@
-/* child/profile/runtime-log.c - profilingLog[pid].runtime, see runtime-log.h. */
-#include "child/profile/runtime-log.h"
+/* profile/runtime-log.c - profilingLog[pid].runtime, see runtime-log.h. */
+#include "profile/runtime-log.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* child/profile/libs-pid.c - prof_libs_collect_pid(): the modules of another process, from
+/* profile/libs-pid.c - prof_libs_collect_pid(): the modules of another process, from
  * /proc/PID/maps, with ELF headers and build-ids read from the files through libelf (or
  * from /proc/PID/mem). Kept apart from libs.c so that the runtime, which only lists its own
  * modules, does not load libelf and libdw; see libs.h.

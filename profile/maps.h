@@ -1,11 +1,11 @@
-/* child/profile/maps.h - a process's /proc/PID/maps, read once and parsed.
+/* profile/maps.h - a process's /proc/PID/maps, read once and parsed.
  *
  * The one reader of the maps file: this process's module list takes its paths from it
  * (libs.c), other processes' module lists their mappings (libs-pid.c), and the daemon's
  * symbol service checks there that a child maps the file it names. libc only.
  */
-#ifndef FLEETPROF_CHILD_PROFILE_MAPS_H
-#define FLEETPROF_CHILD_PROFILE_MAPS_H
+#ifndef FLEETPROF_PROFILE_MAPS_H
+#define FLEETPROF_PROFILE_MAPS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,4 +46,4 @@ const struct prof_map *prof_maps_find(const struct prof_maps *maps, uint64_t add
 /* Frees and empties *maps. Accepts an empty or already-done one. */
 void prof_maps_done(struct prof_maps *maps);
 
-#endif /* FLEETPROF_CHILD_PROFILE_MAPS_H */
+#endif /* FLEETPROF_PROFILE_MAPS_H */

@@ -1,4 +1,4 @@
-/* child/profile/libs.c - module lists from dl_iterate_phdr() or /proc/PID/maps; see libs.h.
+/* profile/libs.c - module lists from dl_iterate_phdr() or /proc/PID/maps; see libs.h.
  *
  * Both collectors produce the same ranges: the executable PT_LOAD segments rounded to pages,
  * which is what the kernel shows in /proc/PID/maps. Build-ids come from PT_NOTE segments,

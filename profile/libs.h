@@ -1,4 +1,4 @@
-/* child/profile/libs.h - the loaded modules (executable, shared libraries, vdso) of a process.
+/* profile/libs.h - the loaded modules (executable, shared libraries, vdso) of a process.
  *
  * A module list maps a runtime address to the module that contains it and to the ELF
  * address inside that module (vaddr = addr - bias), which is what prof_symbols_resolve()
@@ -9,8 +9,8 @@
  * Thread-safety: a list is plain data; concurrent readers are fine, one writer at a time.
  * Nothing here is async-signal-safe (it allocates).
  */
-#ifndef FLEETPROF_CHILD_PROFILE_LIBS_H
-#define FLEETPROF_CHILD_PROFILE_LIBS_H
+#ifndef FLEETPROF_PROFILE_LIBS_H
+#define FLEETPROF_PROFILE_LIBS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -89,4 +89,4 @@ void prof_libs_done(struct prof_libs *libs);
  * len is 0 or buf_size is too small. */
 int prof_lib_format_breakpad_id(const uint8_t *build_id, size_t len, char *buf, size_t buf_size);
 
-#endif /* FLEETPROF_CHILD_PROFILE_LIBS_H */
+#endif /* FLEETPROF_PROFILE_LIBS_H */

@@ -1,4 +1,4 @@
-/* child/profile/symbols.h - symbolization: (module, ELF address) -> function, file, line.
+/* profile/symbols.h - symbolization: (module, ELF address) -> function, file, line.
  *
  * A cache of modules opened with libdwfl (elfutils). Each module (keyed by its GNU build-id,
  * or by path + device + inode + mtime + size when it has none) is opened once, with its
@@ -31,8 +31,8 @@
  * Thread-safety: none. A cache belongs to one thread at a time (libdw's handles are not
  * safe for concurrent use); use one cache per thread or serialize. Not async-signal-safe.
  */
-#ifndef FLEETPROF_CHILD_PROFILE_SYMBOLS_H
-#define FLEETPROF_CHILD_PROFILE_SYMBOLS_H
+#ifndef FLEETPROF_PROFILE_SYMBOLS_H
+#define FLEETPROF_PROFILE_SYMBOLS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -159,4 +159,4 @@ void prof_symbols_get_stats(const struct prof_symbols *s, struct prof_symbols_st
  * directory", or "" when nothing failed yet. Borrowed: valid until the next call on s. */
 const char *prof_symbols_get_last_error(const struct prof_symbols *s);
 
-#endif /* FLEETPROF_CHILD_PROFILE_SYMBOLS_H */
+#endif /* FLEETPROF_PROFILE_SYMBOLS_H */

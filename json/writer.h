@@ -1,4 +1,4 @@
-/* buffer/json-writer.h - streaming, chunked JSON writer and per-thread unique-string table.
+/* json/writer.h - streaming, chunked JSON writer and per-thread unique-string table.
  *
  * Writes Gecko profiles (hundreds of MB) without ever building one huge string: output goes
  * into a list of fixed-size chunks (memory writer) or through one chunk to a file descriptor
@@ -11,8 +11,8 @@
  * Thread-safety: none. A writer (and a unique-string table) belongs to one thread at a time;
  * it may be handed to another thread, never shared. No function is async-signal-safe.
  */
-#ifndef FLEETPROF_BUFFER_JSON_WRITER_H
-#define FLEETPROF_BUFFER_JSON_WRITER_H
+#ifndef FLEETPROF_JSON_WRITER_H
+#define FLEETPROF_JSON_WRITER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -173,4 +173,4 @@ uint32_t json_unique_strings_count(const struct json_unique_strings *us);
 void json_unique_strings_write(const struct json_unique_strings *us, struct json_writer *w,
                                const char *key);
 
-#endif /* FLEETPROF_BUFFER_JSON_WRITER_H */
+#endif /* FLEETPROF_JSON_WRITER_H */

@@ -11,9 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "buffer/json-writer.h"
+#include "json/reader.h"
+#include "json/writer.h"
 #include "testlib.h"
-#include "tools/json-read.h"
 
 /* Helpers. */
 

@@ -1,5 +1,5 @@
-/* child/profile/groups.c - performance group totals: histogram buckets and sums. */
-#include "child/profile/groups.h"
+/* profile/groups.c - performance group totals: histogram buckets and sums. */
+#include "profile/groups.h"
 
 #include <errno.h>
 

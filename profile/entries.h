@@ -1,4 +1,4 @@
-/* child/profile/entries.h - payloads of buffer entries: the contract between the runtime,
+/* profile/entries.h - payloads of buffer entries: the contract between the runtime,
  * which writes them, and the profile writer (and the daemon), which read them.
  *
  * Every block starts with its kind byte (buffer/entry.h); integers are ULEB128 (signed
@@ -21,8 +21,8 @@
  * (field_kind, value)*) with int64 / uint64 / double (8 bytes, little-endian IEEE) /
  * string values, in the order the schema declares its fields.
  */
-#ifndef FLEETPROF_CHILD_PROFILE_ENTRIES_H
-#define FLEETPROF_CHILD_PROFILE_ENTRIES_H
+#ifndef FLEETPROF_PROFILE_ENTRIES_H
+#define FLEETPROF_PROFILE_ENTRIES_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -196,4 +196,4 @@ static inline bool prof_entry_may_be_sample(const struct buf_entry_reader *r)
 int prof_entry_decode_sample_head(const struct buf_entry_reader *reader, struct prof_sample *ret,
                                   const uint8_t **ret_stack_bytes, size_t *ret_len);
 
-#endif /* FLEETPROF_CHILD_PROFILE_ENTRIES_H */
+#endif /* FLEETPROF_PROFILE_ENTRIES_H */

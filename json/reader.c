@@ -1,4 +1,4 @@
-/* tools/json-read.c - the tools' JSON reader: one buffer, 8-byte nodes, in-place strings.
+/* json/reader.c - the tools' JSON reader: one buffer, 8-byte nodes, in-place strings.
  *
  * The parser is iterative. Finished values wait on a scratch stack; when a container closes,
  * its children (already complete, their own children already placed) are moved from the top
@@ -10,7 +10,7 @@
  *          array: index of first element    type | count << 3
  *          object: index of first key       type | members << 3   (key, value, key, value...)
  */
-#include "tools/json-read.h"
+#include "json/reader.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,8 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "buffer/json-writer.h"
 #include "common/grow.h"
+#include "json/writer.h"
 
 #define TYPE_BITS 3
 #define TYPE_MASK ((1u << TYPE_BITS) - 1)

@@ -1,4 +1,4 @@
-/* tools/json-read.h - a JSON reader for the tools: one whole document, parsed once, read-only.
+/* json/reader.h - a JSON reader for the tools: one whole document, parsed once, read-only.
  *
  * Built for Gecko profiles of hundreds of MB. The document keeps the input text (one buffer)
  * and one array of 8-byte nodes; strings are unescaped in place inside the text (an escape is
@@ -16,8 +16,8 @@
  *
  * Thread-safety: a document is immutable once parsed; any number of threads may read it.
  */
-#ifndef FLEETPROF_TOOLS_JSON_READ_H
-#define FLEETPROF_TOOLS_JSON_READ_H
+#ifndef FLEETPROF_JSON_READER_H
+#define FLEETPROF_JSON_READER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -140,4 +140,4 @@ bool json_value_equal(const struct json_doc *doc_a, const struct json_value *a,
 void json_value_write(const struct json_doc *doc, const struct json_value *v, struct json_writer *w,
                       const char *key);
 
-#endif /* FLEETPROF_TOOLS_JSON_READ_H */
+#endif /* FLEETPROF_JSON_READER_H */

@@ -1,10 +1,10 @@
-/* child/profile/entries.c - encoding and decoding of buffer entry payloads (entries.h).
+/* profile/entries.c - encoding and decoding of buffer entry payloads (entries.h).
  *
  * Writers size an entry exactly first (the buffer reserves before writing), then encode it
  * through the buffer's writer callback; both passes go through the same field walk
  * (a `struct enc` either counts or writes), so size and bytes cannot disagree.
  */
-#include "child/profile/entries.h"
+#include "profile/entries.h"
 
 #include <errno.h>
 #include <string.h>

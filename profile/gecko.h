@@ -1,4 +1,4 @@
-/* child/profile/gecko.h - one process's buffer entries -> one Gecko process profile (JSON).
+/* profile/gecko.h - one process's buffer entries -> one Gecko process profile (JSON).
  *
  * Pure function of its inputs: the entries (read from a chunked buffer), a description of
  * the process, and a symbolizer. No runtime state, no threads: the child's gather thread
@@ -8,8 +8,8 @@
  * none is registered but counters exist, which the front-end shows only with one), counters,
  * profilerOverhead, pausedRanges, sources, profilingLog, processes: [].
  */
-#ifndef FLEETPROF_CHILD_PROFILE_GECKO_H
-#define FLEETPROF_CHILD_PROFILE_GECKO_H
+#ifndef FLEETPROF_PROFILE_GECKO_H
+#define FLEETPROF_PROFILE_GECKO_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -179,4 +179,4 @@ int prof_gecko_write_process(struct json_writer *w, const char *key,
                              const struct prof_symbolizer *symbolizer,
                              const struct progress_logger *progress);
 
-#endif /* FLEETPROF_CHILD_PROFILE_GECKO_H */
+#endif /* FLEETPROF_PROFILE_GECKO_H */

@@ -1,4 +1,4 @@
-/* child/profile/groups.h - the totals of one performance group, as the runtime keeps them,
+/* profile/groups.h - the totals of one performance group, as the runtime keeps them,
  * the wire carries them and the profile, the daemon and the tools show them.
  *
  * A performance group (fleetprof_group_get) is timed by a cycle-counter stopwatch; at the
@@ -6,8 +6,8 @@
  * Totals are cumulative since the process started (a forked child starts from zero), so
  * a fleet's totals are plain sums over processes.
  */
-#ifndef FLEETPROF_CHILD_PROFILE_GROUPS_H
-#define FLEETPROF_CHILD_PROFILE_GROUPS_H
+#ifndef FLEETPROF_PROFILE_GROUPS_H
+#define FLEETPROF_PROFILE_GROUPS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -53,4 +53,4 @@ void prof_group_totals_add(struct prof_group_totals *a, const struct prof_group_
  * control characters (names reach terminals, JSON and other processes). */
 int prof_group_name_valid(const char *name, size_t len);
 
-#endif /* FLEETPROF_CHILD_PROFILE_GROUPS_H */
+#endif /* FLEETPROF_PROFILE_GROUPS_H */

@@ -1,4 +1,4 @@
-/* buffer/json-writer.c - see json-writer.h.
+/* json/writer.c - see writer.h.
  *
  * The output is a singly linked list of chunks; the writer appends at pos in its tail chunk.
  * An fd writer has one chunk of JSON_WRITER_CHUNK_BYTES; a memory writer's chunks are that
@@ -7,7 +7,7 @@
  * straddles two chunks (a memory chunk may end a few bytes short); strings and spliced text
  * continue in a new chunk. A latched error sets end = pos, so every later room check fails into the
  * slow path, which sees the error. */
-#include "buffer/json-writer.h"
+#include "json/writer.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -21,8 +21,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "buffer/buf-internal.h"
 #include "common/macros.h"
+#include "json/json-internal.h"
 
 /* One piece of output. Owned by the writer whose list it is on. */
 struct json_chunk {
@@ -125,13 +125,13 @@ static struct json_writer *writer_alloc(int fd)
     return w;
 }
 
-/* Whether big chunks may be mapped: ways (test hook, buf-internal.h) and what the kernel
+/* Whether big chunks may be mapped: ways (test hook, json-internal.h) and what the kernel
  * said. thp is -1 until known, then 1 (huge pages may back a mapping) or 0 (they cannot:
  * every chunk comes from malloc). Atomic: writers live on several threads. */
-static atomic_uint chunk_ways = BUF__JSON_CHUNK_MMAP;
+static atomic_uint chunk_ways = JSON__WRITER_CHUNK_MMAP;
 static atomic_int thp = -1;
 
-unsigned buf__json_chunk_ways(unsigned ways)
+unsigned json__writer_chunk_ways(unsigned ways)
 {
     atomic_store(&thp, 1);
     return atomic_exchange(&chunk_ways, ways);
@@ -208,7 +208,7 @@ static struct json_chunk *chunk_alloc(struct json_writer *w)
     size_t bytes = JSON_WRITER_CHUNK_BYTES;
 
     if (w->fd < 0 && w->chunks_made >= JSON_WRITER_SMALL_CHUNKS &&
-        (atomic_load(&chunk_ways) & BUF__JSON_CHUNK_MMAP) && thp_enabled()) {
+        (atomic_load(&chunk_ways) & JSON__WRITER_CHUNK_MMAP) && thp_enabled()) {
         c = (struct json_chunk *)map_big_chunk();
         if (c)
             bytes = JSON_WRITER_BIG_CHUNK_BYTES;

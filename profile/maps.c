@@ -1,4 +1,4 @@
-/* child/profile/maps.c - see maps.h. */
+/* profile/maps.c - see maps.h. */
 #include "maps.h"
 
 #include <errno.h>
