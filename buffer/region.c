@@ -20,6 +20,7 @@
 
 #include "buffer/buf-internal.h"
 #include "buffer/leb128.h"
+#include "common/grow.h"
 #include "common/hash.h"
 
 _Static_assert(BUF_REGION_SLOT_PREFIX + offsetof(struct buf_chunk, header) ==
@@ -47,7 +48,7 @@ struct buf_region {
     uint32_t segment_count;
     uint32_t *free_slots; /* a stack of slot indices, destroyed chunks' first */
     uint32_t free_count;
-    uint32_t free_capacity;
+    size_t free_capacity;
     uint64_t generation;
 };
 
@@ -281,15 +282,8 @@ uint64_t buf_region_size(const struct buf_region *r)
 
 static int push_free(struct buf_region *r, uint32_t slot)
 {
-    if (r->free_count == r->free_capacity) {
-        uint32_t cap = r->free_capacity ? r->free_capacity * 2 : 16;
-        uint32_t *grown = realloc(r->free_slots, cap * sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        r->free_slots = grown;
-        r->free_capacity = cap;
-    }
+    if (FLEETPROF_GROW(r->free_slots, r->free_capacity, (size_t)r->free_count + 1) < 0)
+        return -ENOMEM;
     r->free_slots[r->free_count++] = slot;
     return 0;
 }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 void buf_update_init(struct buf_update *u)
 {
     memset(u, 0, sizeof(*u));
@@ -33,26 +35,25 @@ static void prune_before(struct buf_update *u, uint64_t oldest_ns)
 static int reserve(struct buf_update *u, size_t extra)
 {
     size_t need = u->newly_released_count + extra;
-    struct buf_released_chunk *grown;
+    struct buf_released_chunk *grown = NULL;
     size_t cap;
 
     if (u->newly_released_cap >= need)
         return 0;
-    if (need > SIZE_MAX / 2 / sizeof(*grown))
+    cap = fleetprof_grown_capacity(u->newly_released_cap, need, sizeof(*grown));
+    if (!cap)
         return -ENOMEM;
-    cap = u->newly_released_cap ? u->newly_released_cap : 8;
-    while (cap < need)
-        cap *= 2;
     if (u->newly_released_cap > 0) {
-        grown = realloc(u->newly_released, cap * sizeof(*grown));
+        grown = u->newly_released;
+        if (FLEETPROF_RESIZE(grown, cap) < 0)
+            return -ENOMEM;
     } else {
         /* The array was borrowed (or absent): copy it into one we own. */
-        grown = malloc(cap * sizeof(*grown));
-        if (grown && u->newly_released_count > 0)
+        if (FLEETPROF_RESIZE(grown, cap) < 0)
+            return -ENOMEM;
+        if (u->newly_released_count > 0)
             memcpy(grown, u->newly_released, u->newly_released_count * sizeof(*grown));
     }
-    if (!grown)
-        return -ENOMEM;
     u->newly_released = grown;
     u->newly_released_cap = cap;
     return 0;

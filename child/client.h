@@ -62,7 +62,7 @@ struct prof_symbols;
 struct rt_symbolizer {
     struct prof_symbols *local; /* owned; NULL until needed */
     char **arenas;              /* owned: strings of the daemon's replies */
-    size_t arena_count;
+    size_t arena_count, arena_cap;
     uint64_t remote_batches, remote_failures, remote_addresses, remote_unresolved;
     uint64_t module_errors;
     char error[256]; /* first error, for profilingLog; "" = none */

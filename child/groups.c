@@ -34,16 +34,16 @@
 #include "child/core.h"
 #include "child/include/fleetprof.h"
 #include "child/lifecycle.h"
+#include "common/grow.h"
 #include "common/hash.h"
+#include "common/map.h"
 #include "profile/groups.h"
 
-#define GRP_MAX       4096
-#define GRP_HASH_SIZE 8192 /* power of two, > GRP_MAX: open addressing stays short */
+#define GRP_MAX 4096
 
 struct fleetprof_group {
     struct fleetprof__group_head head; /* first: the header's inline functions read it */
     uint32_t index;
-    uint32_t hash;
     char *name;
     _Atomic int counter_id; /* its counter track, -1 until made (needs a running profiler) */
     _Atomic uint64_t cpu_ns, cycles, activations, events, worst_event_ns, slow_events;
@@ -80,7 +80,7 @@ struct grp_thread {
 
 static pthread_mutex_t grp_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fleetprof_group *grp_groups[GRP_MAX];
-static uint32_t grp_hash_table[GRP_HASH_SIZE]; /* group index + 1; 0 = empty */
+static struct fleetprof_map grp_by_name; /* name -> index in grp_groups */
 static _Atomic uint32_t grp_count;
 static int grp_on;
 static _Atomic uint64_t grp_generation; /* bumped whenever a total changes */
@@ -158,9 +158,10 @@ static uint64_t thread_cpu_ns(void)
 
 /* ---- groups ------------------------------------------------------------------------- */
 
-static uint32_t hash_name(const char *s, size_t len)
+static bool same_name(const void *ctx, const void *key, uint64_t index)
 {
-    return fleetprof_fnv1a32(s, len);
+    (void)ctx;
+    return strcmp(grp_groups[index]->name, key) == 0;
 }
 
 static void free_thread(void *p)
@@ -188,7 +189,8 @@ FLEETPROF_EXPORT fleetprof_group *fleetprof_group_get(const char *name)
 {
     struct fleetprof_group *g = NULL;
     size_t len;
-    uint32_t h, count;
+    uint64_t h, index;
+    uint32_t count;
 
     if (!name)
         return NULL;
@@ -196,38 +198,31 @@ FLEETPROF_EXPORT fleetprof_group *fleetprof_group_get(const char *name)
     if (!prof_group_name_valid(name, len))
         return NULL;
     (void)pthread_once(&grp_once, init_once);
-    h = hash_name(name, len);
+    h = fleetprof_fnv1a64(name, len, FLEETPROF_FNV64_SEED);
     (void)pthread_mutex_lock(&grp_lock);
-    for (uint32_t i = h & (GRP_HASH_SIZE - 1);; i = (i + 1) & (GRP_HASH_SIZE - 1)) {
-        uint32_t slot = grp_hash_table[i];
-
-        if (slot == 0) {
-            count = atomic_load_explicit(&grp_count, memory_order_relaxed);
-            if (count == GRP_MAX)
-                break;
-            g = calloc(1, sizeof(*g));
-            if (g)
-                g->name = strndup(name, len);
-            if (!g || !g->name) {
-                free(g);
-                g = NULL;
-                break;
-            }
-            g->index = count;
-            g->hash = h;
-            g->head.on = grp_on;
-            atomic_init(&g->counter_id, -1);
-            grp_groups[count] = g;
-            grp_hash_table[i] = count + 1;
-            /* Published last: snapshots read groups below grp_count without the lock. */
-            atomic_store_explicit(&grp_count, count + 1, memory_order_release);
-            break;
-        }
-        if (grp_groups[slot - 1]->hash == h && strcmp(grp_groups[slot - 1]->name, name) == 0) {
-            g = grp_groups[slot - 1];
-            break;
-        }
+    if (fleetprof_map_find(&grp_by_name, h, same_name, NULL, name, &index)) {
+        g = grp_groups[index];
+        goto out;
     }
+    count = atomic_load_explicit(&grp_count, memory_order_relaxed);
+    if (count == GRP_MAX || fleetprof_map_reserve(&grp_by_name, 1) < 0)
+        goto out;
+    g = calloc(1, sizeof(*g));
+    if (g)
+        g->name = strndup(name, len);
+    if (!g || !g->name) {
+        free(g);
+        g = NULL;
+        goto out;
+    }
+    g->index = count;
+    g->head.on = grp_on;
+    atomic_init(&g->counter_id, -1);
+    grp_groups[count] = g;
+    (void)fleetprof_map_set(&grp_by_name, h, same_name, NULL, name, count); /* reserved */
+    /* Published last: snapshots read groups below grp_count without the lock. */
+    atomic_store_explicit(&grp_count, count + 1, memory_order_release);
+out:
     (void)pthread_mutex_unlock(&grp_lock);
     return g;
 }
@@ -343,7 +338,7 @@ static bool rseq_usable(void)
 static struct grp_thread *thread_state(uint32_t index)
 {
     struct grp_thread *t = grp_self;
-    uint32_t capacity;
+    size_t capacity;
 
     if (t && index < t->capacity)
         return t;
@@ -357,24 +352,16 @@ static struct grp_thread *thread_state(uint32_t index)
             (void)pthread_setspecific(grp_key, t);
         grp_self = t;
     }
-    capacity = t->capacity ? t->capacity : 16;
-    while (capacity <= index)
-        capacity *= 2;
+    capacity = fleetprof_grown_capacity(t->capacity, (size_t)index + 1, sizeof(*t->slots));
     if (capacity > GRP_MAX)
         capacity = GRP_MAX;
     if (capacity > t->capacity) {
-        struct grp_slot *slots = realloc(t->slots, capacity * sizeof(*slots));
-        uint32_t *touched;
-
-        if (!slots)
+        if (FLEETPROF_RESIZE(t->slots, capacity) < 0)
             return NULL;
-        memset(slots + t->capacity, 0, (capacity - t->capacity) * sizeof(*slots));
-        t->slots = slots;
-        touched = realloc(t->touched, capacity * sizeof(*touched));
-        if (!touched)
+        memset(t->slots + t->capacity, 0, (capacity - t->capacity) * sizeof(*t->slots));
+        if (FLEETPROF_RESIZE(t->touched, capacity) < 0)
             return NULL;
-        t->touched = touched;
-        t->capacity = capacity;
+        t->capacity = (uint32_t)capacity;
     }
     return index < t->capacity ? t : NULL;
 }

@@ -19,6 +19,7 @@
 #include "child/client.h"
 #include "child/core.h"
 #include "child/symbols-plugin.h"
+#include "common/grow.h"
 #include "profile/libs.h"
 #include "profile/symbols.h"
 
@@ -176,14 +177,11 @@ static int resolve_batch(struct rt_symbolizer *s, const struct prof_frame_reques
         res->line = b.lines[a];
     }
     if (b.arena) { /* keep the strings until the profile is written */
-        char **grown = realloc(s->arenas, (s->arena_count + 1) * sizeof(*grown));
-
-        if (!grown) {
+        if (FLEETPROF_GROW(s->arenas, s->arena_cap, s->arena_count + 1) < 0) {
             memset(results + start, 0, (*ret_end - start) * sizeof(*results));
             r = -ENOMEM;
             goto out;
         }
-        s->arenas = grown;
         s->arenas[s->arena_count++] = b.arena;
         b.arena = NULL;
     }
@@ -250,4 +248,5 @@ void rt_symbolizer_done(struct rt_symbolizer *s)
     free(s->arenas);
     s->arenas = NULL;
     s->arena_count = 0;
+    s->arena_cap = 0;
 }

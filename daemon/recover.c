@@ -26,6 +26,7 @@
 #include "buffer/chunk.h"
 #include "buffer/chunked-buffer.h"
 #include "buffer/region.h"
+#include "common/grow.h"
 #include "common/outfile.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
@@ -802,10 +803,8 @@ static int read_in_use(int fd, uint64_t limit, uint8_t **scratch, size_t *scratc
         total > EXIT_IMAGE_MAX_BYTES)
         return -E2BIG;
     if (total > *scratch_cap) {
-        img = realloc(*scratch, (size_t)total);
-        if (!img)
+        if (fleetprof_resize((void **)scratch, (size_t)total, 1) < 0)
             return -ENOMEM;
-        *scratch = img;
         *scratch_cap = (size_t)total;
     }
     img = *scratch;

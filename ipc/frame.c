@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "buffer/leb128.h"
+#include "common/grow.h"
 #include "common/macros.h"
 #include "ipc/ipc-internal.h"
 #include "ipc/ipc.h"
@@ -407,21 +408,19 @@ static int feed_prefix_byte(struct ipc_reader *r, uint8_t byte)
     return 1;
 }
 
-/* Makes room for want more frame bytes: grows geometrically, never beyond frame_len. */
+/* Makes room for want more frame bytes: grows by four (a frame's length is known, so a big
+ * one takes few steps), never beyond frame_len. */
 static int reserve(struct ipc_reader *r, size_t want)
 {
     size_t need = r->have + want, cap;
-    uint8_t *grown;
 
     if (need <= r->cap)
         return 0;
     cap = r->cap ? r->cap : MIN(r->frame_len, FRAME_BUF_MIN_BYTES);
     while (cap < need)
         cap = cap > r->frame_len / 4 ? r->frame_len : cap * 4;
-    grown = realloc(r->frame, cap);
-    if (!grown)
+    if (FLEETPROF_RESIZE(r->frame, cap) < 0)
         return -ENOMEM;
-    r->frame = grown;
     r->cap = cap;
     return 0;
 }
