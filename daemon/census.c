@@ -1,7 +1,7 @@
 /* daemon/census.c - the processes the daemon learns of at their fork, and why one that never
  * said Hello is not in the file.
  *
- * A profiled process's forked child connects in its fork handler (child/ipc.c,
+ * A profiled process's forked child connects in its fork handler (child/ipc-module/ipc.c,
  * connect_early()), before the program runs in it, and says Hello at its start (its first
  * tick, within 10 ms, or its first call into the runtime). If the connection closes first
  * with nothing said, the child exec'd (close-on-exec), or ended. An exec'd image that loads

@@ -51,7 +51,7 @@
 /* A region file bigger than this is not a region a runtime made (4096 slots of 1 MiB). */
 #define MAX_REGION_BYTES ((uint64_t)5 << 30)
 
-/* The Crash marker's schema: what the fatal signal handler recorded (child/crash.c). */
+/* The Crash marker's schema: what the fatal signal handler recorded (child/core/crash.c). */
 static const struct prof_schema_field crash_fields[] = {
         {"signal", "Signal", "string", true},
         {"address", "Fault address", "string", true},
@@ -705,7 +705,7 @@ void daemon__region_release(struct conn *c)
 /* ---- a short-lived child's exit profile, left in its region -------------------------- */
 
 /* What the daemon copies of such a region at most, in bytes of blocks: a child leaves its exit
- * profile there with at most 64 KiB in its buffer (child/runtime.c), which can lie in two
+ * profile there with at most 64 KiB in its buffer (child/lifecycle/runtime.c), which can lie in two
  * chunks of 256 KiB. A child that claims more is told off, not served: building 512 KiB of
  * entries holds the daemon's loop ~8 ms, and a larger one longer. */
 #define EXIT_REGION_MAX_BYTES (512u << 10)

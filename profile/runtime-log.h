@@ -1,6 +1,6 @@
 /* profile/runtime-log.h - profilingLog[pid].runtime: the runtime's own counters, as one
  * JSON object, written by the one function both writers of an exit profile use: the runtime
- * (child/runtime.c) and the daemon when it builds a short-lived child's exit profile from the
+ * (child/lifecycle/runtime.c) and the daemon when it builds a short-lived child's exit profile from the
  * child's chunk region (daemon/recover.c), from the numbers the child left in its description.
  * libc only; no state.
  */

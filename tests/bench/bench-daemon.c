@@ -3,7 +3,7 @@
  * The real daemon runs as its own process (so its CPU time and RSS are its own) and serves
  * N forked simulator processes, one connection each: the daemon names a child by its
  * SO_PEERCRED pid and refuses a second connection from one process. Each simulator behaves
- * like a real child's IPC thread (child/ipc.c) on a private libuv loop: Hello, then an
+ * like a real child's IPC thread (child/ipc-module/ipc.c) on a private libuv loop: Hello, then an
  * AwaitNextChunkManagerUpdate is answered with a ChunkManagerUpdate once its simulated
  * chunk manager changed. The daemon's poll is a standing one: every later change is sent
  * under it, without a new poll, but not while the daemon has not read the previous update
@@ -98,9 +98,9 @@
 #define CONNECT_RETRIES     400 /* 5 ms apart: a full accept backlog answers -EAGAIN */
 #define SHOWN_LOG_LINES     10
 #define RTT_BUCKETS         24 /* update -> next poll, log2 microseconds: up to 8 s */
-#define RETRY_MIN_MS        1  /* child/ipc.c UPDATE_RETRY_MIN_MS, UPDATE_RETRY_MAX_MS */
+#define RETRY_MIN_MS        1  /* child/ipc-module/ipc.c UPDATE_RETRY_MIN_MS, UPDATE_RETRY_MAX_MS */
 #define RETRY_MAX_MS        64
-#define HOLD_CHUNKS         2 /* child/ipc.c UPDATE_HOLD_CHUNKS */
+#define HOLD_CHUNKS         2 /* child/ipc-module/ipc.c UPDATE_HOLD_CHUNKS */
 
 /* ---- shared between the parent and the simulators (MAP_SHARED, lock-free atomics) ------- */
 
@@ -235,7 +235,7 @@ static uint64_t sim_destroy_at_or_before(uint64_t at)
     return n;
 }
 
-/* As child/ipc.c apply_region_eviction(): a point that moved, not backwards nor in the
+/* As child/ipc-module/ipc.c apply_region_eviction(): a point that moved, not backwards nor in the
  * future, destroys; its change waits for the next update (a standing poll). */
 static void sim_apply_region_eviction(void)
 {
@@ -272,7 +272,7 @@ static void sim_on_retry(uv_timer_t *t)
     sim_send_update();
 }
 
-/* As child/ipc.c daemon_caught_up(). */
+/* As child/ipc-module/ipc.c daemon_caught_up(). */
 static bool sim_daemon_caught_up(void)
 {
     if (ipc_conn_peer_caught_up(sim.conn) != 0)
@@ -286,7 +286,7 @@ static bool sim_daemon_caught_up(void)
     return false;
 }
 
-/* As child/ipc.c hold_update(): under a standing poll, an update listing fewer than
+/* As child/ipc-module/ipc.c hold_update(): under a standing poll, an update listing fewer than
  * HOLD_CHUNKS new chunks waits, at most hold_ns after the first change it holds, unless it
  * tells of unreleased memory the daemon has not heard of. */
 static bool sim_hold_update(void)
@@ -316,8 +316,8 @@ static uint64_t sim_oldest_done_ns(void)
     return sim.destroyed_through_ns ? sim.destroyed_through_ns + 1 : 0;
 }
 
-/* As child/ipc.c publish_in_region(): the change goes into the region's update ring on the
- * sampler's tick, no message and no hold; what a full ring cannot take waits for the next. An
+/* As child/ipc-module/ipc.c publish_in_region(): the change goes into the region's update ring on
+ * the sampler's tick, no message and no hold; what a full ring cannot take waits for the next. An
  * update counts as handled once the daemon took it from the ring. */
 static void sim_publish_in_region(void)
 {
@@ -350,7 +350,8 @@ static void sim_publish_in_region(void)
         sim_changed(); /* the rest on the next tick */
 }
 
-/* Answers the outstanding poll with the manager's state, like child/ipc.c flush_update(). */
+/* Answers the outstanding poll with the manager's state, like child/ipc-module/ipc.c
+ * flush_update(). */
 static void sim_send_update(void)
 {
     static Fleetprof__ChunkMetadata items[RING_CAP];
@@ -408,7 +409,8 @@ static void sim_on_tick(uv_timer_t *t)
     sim_send_update();
 }
 
-/* The manager changed: the next sampler tick tells the IPC side (child/ipc.c rt_ipc_tick). */
+/* The manager changed: the next sampler tick tells the IPC side (child/ipc-module/ipc.c
+ * rt_ipc_tick). */
 static void sim_changed(void)
 {
     sim.dirty = true;
@@ -540,7 +542,8 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
         atomic_fetch_add(&sim.slot->destroys, 1);
         atomic_fetch_add(&sim.slot->destroyed_chunks, n);
         if (n) {
-            /* As child/ipc.c: under a standing poll the change waits for the next update. */
+            /* As child/ipc-module/ipc.c: under a standing poll the change waits for the next
+             * update. */
             if (sim.poll_standing)
                 sim.dirty = true;
             else
@@ -602,7 +605,7 @@ static void sim_send_hello(void)
     h.argv = &argv0;
     h.start_ns = now_ns();
     h.start_epoch_ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u;
-    /* As child/ipc.c send_hello(): the region goes with the first frame. */
+    /* As child/ipc-module/ipc.c send_hello(): the region goes with the first frame. */
     h.chunk_region = sim.region != NULL;
     h.region_evictions = sim.region != NULL;
     h.updates_in_region = sim.region != NULL && !sim.shared->message_updates;

@@ -12,18 +12,16 @@
  *          pages, so no page faults; what repeated writes in one long-lived process cost.
  *   fresh  (gecko.<case>_fresh_MBps) RUNS times, each in a forked process on a new thread
  *          (memory writer, finish, free; no copy): what a child's first capture costs. Its
- *          gather thread (child/ipc.c gather_main) is new, so glibc gives it a new arena whose
- *          pages were never touched, and the IPC thread sends the writer's chunks without a
- *          copy. malloc_trim() between writes in one process comes close (freed pages fault
- *          again) but keeps that process's allocator state (the main arena, an mmap threshold
- *          raised by earlier frees) and the writer's code pages mapped; a child's first
- *          capture has neither. Forking after the fill keeps the buffer in place (its pages
- *          are shared, only read) and is not timed.
- *          Also prints the writer thread's page faults (gecko.<case>_fresh_faults, median):
- *          on this PVM guest each costs ~12 us.
- * MB = 1e6 bytes of JSON per CPU second. With an output directory argument, also writes each
- * profile to DIR/<case>.json, so two builds can be compared byte for byte. Measures, never
- * asserts on time; exits 1 saying why when a figure cannot be measured.
+ *          gather thread (child/ipc-module/ipc.c gather_main) is new, so glibc gives it a new arena
+ * whose pages were never touched, and the IPC thread sends the writer's chunks without a copy.
+ * malloc_trim() between writes in one process comes close (freed pages fault again) but keeps that
+ * process's allocator state (the main arena, an mmap threshold raised by earlier frees) and the
+ * writer's code pages mapped; a child's first capture has neither. Forking after the fill keeps the
+ * buffer in place (its pages are shared, only read) and is not timed. Also prints the writer
+ * thread's page faults (gecko.<case>_fresh_faults, median): on this PVM guest each costs ~12 us. MB
+ * = 1e6 bytes of JSON per CPU second. With an output directory argument, also writes each profile
+ * to DIR/<case>.json, so two builds can be compared byte for byte. Measures, never asserts on time;
+ * exits 1 saying why when a figure cannot be measured.
  */
 #include <errno.h>
 #include <pthread.h>

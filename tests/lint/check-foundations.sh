@@ -9,7 +9,7 @@
 #
 # Allowed elsewhere, each for a reason that is not writing a user's file:
 #   ipc/uv-listener.c   a listening socket bound under a temporary name, renamed into place
-#   child/region.c      a chunk file moved aside at exec, and back if the exec fails
+#   child/core/region.c      a chunk file moved aside at exec, and back if the exec fails
 set -uo pipefail
 root=${1:?usage: check-foundations.sh SOURCE_ROOT}
 cd "$root" || exit 2
@@ -17,7 +17,7 @@ status=0
 while IFS= read -r -d '' f; do
     case "$f" in
         ./common/*|./tests/*|./build*) continue ;;
-        ./ipc/uv-listener.c|./child/region.c) allowed='fsync|fleetprof_tmpfile_beside' ;;
+        ./ipc/uv-listener.c|./child/core/region.c) allowed='fsync|fleetprof_tmpfile_beside' ;;
         *) allowed='fsync|rename|fleetprof_tmpfile_beside' ;;
     esac
     # Calls only: a word boundary, then "(" (comments that name the calls are fine).

@@ -8,6 +8,17 @@ cd "$root" || exit 2
 # libc, POSIX and Linux headers: the only <...> includes buffer/ may use.
 libc_re='^(assert|complex|ctype|errno|fenv|float|inttypes|iso646|limits|locale|math|setjmp|signal|stdalign|stdarg|stdatomic|stdbool|stddef|stdint|stdio|stdlib|stdnoreturn|string|tgmath|threads|time|uchar|wchar|wctype|pthread|sched|unistd|fcntl|poll|dirent|dlfcn|fnmatch|ftw|limits|semaphore|spawn|strings|syslog|termios|alloca|byteswap|endian|features|malloc|link|elf|execinfo)\.h$|^(sys|linux|asm|bits|netinet|arpa)/'
 
+# The runtime's layers, top to bottom (docs/architecture.md, "Inside child/"): a layer's
+# files include the headers and call the functions of their own layer and those below.
+runtime_layers=(entry lifecycle client core base)
+layer_rank() {
+    local i
+    for i in "${!runtime_layers[@]}"; do
+        [[ ${runtime_layers[$i]} == "$1" ]] && { echo "$i"; return; }
+    done
+    echo -1
+}
+
 fail=0
 report() {
     echo "$1: $2"
@@ -21,6 +32,9 @@ while IFS= read -r file; do
     case "$file" in
     tests/unit/*/*) unitmod=${sub#unit/}; unitmod=${unitmod%%/*} ;;
     esac
+    if [[ $module == child && $sub != */* ]]; then
+        report "$file:1" "a file of the runtime lives in its layer's folder (child/LAYER/, docs/architecture.md)"
+    fi
     lineno=0
     while IFS= read -r line; do
         lineno=$((lineno + 1))
@@ -75,30 +89,37 @@ while IFS= read -r file; do
             ;;
         child)
             [[ $inc == daemon/* || $inc == tools/* ]] && report "$where" "child/ must not depend on $incmod/"
-            # libuv and protobuf-c only in libfleetprof-ipc.so (ipc.c, ipc-pack.c), which the
-            # runtime dlopen()s (docs/layers.md): never in libfleetprof.so itself.
-            if [[ $sub != */* && $sub != ipc.c && $sub != ipc-pack.c ]] &&
-                [[ $inc == uv.h || $inc == protobuf-c/* || $inc == proto/* || $inc == ipc/* ]]; then
-                report "$where" "libfleetprof.so must not use $inc: only libfleetprof-ipc.so (ipc.c, ipc-pack.c) may"
-            fi
-            # The module reaches the runtime only through struct rt_ipc_core (ipc-module.h).
-            if [[ ($sub == ipc.c || $sub == ipc-pack.c) && $inc == child/* && $inc != child/ipc-module.h &&
-                $inc != child/fds.h ]]; then
-                report "$where" "libfleetprof-ipc.so must reach the runtime only through child/ipc-module.h ($inc)"
-            fi
-            # The runtime's layers (docs/architecture.md, "Inside child/"): the core sees
-            # neither the daemon client (client.h, ipc-start.h) nor the lifecycle (lifecycle.h), the
-            # client not the lifecycle. groups.c holds public API entry points, which like
-            # api.c finish a forked child's deferred start (rt_running(), lifecycle.h).
-            if [[ $sub != */* && ($inc == child/client.h || $inc == child/ipc-start.h || $inc == child/lifecycle.h) ]]; then
-                case "$sub" in
-                preload.c | preload-fds.c | api.c | runtime.c | lifecycle.h) ;;
-                groups.c) [[ $inc != child/lifecycle.h ]] && report "$where" "the runtime's core must not include $inc (above it)" ;;
-                client.c | symbolize-remote.c | client.h)
-                    [[ $inc == child/lifecycle.h ]] && report "$where" "the daemon client must not include $inc (above it)"
-                    ;;
-                *) report "$where" "the runtime's core must not include $inc (above it)" ;;
-                esac
+            layer=${sub%%/*}
+            [[ $sub == */* ]] || layer=""
+            rank=$(layer_rank "$layer")
+            if [[ $layer == "" ]]; then
+                : # reported once above
+            elif [[ $layer == ipc-module ]]; then
+                # libfleetprof-ipc.so reaches the runtime only through struct rt_ipc_core.
+                if [[ $inc == child/* && $inc != child/ipc-module/* && $inc != child/core/ipc-module.h &&
+                    $inc != child/base/fds.h && $inc != child/base/clock.h && $inc != child/include/* ]]; then
+                    report "$where" "libfleetprof-ipc.so must reach the runtime only through child/core/ipc-module.h ($inc)"
+                fi
+            elif [[ $layer == symbols-module ]]; then
+                if [[ $inc == child/* && $inc != child/symbols-module/* && $inc != child/client/symbols-plugin.h ]]; then
+                    report "$where" "libfleetprof-symbols.so must reach the runtime only through child/client/symbols-plugin.h ($inc)"
+                fi
+            elif [[ $rank -ge 0 ]]; then
+                # libuv and protobuf-c only in libfleetprof-ipc.so, which the runtime dlopen()s
+                # (docs/layers.md): never in libfleetprof.so itself.
+                if [[ $inc == uv.h || $inc == protobuf-c/* || $inc == proto/* || $inc == ipc/* ]]; then
+                    report "$where" "libfleetprof.so must not use $inc: only libfleetprof-ipc.so (child/ipc-module/) may"
+                fi
+                inclayer=""
+                [[ $inc == child/*/* ]] && inclayer=${inc#child/} && inclayer=${inclayer%%/*}
+                incrank=$(layer_rank "$inclayer")
+                if [[ $inclayer == ipc-module || $inclayer == symbols-module ]]; then
+                    report "$where" "the runtime reaches a module only through its table ($inc)"
+                elif [[ $incrank -ge 0 && $incrank -lt $rank ]]; then
+                    report "$where" "the runtime's $layer layer must not include $inc ($inclayer is above it)"
+                fi
+            else
+                [[ $layer != include ]] && report "$where" "child/$layer/ is not a layer of the runtime (docs/architecture.md)"
             fi
             ;;
         daemon)
@@ -143,24 +164,24 @@ calls_up() {
 # down into core.c, and the functions server.c defines are the public API for main.c.
 calls_up daemon/server.c daemon/core.h $(ls daemon/*.c 2>/dev/null | grep -v '^daemon/main\.c$')
 
-# Inside child/ (the runtime), the interposed libc functions (preload.c, preload-fds.c) are
-# the top: they call down into the runtime, and nothing of it calls them (child/fds.h).
-child_files=$(ls child/*.c 2>/dev/null)
-calls_up child/preload.c child/fds.h $child_files
-calls_up child/preload-fds.c child/fds.h $child_files
-# Below them, the lifecycle (runtime.c), then the daemon client (client.c, symbolize-remote.c),
-# then the core: a lower file reaches an upper one only through the hooks it was given
-# (struct rt_sampler_hooks, rt_ipc_start()'s profile writer).
-child_module="child/ipc.c child/ipc-pack.c" # libfleetprof-ipc.so, dlopen()ed (docs/layers.md)
-child_runtime=$(ls child/*.c 2>/dev/null | grep -vE '^child/(ipc|ipc-pack)\.c$')
-child_core=$(ls child/*.c 2>/dev/null | grep -vE '^child/(preload|preload-fds|api|runtime|client|symbolize-remote|ipc|ipc-pack)\.c$')
-calls_up child/runtime.c "a hook it was given" child/client.c child/symbolize-remote.c $child_core
-calls_up child/client.c "a hook it was given" $child_core
-calls_up child/symbolize-remote.c "a hook it was given" $child_core
+# Inside child/ (the runtime), each layer calls only its own and those below it: a lower file
+# reaches an upper one only through the hooks it was given (struct rt_sampler_hooks,
+# rt_ipc_start()'s profile writer). Interposed libc functions (FLEETPROF_EXPORT) are the C
+# library's to the runtime, not a layer's.
+for ((upper = 0; upper < ${#runtime_layers[@]}; upper++)); do
+    for ((lower = upper + 1; lower < ${#runtime_layers[@]}; lower++)); do
+        for above in child/"${runtime_layers[$upper]}"/*.c; do
+            [[ -f $above ]] || continue
+            calls_up "$above" "a hook it was given" child/"${runtime_layers[$lower]}"/*.c
+        done
+    done
+done
 # libfleetprof-ipc.so calls libfleetprof.so only through the table it is handed
 # (struct rt_ipc_core); its link (-z defs) enforces it too.
-for f in $child_runtime; do
-    calls_up "$f" "struct rt_ipc_core" $child_module
+for layer in "${runtime_layers[@]}"; do
+    for f in child/"$layer"/*.c; do
+        [[ -f $f ]] && calls_up "$f" "struct rt_ipc_core" child/ipc-module/*.c
+    done
 done
 
 exit $fail

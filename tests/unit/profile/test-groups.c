@@ -126,7 +126,7 @@ static void test_totals_add(void **state)
 
 /* --- the profile ------------------------------------------------------------------------- */
 
-/* What the runtime declares for slow events (child/groups.c), as its profile carries it. */
+/* What the runtime declares for slow events (child/entry/groups.c), as its profile carries it. */
 static const struct prof_schema_field slow_fields[] = {
         {"group", "Group", "string", true},
         {"cpu", "Group CPU", "duration", false},

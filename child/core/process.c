@@ -1,0 +1,157 @@
+/* child/core/process.c - the profiled process's names: its command line (the profile's product),
+ * its program's base name, and the title it may set over its argv. Core: read by the
+ * profile writer, the region's description and the daemon client.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "child/core/core.h"
+
+static char product[4096];
+static char program_name[256];
+static char argv0_at_start[256]; /* argv[0] as it was: a different one is a process title */
+
+/* The command line, arguments joined by spaces, and the program's base name. */
+void rt_process_read_command_line(void)
+{
+    ssize_t n = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    const char *base;
+
+    product[0] = '\0';
+    if (fd >= 0) {
+        n = read(fd, product, sizeof(product) - 1);
+        (void)close(fd);
+    }
+    if (n <= 0) {
+        (void)snprintf(product, sizeof(product), "pid %d", (int)getpid());
+        n = (ssize_t)strlen(product);
+    }
+    product[n] = '\0';
+    (void)snprintf(argv0_at_start, sizeof(argv0_at_start), "%.255s", product);
+    base = strrchr(product, '/');
+    (void)snprintf(program_name, sizeof(program_name), "%.255s", base ? base + 1 : product);
+    for (ssize_t i = 0; i < n - 1; i++)
+        if (product[i] == '\0')
+            product[i] = ' ';
+}
+
+const char *rt_product(void)
+{
+    return product;
+}
+
+/* The title /proc shows now, into buf, or the program's name when there is none. */
+static const char *title_now(char *buf, size_t size)
+{
+    ssize_t n = 0;
+    int fd;
+
+    /* Servers name their processes by writing over their argv (postgres' "postgres:
+     * checkpointer", nginx's "nginx: worker process"): what /proc shows now. Read as a
+     * setup of the runtime's (rt_fds_capture): a program thread's dup2() onto the number
+     * meanwhile waits, instead of being closed by ours after it. */
+    rt_fds_capture(RT_FDS_CAPTURE);
+    fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, buf, size - 1);
+        (void)close(fd);
+    }
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
+    if (n <= 0)
+        return program_name;
+    buf[n] = '\0';
+    n = (ssize_t)strlen(buf); /* the first string: the title, or argv[0] */
+    while (n > 0 && buf[n - 1] == ' ')
+        buf[--n] = '\0'; /* setproctitle() pads with spaces */
+    if (n == 0 || strncmp(buf, argv0_at_start, sizeof(argv0_at_start) - 1) == 0)
+        return program_name;
+    return buf;
+}
+
+/* The titles seen by the sampler's look every TITLE_LOOK_NS, each with how long it was
+ * shown: a server's process is named by the one it held longest, not by the one it sets
+ * on its way out (nginx's "nginx: worker process is shutting down"). A few: a process that
+ * changes its title all the time (a progress line) keeps the longest held. */
+#define TITLES_MAX    4
+#define TITLE_LOOK_NS (100 * 1000 * 1000)
+
+static pthread_mutex_t titles_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char text[256];
+    uint64_t held_ns;
+} titles[TITLES_MAX];
+static size_t title_count, title_current;
+/* 0: never looked. Written under titles_lock; read without it by the sampler's tick, which
+ * takes the lock only once a look is due (not on every tick). */
+static _Atomic uint64_t title_looked_ns;
+
+/* titles_lock held. Charges the time since the last look to the title shown then. */
+static void look_locked(uint64_t now_ns)
+{
+    char buf[256];
+    const char *t = title_now(buf, sizeof(buf));
+    uint64_t looked = atomic_load(&title_looked_ns);
+    size_t i, least = 0;
+
+    if (now_ns < looked) /* a caller's clock read before another's look */
+        now_ns = looked;
+    if (title_count)
+        titles[title_current].held_ns += now_ns - looked;
+    atomic_store(&title_looked_ns, now_ns);
+    for (i = 0; i < title_count && strcmp(titles[i].text, t) != 0; i++)
+        if (titles[i].held_ns < titles[least].held_ns)
+            least = i;
+    if (i == title_count && title_count == TITLES_MAX)
+        i = least; /* the least held gives its place */
+    else if (i == title_count)
+        title_count++;
+    if (strcmp(titles[i].text, t) != 0) {
+        (void)snprintf(titles[i].text, sizeof(titles[i].text), "%s", t);
+        titles[i].held_ns = 0;
+    }
+    title_current = i;
+}
+
+void rt_process_title_tick(uint64_t now_ns)
+{
+    uint64_t looked = atomic_load_explicit(&title_looked_ns, memory_order_relaxed);
+
+    if (looked && now_ns - looked < TITLE_LOOK_NS)
+        return;
+    (void)pthread_mutex_lock(&titles_lock);
+    look_locked(now_ns);
+    (void)pthread_mutex_unlock(&titles_lock);
+}
+
+void rt_process_titles_forget(void)
+{
+    (void)pthread_mutex_init(&titles_lock, NULL); /* a thread of the parent may have held it */
+    title_count = 0;
+    title_current = 0;
+    atomic_store(&title_looked_ns, 0);
+}
+
+const char *rt_process_name(char *buf, size_t size)
+{
+    size_t best = 0;
+
+    (void)pthread_mutex_lock(&titles_lock);
+    look_locked(rt_now_ns());
+    for (size_t i = 1; i < title_count; i++)
+        if (titles[i].held_ns > titles[best].held_ns)
+            best = i;
+    (void)snprintf(buf, size, "%s", titles[best].text);
+    (void)pthread_mutex_unlock(&titles_lock);
+    return buf;
+}
+
+const char *rt_program_name(void)
+{
+    return program_name;
+}

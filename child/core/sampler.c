@@ -1,0 +1,781 @@
+/* child/core/sampler.c - the sampler thread (the signal's handler is in handler.c).
+ *
+ * Each tick (an absolute futex timeout: a true 1 kHz, not a tick-bound itimer; a late tick
+ * restarts the schedule instead of catching up; stopping or an exit signal wakes it at
+ * once), the sampler:
+ *   1. harvests the captures signal handlers finished since the last tick (no handshake:
+ *      the handler never waits), unwinds copies in copy mode, writes SAMPLE entries;
+ *   2. reads each live thread's CPU clock: a thread that did not run gets a cheap
+ *      SAME_SAMPLE and no signal; the others get RT_SAMPLE_SIGNAL through tgkill;
+ *   3. samples counters (the built-in memory counter and the descriptor check at most every
+ *      10 ms, and only when another thread of the process ran since the last check);
+ *   4. records its own cost as an OVERHEAD entry and prepares the next chunk.
+ * A capture still in flight at the next tick is left alone, so each thread's samples stay
+ * in time order. Ticks sit on a grid of whole intervals shared by every process. When
+ * every thread was idle at two wakes in a row, the sampler sleeps through up to
+ * RT_IDLE_SLEEP_NS of ticks (1, 1, 2, 4, 4... intervals) and writes the ticks it skipped as
+ * same-samples when it wakes: an idle fleet of 64 processes at 1 kHz cost 60% of a CPU in
+ * wake-ups alone.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "buffer/chunked-buffer.h"
+#include "child/core/core.h"
+
+/* The layers above, called on the sampler thread (set by rt_sampler_start()). */
+static struct rt_sampler_hooks hooks;
+
+static bool loss_handled; /* sampler-owned: after_handler_lost() ran */
+/* The sampler reads it; rt_sampler_release_statm() may take it from another thread. */
+static _Atomic int statm_fd = -1;
+static uint64_t last_memory_ns;
+/* What the process's other threads had used at the last descriptor and memory check
+ * (sampler-owned): CPU in us and context switches, from getrusage(). */
+static int64_t others_cpu_us;
+static int64_t others_switches;
+static bool others_known; /* the two above hold a measurement */
+/* Those checks made and skipped (sampler-written, read by profile writers). */
+static _Atomic uint64_t checks_made;
+static _Atomic uint64_t checks_skipped;
+/* Rate counters (all but memory): the time of each one's last row, and of the previous
+ * step 3; sampler-owned, reset when the sampler starts (a forked child's starts anew). */
+static uint64_t counter_row_ns[RT_MAX_COUNTERS];
+static uint64_t counters_prev_ns;
+/* Futex word: 1 when the sampler must stop sleeping (stop, or an exit signal to handle).
+ * A plain sleep made every exit wait for the current tick: up to a whole interval. */
+static _Atomic uint32_t wake_word;
+
+/* On the sampler, at its first tick after the handler was lost: a sample of ours still
+ * pending on some thread (its capture REQUESTED: the thread blocks the signal, or has not
+ * run since) would reach the program's action when delivered. Registry lock held. */
+static void after_handler_lost(void)
+{
+    bool in_flight = false;
+
+    for (size_t i = 0; i < rt.thread_count; i++)
+        if (rt.threads[i] && atomic_load_explicit(&rt.threads[i]->capture.state,
+                                                  memory_order_acquire) == RT_CAPTURE_REQUESTED)
+            in_flight = true;
+    if (in_flight)
+        rt_handler_discard_pending();
+    rt_debug("the program replaced the SIGPROF handler (rt_sigaction system call): sampling "
+             "stopped");
+}
+
+/* Native frames from the root down to the frame of the function containing code_address
+ * (a label's push site), searching from the root so recursion picks the outermost call;
+ * 0 when no frame lies in that function. */
+static uint32_t label_native_depth(const struct rt_capture *c, uint64_t code_address)
+{
+    uint64_t start, end;
+
+    if (rt_proc_range(code_address - 1, &start, &end) < 0)
+        return 0;
+    for (uint32_t i = c->frame_count; i-- > 0;) {
+        /* Return addresses point after the call: look up the call itself. */
+        uint64_t pc = i == 0 ? c->frames[i] : c->frames[i] - 1;
+
+        if (pc >= start && pc < end)
+            return c->frame_count - i;
+    }
+    return 0;
+}
+
+/* At most this much CPU of a thread caught asleep is put down to the signal that woke it. */
+#define RT_SIGNAL_COST_MAX_NS (200 * 1000)
+
+/* Time in the sampling handler per capture (entry to exit, user space: the kernel's
+ * delivery and sigreturn are not in it), in buckets of RT_HANDLER_BUCKET_NS up to
+ * RT_HANDLER_BUCKETS of them, the last one open-ended. Sampler-written, read by profile
+ * writers: relaxed atomics. */
+#define RT_HANDLER_BUCKET_NS 16
+#define RT_HANDLER_BUCKETS   1024
+static _Atomic uint32_t handler_histogram[RT_HANDLER_BUCKETS];
+
+static void count_handler_time(uint64_t ns)
+{
+    uint64_t b = ns / RT_HANDLER_BUCKET_NS;
+
+    atomic_fetch_add_explicit(
+            &handler_histogram[b < RT_HANDLER_BUCKETS ? b : RT_HANDLER_BUCKETS - 1], 1,
+            memory_order_relaxed);
+}
+
+struct rt_handler_stats rt_sampler_handler_stats(void)
+{
+    uint32_t counts[RT_HANDLER_BUCKETS];
+    uint64_t total = 0, seen = 0;
+    struct rt_handler_stats st = {0};
+
+    for (size_t i = 0; i < RT_HANDLER_BUCKETS; i++) {
+        counts[i] = atomic_load_explicit(&handler_histogram[i], memory_order_relaxed);
+        total += counts[i];
+    }
+    st.captures = total;
+    for (size_t i = 0; i < RT_HANDLER_BUCKETS && total; i++) {
+        uint64_t mid = i * RT_HANDLER_BUCKET_NS + RT_HANDLER_BUCKET_NS / 2;
+
+        seen += counts[i];
+        if (!st.p50_ns && seen * 2 >= total)
+            st.p50_ns = mid;
+        if (!st.p99_ns && seen * 100 >= total * 99)
+            st.p99_ns = mid;
+    }
+    return st;
+}
+
+/* A tick at which thread t did not run: the stack of its last sample (a same-sample), or,
+ * before it has any, a sample that says why there is none. */
+static void put_idle_tick(struct rt_thread *t, uint64_t time_ns, uint32_t why)
+{
+    struct prof_sample s = {0};
+
+    t->last_entry_ns = time_ns;
+    if (t->sampled) {
+        (void)prof_entry_put_same_sample(rt.buffer, t->tid, time_ns);
+        return;
+    }
+    s.tid = t->tid;
+    s.time_ns = time_ns;
+    s.flags = why;
+    (void)prof_entry_put_sample(rt.buffer, &s);
+}
+
+/* The ticks that came while the capture was in flight, spread evenly over the span they
+ * covered (they sit on the interval grid, give or take a late wake). */
+static void put_deferred_ticks(struct rt_thread *t, uint32_t why)
+{
+    uint32_t n = t->deferred_ticks;
+    uint64_t span = t->deferred_last_ns - t->deferred_first_ns;
+
+    for (uint32_t k = 0; k < n; k++)
+        put_idle_tick(t, t->deferred_first_ns + (n > 1 ? span * k / (n - 1) : 0), why);
+    t->deferred_ticks = 0;
+}
+
+/* A capture that will never land (its thread ended with the signal pending): the tick that
+ * asked for it and those after it get the thread's last stack, or say why they have none. */
+static void drop_capture(struct rt_thread *t)
+{
+    put_idle_tick(t, t->request_ns, PROF_SAMPLE_ENDED_UNSAMPLED);
+    put_deferred_ticks(t, PROF_SAMPLE_ENDED_UNSAMPLED);
+    atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+}
+
+/* Writes a landed capture at the tick that asked for it: until the handler ran, the thread
+ * stood still where the capture found it (a pending signal is handled before the thread
+ * runs another instruction), so that stack is also the one of every tick that came in the
+ * meantime. On a busy machine a runnable thread can wait many ticks for a CPU; giving those
+ * ticks its previous stack, or none before its first, misplaced them. */
+static void write_sample(struct rt_thread *t)
+{
+    struct rt_capture *c = &t->capture;
+    struct prof_label labels[RT_MAX_LABELS];
+    struct prof_sample s = {0};
+
+    if (rt.cfg.stackwalk == RT_STACKWALK_COPY)
+        rt_stackwalk_unwind_copy(c);
+    for (uint32_t i = 0; i < c->label_count; i++) {
+        labels[i].name.data = c->labels[i].name;
+        labels[i].name.len = c->labels[i].name ? strlen(c->labels[i].name) : 0;
+        labels[i].category = c->labels[i].category;
+        labels[i].stack_address = c->labels[i].stack_address;
+        labels[i].code_address = c->labels[i].code_address;
+        labels[i].native_depth = label_native_depth(c, c->labels[i].code_address);
+    }
+    count_handler_time(c->handler_ns);
+    t->signal_woke_it = c->in_syscall;
+    s.tid = t->tid;
+    s.time_ns = t->request_ns;
+    t->last_entry_ns = t->request_ns;
+    s.cpu_delta_ns = c->cpu_delta_ns;
+    s.flags = c->flags;
+    s.frames = c->frames;
+    s.frame_count = c->frame_count;
+    s.labels = labels;
+    s.label_count = c->label_count;
+    (void)prof_entry_put_sample(rt.buffer, &s);
+    t->sampled = true;
+    put_deferred_ticks(t, 0);
+    /* A capture of the runtime's own start-up is not where the program is: a thread that
+     * blocks right after it (a sleeper, a server's main waiting for work) must not have every
+     * later tick repeat it (a same-sample). It counts as not sampled yet, so its idle ticks
+     * say why they have no stack and a runnable one is signalled again. */
+    if (t->tid == rt.start_tid) {
+        uint64_t done = atomic_load(&rt.start_done_ns);
+
+        if (!done || t->request_ns <= done) {
+            t->sampled = false;
+            t->probe_cpu_ns = 0;
+        }
+    }
+    atomic_store_explicit(&c->state, RT_CAPTURE_EMPTY, memory_order_release);
+}
+
+static uint64_t thread_cpu_ns(clockid_t clock)
+{
+    struct timespec ts;
+
+    if (clock_gettime(clock, &ts) < 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether the thread is runnable (state R in /proc: running, or waiting for a CPU) rather
+ * than blocked. Asked only of a thread with no sample yet that used no CPU since its last
+ * tick: a runnable one is signalled (it runs no user code before the handler, so the
+ * capture is the stack it waits at), a blocked one is not (a signal would interrupt its
+ * call: sleeps and waits return EINTR even with SA_RESTART). */
+/* Whether st is a file of /proc (its file system's device, read once). */
+static bool proc_file(const struct stat *st)
+{
+    static dev_t proc_dev;
+    static bool known;
+    struct stat p;
+
+    if (!known && stat("/proc/self", &p) == 0) {
+        proc_dev = p.st_dev;
+        known = true;
+    }
+    return known && st->st_dev == proc_dev;
+}
+
+static bool thread_runnable(int32_t tid)
+{
+    char path[64], buf[512];
+    struct stat before, after;
+    const char *state;
+    ssize_t n = -1;
+    int fd;
+
+    (void)snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+    /* A setup: a program's dup2() sweep waits for it. Should one land on the number anyway
+     * (it looked just before), the descriptor is the program's then, and is not closed. */
+    rt_fds_setup_begin();
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &before) < 0)
+        (void)close(fd);
+    else if (fd >= 0 && proc_file(&before)) {
+        n = read(fd, buf, sizeof(buf) - 1);
+        if (fstat(fd, &after) == 0 && after.st_dev == before.st_dev &&
+            after.st_ino == before.st_ino)
+            (void)close(fd);
+        else
+            n = -1;
+    }
+    rt_fds_setup_end();
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    state = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    return state && state[1] == ' ' && state[2] == 'R';
+}
+
+/* Same-samples (or, before the first sample, samples saying the thread is blocked) for the
+ * grid ticks the sampler slept through (all its threads were idle at the tick before),
+ * oldest first, so that the thread keeps one sample per interval. */
+static void put_skipped_ticks(struct rt_thread *t, uint64_t now, unsigned skipped)
+{
+    for (unsigned k = skipped; k > 0; k--) {
+        uint64_t time = now - k * rt.cfg.interval_ns;
+
+        /* A wake earlier than planned (the grid rounds down) would put a skipped tick at or
+         * before the thread's last entry: a duplicate, out of order. */
+        if (time > t->last_entry_ns)
+            put_idle_tick(t, time, PROF_SAMPLE_BLOCKED_SINCE_START);
+    }
+}
+
+/* Whether thread t, which used (almost) no CPU since its last sample, is to be signalled
+ * anyway: only before its first sample, when it waits for a CPU rather than in a call. */
+static bool sample_idle_thread(struct rt_thread *t, uint64_t cpu)
+{
+    if (t->sampled || t->probe_cpu_ns == cpu)
+        return false;
+    if (thread_runnable(t->tid))
+        return true;
+    t->probe_cpu_ns = cpu; /* blocked: not asked again until it runs */
+    return false;
+}
+
+/* Sends thread t the sampling signal. The exec wrappers' handshake (preload.c): the count
+ * of signals in flight is raised before exec_pending is read (both sequentially
+ * consistent), so either this sees the exec coming and sends nothing, or the exec waits
+ * until this tgkill has returned, and then drains what it queued. Returns 0, -EAGAIN (an
+ * exec is under way) or -ESRCH (the thread is gone). */
+static int signal_thread(const struct rt_thread *t)
+{
+    int r = 0;
+
+    atomic_fetch_add(&rt.signals_in_flight, 1);
+    if (atomic_load(&rt.exec_pending))
+        r = -EAGAIN;
+    else if (syscall(SYS_tgkill, rt.pid, t->tid, RT_SAMPLE_SIGNAL) < 0)
+        r = -ESRCH;
+    atomic_fetch_sub(&rt.signals_in_flight, 1);
+    return r;
+}
+
+/* Once per tick, before its first signal: false (and sampling stopped for good) if the
+ * program replaced our handler behind our back. */
+static bool may_signal(bool *checked)
+{
+    if (!*checked) {
+        *checked = true;
+        rt_handler_check();
+    }
+    return !rt_handler_stopped_reason(NULL);
+}
+
+/* Steps 1 and 2 of a tick, which comes after `skipped` ticks slept through. Returns true if
+ * some thread ran (was signalled, or still has a capture pending). Registry lock held. */
+static bool sample_threads(uint64_t now, unsigned skipped)
+{
+    bool busy = false, checked = false;
+    bool paused = atomic_load(&rt.paused);
+    bool stopped = rt_handler_stopped_reason(NULL) != NULL;
+    /* An exec failed after draining samples in flight: signal those threads again. */
+    bool resend = atomic_exchange(&rt.exec_failed, 0) != 0;
+    /* Below this much CPU since its last sample, a thread counts as idle: above the cost of
+     * one sampling signal here (~10 us), far below a busy thread's interval. */
+    uint64_t idle_cpu_ns = rt.cfg.interval_ns / 20 > 20000 ? rt.cfg.interval_ns / 20 : 20000;
+
+    if (stopped && !loss_handled) {
+        loss_handled = true;
+        after_handler_lost();
+    }
+    for (size_t i = 0; i < rt.thread_count; i++) {
+        struct rt_thread *t = rt.threads[i];
+        int state;
+        uint64_t cpu;
+
+        if (!t)
+            continue;
+        state = atomic_load_explicit(&t->capture.state, memory_order_acquire);
+        if (state == RT_CAPTURE_FULL) {
+            write_sample(t);
+            state = RT_CAPTURE_EMPTY;
+        }
+        if ((!t->live || stopped) && state == RT_CAPTURE_REQUESTED) {
+            /* Its handler can no longer run (rt_self is cleared before the thread is marked
+             * dead; or our handler is gone), and a slot in flight is never reused. */
+            drop_capture(t);
+            continue;
+        }
+        if (!t->live || paused || stopped ||
+            atomic_load_explicit(&rt.exec_pending, memory_order_relaxed))
+            continue;
+        put_skipped_ticks(t, now, skipped);
+        if (state == RT_CAPTURE_REQUESTED) {
+            /* The signal is still pending a whole tick later: the thread was not scheduled
+             * (a busy machine), so it did not run. This tick gets the capture's stack when
+             * it lands. */
+            if (t->deferred_ticks++ == 0)
+                t->deferred_first_ns = now;
+            t->deferred_last_ns = now;
+            busy = true;
+            if (resend && may_signal(&checked) && signal_thread(t) == -EAGAIN)
+                atomic_store(&rt.exec_failed, 1); /* another exec: after it */
+            continue;
+        }
+        cpu = thread_cpu_ns(t->cpu_clock);
+        if (t->tid == rt.start_tid && !atomic_load(&rt.start_done_ns)) {
+            /* The runtime is still starting on this thread (loading its IPC module,
+             * connecting): that CPU is ours and that stack is ours, not the program's, and a
+             * capture there could name frames no symbol file has (libuv's own). Not
+             * signalled; its CPU counts from the tick after the start. */
+            t->last_cpu_ns = cpu;
+            continue;
+        }
+        if (t->signal_woke_it && cpu - t->last_cpu_ns < RT_SIGNAL_COST_MAX_NS) {
+            /* Asleep when signalled: what it used since (the kernel's delivery, the handler,
+             * going back to sleep) is our signal's, not the program's. Counted, it could
+             * exceed the idle threshold on a slow machine (63 us a signal beside two CPU
+             * hogs here), get the sleeper signalled again, and so on for every tick. */
+            t->last_cpu_ns = cpu;
+        }
+        t->signal_woke_it = false;
+        if (cpu - t->last_cpu_ns < idle_cpu_ns && !sample_idle_thread(t, cpu)) {
+            /* It (almost) did not run: its stack is the one of its last sample. No signal,
+             * so an idle thread is not woken and its blocking calls are not interrupted.
+             * The threshold matters: the signal itself bills the thread some CPU (handler,
+             * syscall restart), and an exact comparison would make every signalled sleeper
+             * look busy forever. Its CPU is not reset, so a thread doing a little work is
+             * sampled now and then. */
+            put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
+            continue;
+        }
+        if (!may_signal(&checked)) {
+            stopped = true;
+            continue;
+        }
+        t->capture.cpu_delta_ns = cpu - t->last_cpu_ns;
+        t->last_cpu_ns = cpu;
+        t->request_ns = now;
+        t->deferred_ticks = 0;
+        atomic_store_explicit(&t->capture.state, RT_CAPTURE_REQUESTED, memory_order_release);
+        switch (signal_thread(t)) {
+        case 0:
+            break;
+        case -EAGAIN: /* an exec began meanwhile: this tick keeps the last stack */
+            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+            put_idle_tick(t, now, PROF_SAMPLE_BLOCKED_SINCE_START);
+            break;
+        default:
+            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+            put_idle_tick(t, now, PROF_SAMPLE_ENDED_UNSAMPLED); /* it is gone */
+            break;
+        }
+        busy = true;
+    }
+    return busy;
+}
+
+/* After the sampler's last tick: captures that landed are written, and those still in
+ * flight end with the ticks they hold (the sampler is gone: nobody would harvest them). */
+static void harvest_last_captures(void)
+{
+    (void)pthread_mutex_lock(&rt.registry_lock);
+    for (size_t i = 0; i < rt.thread_count; i++) {
+        struct rt_thread *t = rt.threads[i];
+        int state;
+
+        if (!t)
+            continue;
+        state = atomic_load_explicit(&t->capture.state, memory_order_acquire);
+        if (state == RT_CAPTURE_FULL)
+            write_sample(t);
+        else if (state == RT_CAPTURE_REQUESTED)
+            drop_capture(t);
+    }
+    (void)pthread_mutex_unlock(&rt.registry_lock);
+}
+
+/* Ticks to sleep through after `idle_wakes` wakes in a row that found every thread idle:
+ * 0 while anything runs, then 1, 3, 3... up to RT_IDLE_SLEEP_NS. */
+static unsigned ticks_to_skip(unsigned idle_wakes)
+{
+    uint64_t max = RT_IDLE_SLEEP_NS / rt.cfg.interval_ns;
+    uint64_t k;
+
+    if (idle_wakes < 2 || max < 2)
+        return 0;
+    k = (1ull << (idle_wakes < 4 ? idle_wakes - 1 : 3)) - 1;
+    return (unsigned)(k < max ? k : max - 1);
+}
+
+/* Opened and protected before any thread of ours could race the program for it, like the
+ * IPC descriptors, and kept in the runtime's band of high numbers. */
+static int open_statm(void)
+{
+    int fd;
+
+    rt_fds_capture(RT_FDS_CAPTURE); /* not on 0, 1 or 2 */
+    fd = rt_fd_relocate(open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
+    rt_fd_protect(fd);
+    rt_fds_capture(RT_FDS_CAPTURE_OFF);
+    atomic_store(&statm_fd, fd);
+    return fd;
+}
+
+bool rt_sampler_owns_fd(int fd)
+{
+    return fd >= 0 && atomic_load(&statm_fd) == fd;
+}
+
+static _Atomic bool statm_given_up;
+
+void rt_sampler_give_up_statm(void)
+{
+    atomic_store(&statm_given_up, true);
+    rt_sampler_release_statm();
+}
+
+void rt_sampler_release_statm(void)
+{
+    int fd = atomic_exchange(&statm_fd, -1);
+
+    rt_fd_release(fd);
+}
+
+static int64_t resident_bytes(void)
+{
+    char buf[128];
+    long pages_total, pages_resident;
+    ssize_t n;
+
+    int fd = atomic_load(&statm_fd);
+
+    if (fd < 0 && atomic_load(&statm_given_up))
+        return -1;
+    if (fd < 0)
+        fd = open_statm(); /* given up (the program took its number): opened again */
+    if (fd < 0)
+        return -1;
+    n = pread(fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    if (sscanf(buf, "%ld %ld", &pages_total, &pages_resident) != 2)
+        return -1;
+    return (int64_t)pages_resident * sysconf(_SC_PAGESIZE);
+}
+
+static int64_t rusage_cpu_us(const struct rusage *ru)
+{
+    return (int64_t)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec +
+           (int64_t)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec;
+}
+
+/* Whether any thread of the process but this one (the program's, registered or not: raw
+ * clone, threads that began before us; the IPC thread; a profile writer) ran since the
+ * last call that returned true. Nothing else can close or replace a descriptor of ours or
+ * change the resident size much, so the checks that look for that are skipped while it
+ * is false. Two getrusage() calls (~2 us here) against 3-8 fstat() and a pread of statm
+ * (5-11 us). The test, from the process's totals less this thread's:
+ *   - context switches: a thread that ran and then blocked, or was preempted, counts one,
+ *     exactly (a thread that ran 1 us to close a descriptor and went back to sleep);
+ *   - CPU: a thread still running, or one that ended without blocking. getrusage gives
+ *     whole microseconds, each of user and system time truncated: a change of up to 2 us
+ *     per side is rounding (CLOCK_PROCESS_CPUTIME_ID minus this thread's CPU clock was
+ *     tried first: the process clock leaves out the running thread's time since its last
+ *     accounting, which made the difference wander by +-68 us with nothing else running).
+ * This thread's figures are read first, so a switch of ours between the two calls (a
+ * preemption) shows as the others': a check too many, never one too few. */
+static bool others_ran(void)
+{
+    struct rusage self, all;
+    int64_t cpu, switches;
+
+    if (getrusage(RUSAGE_THREAD, &self) < 0 || getrusage(RUSAGE_SELF, &all) < 0)
+        return true; /* cannot tell: check */
+    cpu = rusage_cpu_us(&all) - rusage_cpu_us(&self);
+    switches = (all.ru_nvcsw + all.ru_nivcsw) - (self.ru_nvcsw + self.ru_nivcsw);
+    /* The baseline moves only when a check is made: activity below the rounding adds up
+     * until it shows. */
+    if (others_known && switches == others_switches && cpu - others_cpu_us <= 4)
+        return false;
+    others_cpu_us = cpu;
+    others_switches = switches;
+    others_known = true;
+    return true;
+}
+
+void rt_sampler_check_stats(uint64_t *ret_made, uint64_t *ret_skipped)
+{
+    *ret_made = atomic_load_explicit(&checks_made, memory_order_relaxed);
+    *ret_skipped = atomic_load_explicit(&checks_skipped, memory_order_relaxed);
+}
+
+/* Step 3: counters whose value changed get a COUNTER entry with the delta; with memory, the
+ * memory counter is read first (at most every 10 ms, and only when another thread ran). */
+static void sample_counters(uint64_t now, bool memory)
+{
+    uint32_t count = atomic_load(&rt.counter_count);
+
+    if (memory && now - last_memory_ns >= RT_MEMORY_COUNTER_NS) {
+        last_memory_ns = now;
+        if (others_ran()) {
+            int64_t rss;
+
+            atomic_fetch_add_explicit(&checks_made, 1, memory_order_relaxed);
+            hooks.check_fds(); /* as often, and first: a few fstat() calls */
+            rss = resident_bytes();
+            if (rss >= 0)
+                atomic_store(&rt.counters[0].value, rss);
+        } else {
+            atomic_fetch_add_explicit(&checks_skipped, 1, memory_order_relaxed);
+        }
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        struct rt_counter *c = &rt.counters[i];
+        int64_t v = atomic_load_explicit(&c->value, memory_order_relaxed);
+        uint64_t ops = atomic_load_explicit(&c->ops, memory_order_relaxed);
+        struct prof_counter_sample s;
+
+        if (v == c->last_sampled && ops == c->last_ops)
+            continue;
+        if (i > 0 && counters_prev_ns && counter_row_ns[i] != counters_prev_ns &&
+            (!c->category || strcmp(c->category, "Memory") != 0)) {
+            /* Idle since its last row (or new): a zero row at the previous step first. The
+             * front-end spreads a row's delta over the time since the row before it, so
+             * without it a burst would be drawn as a trickle over the whole idle time. */
+            struct prof_counter_sample zero = {i, counters_prev_ns, 0, 0};
+
+            (void)prof_entry_put_counter(rt.buffer, &zero);
+        }
+        s.counter_id = i;
+        s.time_ns = now;
+        s.delta = v - c->last_sampled;
+        s.number = ops - c->last_ops;
+        if (prof_entry_put_counter(rt.buffer, &s) == 0) {
+            c->last_sampled = v;
+            c->last_ops = ops;
+            counter_row_ns[i] = now;
+        }
+    }
+    counters_prev_ns = now;
+}
+
+/* Sleeps until the absolute CLOCK_MONOTONIC time ts (FUTEX_WAIT_BITSET takes an absolute
+ * monotonic timeout, with the same timer slack as clock_nanosleep) or rt_sampler_wake(). */
+static void sleep_until(const struct timespec *ts)
+{
+    while (atomic_load(&wake_word) == 0) {
+        long r = syscall(SYS_futex, &wake_word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 0, ts, NULL,
+                         FUTEX_BITSET_MATCH_ANY);
+
+        if (r < 0 && errno == ETIMEDOUT)
+            break;
+    }
+    atomic_store(&wake_word, 0);
+}
+
+/* Async-signal-safe: called from the exit signals' handler. */
+void rt_sampler_wake(void)
+{
+    int saved_errno = errno;
+
+    atomic_store(&wake_word, 1);
+    (void)syscall(SYS_futex, &wake_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
+    errno = saved_errno;
+}
+
+static void *sampler_main(void *arg)
+{
+    uint64_t next = rt_now_ns();
+    unsigned idle_wakes = 0, skipped = 0;
+
+    (void)arg;
+    (void)prctl(PR_SET_NAME, "fleetprof-sampl", 0, 0, 0);
+    last_memory_ns = 0;
+    others_known = false;
+    memset(counter_row_ns, 0, sizeof(counter_row_ns));
+    counters_prev_ns = 0;
+    while (!atomic_load(&rt.stop_sampler)) {
+        struct prof_overhead o;
+        struct timespec ts;
+        uint64_t t0, t1, t2, t3;
+        int sig;
+
+        skipped = ticks_to_skip(idle_wakes);
+        next += rt.cfg.interval_ns * (skipped + 1);
+        t0 = rt_now_ns();
+        if (next < t0) {
+            next = t0; /* we were late: restart the schedule rather than catch up */
+            skipped = 0;
+        }
+        /* Ticks sit on a grid of whole intervals of the monotonic clock, shared by every
+         * profiled process: the kernel then expires all their sampler timers in one
+         * interrupt per CPU and tick, instead of one interrupt per process and tick. */
+        next -= next % rt.cfg.interval_ns;
+        if (next <= t0)
+            next += rt.cfg.interval_ns;
+        ts.tv_sec = (time_t)(next / 1000000000u);
+        ts.tv_nsec = (long)(next % 1000000000u);
+        sleep_until(&ts);
+        if (atomic_load(&rt.stop_sampler))
+            break;
+        /* A forked child's deferred start (runtime.c): nothing to sample before it, nor
+         * while an exec has it cancelled (the exec ends this thread, or fails and puts the
+         * start back). */
+        if (!atomic_load_explicit(&rt.running, memory_order_acquire)) {
+            if (atomic_load(&rt.fork_start) == RT_FORK_START_NONE ||
+                !hooks.fork_start_due(rt_now_ns()))
+                continue;
+            if (!hooks.start_if_pending() || atomic_load(&rt.stop_sampler))
+                break;
+        }
+        sig = atomic_exchange(&rt.exit_signal, 0);
+        if (sig) {
+            hooks.exit_signal(sig); /* does not return */
+            break;
+        }
+
+        t0 = rt_now_ns();
+        (void)pthread_mutex_lock(&rt.registry_lock);
+        t1 = rt_now_ns();
+        if (sample_threads(t1, skipped))
+            idle_wakes = 0;
+        else
+            idle_wakes++;
+        (void)pthread_mutex_unlock(&rt.registry_lock);
+        t2 = rt_now_ns();
+        sample_counters(t2, true);
+        rt_region_tick(t2);
+        rt_process_title_tick(t2);
+        (void)buf_chunked_buffer_prepare_next(rt.buffer);
+        hooks.tick();
+        t3 = rt_now_ns();
+        o = (struct prof_overhead){t0, t1 - t0, 0, t3 - t2, t2 - t1};
+        (void)prof_entry_put_overhead(rt.buffer, &o);
+    }
+    rt_sampler_release_statm(); /* closed only if the number is still ours */
+    return NULL;
+}
+
+/* Two program threads may stop the sampler at once (one gives the program its threads at the
+ * process limit, another exits): one joins it, the other waits for that. */
+static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void rt_sampler_forget_after_fork(void)
+{
+    (void)pthread_mutex_init(&stop_lock, NULL); /* another thread may have held it */
+    /* The parent's statm stays open in a forked child, and reads the parent's memory. */
+    if (statm_fd >= 0)
+        (void)close(statm_fd);
+    statm_fd = -1;
+}
+
+int rt_sampler_start(const struct rt_sampler_hooks *h)
+{
+    int r;
+
+    hooks = *h;
+    loss_handled = false;
+    atomic_store(&rt.stop_sampler, 0);
+    atomic_store(&wake_word, 0);
+    /* Opened and protected before the thread runs, like the IPC descriptors. */
+    (void)open_statm();
+    r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
+    if (r < 0)
+        return r;
+    rt.sampler_started = true;
+    return 0;
+}
+
+void rt_sampler_stop(void)
+{
+    bool self = pthread_equal(pthread_self(), rt.sampler);
+
+    if (!self)
+        (void)pthread_mutex_lock(&stop_lock);
+    if (!rt.sampler_started) {
+        if (!self)
+            (void)pthread_mutex_unlock(&stop_lock);
+        return;
+    }
+    atomic_store(&rt.stop_sampler, 1);
+    rt_sampler_wake();
+    if (!self)
+        (void)pthread_join(rt.sampler, NULL);
+    rt.sampler_started = false;
+    harvest_last_captures();
+    /* The counters' last deltas (a performance group charged since the last tick), so that
+     * the exit profile's counter tracks add up to the totals it carries. The sampler is gone:
+     * its state is ours now. Not the memory counter: the sampler closed /proc/self/statm as
+     * it ended, and reading it would open it again. */
+    sample_counters(rt_now_ns(), false);
+    if (!self)
+        (void)pthread_mutex_unlock(&stop_lock);
+}
