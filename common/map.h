@@ -44,8 +44,8 @@ struct fleetprof_map {
 /* Whether key (what the caller looks for) is the key of the stored value. */
 typedef bool fleetprof_map_same_fn(const void *ctx, const void *key, uint64_t value);
 
-/* The capacity an empty map first gets. */
-#define FLEETPROF_MAP_FIRST 64u
+/* The capacity an empty map first gets (8 keys: many maps stay small, one per process). */
+#define FLEETPROF_MAP_FIRST 16u
 
 /* A one-to-one mix of an integer key into a well-spread hash (SplitMix64's finalizer): the
  * low bits, which pick the slot, depend on every bit of the key. */

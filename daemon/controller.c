@@ -1,8 +1,8 @@
 /* daemon/controller.c - see controller.h.
  *
  * Each owner keeps its released chunks in a deque, oldest first (done times strictly
- * increase per owner, which validation enforces). Owners are found by id in a small chained
- * hash table, and the owners that hold released chunks sit in a binary min-heap keyed by
+ * increase per owner, which validation enforces). Owners are found by id in a hash map
+ * (common/map.h), and the owners that hold released chunks sit in a binary min-heap keyed by
  * (front done_ns, owner): an update and each eviction cost O(log owners), not a scan of the
  * fleet (a thousand children made the scan the largest user-space cost per update).
  */
@@ -13,12 +13,12 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "common/map.h"
 
 struct owner {
     int32_t id;
-    size_t index;       /* position in ctl.owners */
-    size_t heap_pos;    /* position in ctl.heap, NOT_IN_HEAP when it holds no chunk */
-    struct owner *next; /* hash chain */
+    size_t index;    /* position in ctl.owners */
+    size_t heap_pos; /* position in ctl.heap, NOT_IN_HEAP when it holds no chunk */
     uint64_t unreleased;
     uint64_t released;
     struct ctl_chunk *chunks; /* deque: chunks[head .. head + count) */
@@ -35,9 +35,8 @@ struct ctl {
     uint64_t limit;
     struct owner **owners; /* owned, each allocated alone (its address is its identity) */
     size_t owner_count, owner_cap;
-    struct owner **buckets; /* hash chains by id; bucket_count is a power of two */
-    size_t bucket_count;
-    struct owner **heap; /* owners with released chunks, by (front done_ns, id) */
+    struct fleetprof_map by_id; /* owners by id (id_hash): struct owner *, borrowed */
+    struct owner **heap;        /* owners with released chunks, by (front done_ns, id) */
     size_t heap_count;
     uint64_t unreleased_total;
     uint64_t released_total;
@@ -77,7 +76,7 @@ struct ctl *ctl_free(struct ctl *c)
         free(c->owners[i]);
     }
     free(c->owners);
-    free(c->buckets);
+    fleetprof_map_free(&c->by_id);
     free(c->heap);
     free(c->log);
     free(c);
@@ -97,75 +96,43 @@ static void log_event(struct ctl *c, int32_t owner, int8_t delta, uint64_t now_n
     c->log[c->log_count++] = (struct ctl_log_entry){owner, delta, now_ns};
 }
 
-static size_t bucket_of(const struct ctl *c, int32_t id)
+static uint64_t id_hash(int32_t id)
 {
-    return ((uint32_t)id * 2654435761u) & (c->bucket_count - 1);
+    return fleetprof_map_mix64((uint32_t)id);
 }
 
 static struct owner *find_owner(const struct ctl *c, int32_t id)
 {
-    if (!c->bucket_count)
+    uint64_t v;
+
+    if (!fleetprof_map_find(&c->by_id, id_hash(id), NULL, NULL, NULL, &v))
         return NULL;
-    for (struct owner *o = c->buckets[bucket_of(c, id)]; o; o = o->next)
-        if (o->id == id)
-            return o;
-    return NULL;
-}
-
-/* Keeps at most two owners per bucket on average. */
-static int grow_buckets(struct ctl *c)
-{
-    size_t count = c->bucket_count ? c->bucket_count * 2 : 64;
-    struct owner **grown = calloc(count, sizeof(*grown));
-
-    if (!grown)
-        return -ENOMEM;
-    free(c->buckets);
-    c->buckets = grown;
-    c->bucket_count = count;
-    for (size_t i = 0; i < c->owner_count; i++) {
-        struct owner *o = c->owners[i];
-        size_t b = bucket_of(c, o->id);
-
-        o->next = c->buckets[b];
-        c->buckets[b] = o;
-    }
-    return 0;
+    return (struct owner *)(uintptr_t)v;
 }
 
 static struct owner *get_owner(struct ctl *c, int32_t id)
 {
     struct owner *o = find_owner(c, id);
-    size_t b;
 
     if (o)
         return o;
+    /* The heap has room for every owner (heap_update relies on it): it shares the capacity. */
     if (c->owner_count == c->owner_cap) {
-        size_t cap = c->owner_cap ? c->owner_cap * 2 : 16;
-        struct owner **grown = realloc(c->owners, cap * sizeof(*grown));
-        struct owner **heap;
+        size_t cap = fleetprof_grown_capacity(c->owner_cap, c->owner_count + 1, sizeof(*c->owners));
 
-        if (!grown)
+        if (!cap || FLEETPROF_RESIZE(c->owners, cap) < 0 || FLEETPROF_RESIZE(c->heap, cap) < 0)
             return NULL;
-        c->owners = grown;
-        heap = realloc(c->heap, cap * sizeof(*heap));
-        if (!heap)
-            return NULL;
-        c->heap = heap;
         c->owner_cap = cap;
     }
-    if (c->owner_count >= 2 * c->bucket_count && grow_buckets(c) < 0)
-        return NULL;
     o = calloc(1, sizeof(*o));
-    if (!o)
+    if (!o || fleetprof_map_set(&c->by_id, id_hash(id), NULL, NULL, NULL, (uintptr_t)o) < 0) {
+        free(o);
         return NULL;
+    }
     o->id = id;
     o->heap_pos = NOT_IN_HEAP;
     o->index = c->owner_count;
     c->owners[c->owner_count++] = o;
-    b = bucket_of(c, id);
-    o->next = c->buckets[b];
-    c->buckets[b] = o;
     return o;
 }
 
@@ -332,15 +299,11 @@ void ctl_evict(struct ctl *c, uint64_t now_ns, struct ctl_actions *a)
 
 static void forget_owner(struct ctl *c, struct owner *o)
 {
-    struct owner **link = &c->buckets[bucket_of(c, o->id)];
-
     c->unreleased_total -= o->unreleased;
     c->released_total -= o->released;
     c->released_chunks -= o->count;
     heap_remove(c, o);
-    while (*link != o)
-        link = &(*link)->next;
-    *link = o->next;
+    (void)fleetprof_map_remove(&c->by_id, id_hash(o->id), NULL, NULL, NULL);
     c->owners[o->index] = c->owners[--c->owner_count];
     c->owners[o->index]->index = o->index;
     free(o->chunks);

@@ -11,10 +11,10 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/map.h"
 #include "daemon/controller.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
@@ -51,63 +51,47 @@ void daemon__log(struct daemon *d, enum daemon_log_level level, const char *fmt,
 }
 
 /* Children by pid: a destroy request names its owner by pid, and a scan of every connection
- * for each one was the daemon's largest user-space cost per update with a large fleet. */
-static size_t pid_bucket(const struct daemon *d, int32_t pid)
+ * for each one was the daemon's largest user-space cost per update with a large fleet.
+ *
+ * One entry per pid: server.c refuses a second Hello while a child of that pid is connected,
+ * so a newer connection of the pid can only find there one that was dropped and is not yet
+ * closed; it replaces it. Lookups skip any but children. */
+static uint64_t pid_hash(int32_t pid)
 {
-    return ((uint32_t)pid * 2654435761u) & (d->by_pid_buckets - 1);
+    return fleetprof_map_mix64((uint32_t)pid);
 }
 
 struct conn *daemon__child_by_pid(struct daemon *d, int32_t pid)
 {
-    if (!d->by_pid_buckets)
+    uint64_t v;
+    struct conn *c;
+
+    if (!fleetprof_map_find(&d->by_pid, pid_hash(pid), NULL, NULL, NULL, &v))
         return NULL;
-    for (struct conn *c = d->by_pid[pid_bucket(d, pid)]; c; c = c->pid_next)
-        if (c->kind == CONN_CHILD && c->pid == pid)
-            return c;
-    return NULL;
+    c = (struct conn *)(uintptr_t)v;
+    return c->kind == CONN_CHILD ? c : NULL;
 }
 
-/* Keeps at most two per bucket on average. */
 int daemon__pid_map_add(struct daemon *d, struct conn *c)
 {
-    size_t b;
+    int r = fleetprof_map_set(&d->by_pid, pid_hash(c->pid), NULL, NULL, NULL, (uintptr_t)c);
 
-    if (d->by_pid_count >= 2 * d->by_pid_buckets) {
-        size_t count = d->by_pid_buckets ? d->by_pid_buckets * 2 : 64;
-        struct conn **grown = calloc(count, sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        free(d->by_pid);
-        d->by_pid = grown;
-        d->by_pid_buckets = count;
-        for (struct conn *k = d->conns; k; k = k->next) {
-            if (k->in_pid_map) {
-                b = pid_bucket(d, k->pid);
-                k->pid_next = d->by_pid[b];
-                d->by_pid[b] = k;
-            }
-        }
-    }
-    b = pid_bucket(d, c->pid);
-    c->pid_next = d->by_pid[b];
-    d->by_pid[b] = c;
+    if (r < 0)
+        return r;
     c->in_pid_map = true;
-    d->by_pid_count++;
     return 0;
 }
 
 void daemon__pid_map_remove(struct daemon *d, struct conn *c)
 {
-    if (c->in_pid_map) {
-        struct conn **link = &d->by_pid[pid_bucket(d, c->pid)];
+    uint64_t v;
 
-        while (*link != c)
-            link = &(*link)->pid_next;
-        *link = c->pid_next;
-        c->in_pid_map = false;
-        d->by_pid_count--;
-    }
+    if (!c->in_pid_map)
+        return;
+    c->in_pid_map = false;
+    /* A newer connection of the pid may have replaced c: that entry stays. */
+    if (fleetprof_map_find(&d->by_pid, pid_hash(c->pid), NULL, NULL, NULL, &v) && v == (uintptr_t)c)
+        (void)fleetprof_map_remove(&d->by_pid, pid_hash(c->pid), NULL, NULL, NULL);
 }
 
 void daemon__conn_unlink(struct daemon *d, struct conn *c)

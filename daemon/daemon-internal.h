@@ -15,6 +15,7 @@
 
 #include <uv.h>
 
+#include "common/map.h"
 #include "daemon/controller.h"
 #include "daemon/daemon.h"
 #include "daemon/groups.h"
@@ -78,12 +79,12 @@ struct conn {
     bool building;           /* a worker builds its profile from its region (the capture
                               * waits for that, not for the child) */
     uint32_t groups_refused; /* GroupStats refused (logged up to a few) */
-    bool in_pid_map;         /* linked in d->by_pid (from its Hello to its close) */
+    bool in_pid_map;         /* added to d->by_pid (from its Hello to its close); a newer
+                              * connection of its pid may have replaced it there */
     /* Its connection ended while the process lives on: its region is kept (linger.c). */
     bool lingering;
     uint64_t start_ticks;      /* its start time (/proc's clock ticks), known while lingering */
     uint32_t unprofiled_named; /* of its region's unprofiled_pids, how many were named */
-    struct conn *pid_next;     /* chain in d->by_pid */
     struct conn *next;
 };
 
@@ -131,8 +132,8 @@ struct daemon {
     struct ctl *ctl;
     struct fleet_groups *groups; /* owned: the fleet's performance groups */
     struct conn *conns;          /* owned list */
-    struct conn **by_pid;        /* owned buckets (power of two) of children by pid, borrowed */
-    size_t by_pid_buckets, by_pid_count;
+    struct fleetprof_map by_pid; /* children by pid (fleetprof_map_mix64): struct conn *,
+                                  * borrowed */
     uint64_t next_id;
     struct daemon_stats stats;
     uint64_t start_ns; /* when the daemon started: the time origin of captures */

@@ -1,7 +1,7 @@
 /* daemon/groups.c - the fleet's performance groups (see groups.h).
  *
- * Names are interned once in an open-addressing table (a group id per name); each process
- * keeps one slot per group it reported, found through its own small table of group ids.
+ * Names are interned once in a hash map (a group id per name); each process keeps one slot
+ * per group it reported, found through its own map of group ids.
  * A message is checked in a first pass that changes nothing a report could see, then
  * applied in a second pass that cannot fail, so a refused message leaves no trace.
  */
@@ -15,12 +15,12 @@
 
 #include "common/grow.h"
 #include "common/hash.h"
+#include "common/map.h"
 #include "profile/groups.h"
 
 struct fg_group {
     char *name; /* owned, NUL-terminated */
     size_t len;
-    uint32_t hash;
     struct prof_group_totals sum; /* over every process, exited ones included */
     uint32_t processes;           /* processes that reported the group */
     uint32_t live;                /* of those, not gone */
@@ -42,9 +42,9 @@ struct fleet_groups_proc {
     uint64_t cpu_reported; /* process_cpu_ns of its latest GroupStats */
     uint64_t cpu_seen;     /* from cpu_fn, for a process that never reported */
     struct fg_slot *slots; /* owned, n_slots used of cap_slots */
-    uint32_t n_slots, cap_slots;
-    uint32_t *index; /* owned: slot + 1 by group id hash; 0 = empty; index_cap entries */
-    uint32_t index_cap;
+    uint32_t n_slots;
+    size_t cap_slots;
+    struct fleetprof_map index;            /* slot by group id (fleetprof_map_mix64) */
     struct fleet_groups_proc *prev, *next; /* in the live or the exited list */
 };
 
@@ -61,9 +61,9 @@ struct fg_plan {
 
 struct fleet_groups {
     struct fg_group **groups; /* owned, by id; n_groups used of cap_groups */
-    uint32_t n_groups, cap_groups, measured;
-    uint32_t *table; /* owned: id + 1; 0 = empty; table_cap entries, a power of two */
-    uint32_t table_cap;
+    uint32_t n_groups, measured;
+    size_t cap_groups;
+    struct fleetprof_map by_name; /* group id by name (hash_name, same_name) */
     struct fg_list live, exited;
     uint64_t exited_cpu_ns; /* CPU of exited processes whose row was let go */
     uint64_t serial;
@@ -73,14 +73,23 @@ struct fleet_groups {
     char why[FLEET_GROUPS_WHY_BYTES];
 };
 
-static uint32_t hash_name(const char *s, size_t len)
+/* A name looked up in fleet_groups.by_name. */
+struct fg_name {
+    const char *s;
+    size_t len;
+};
+
+static uint64_t hash_name(const char *s, size_t len)
 {
-    return fleetprof_fnv1a32(s, len);
+    return fleetprof_fnv1a64(s, len, FLEETPROF_FNV64_SEED);
 }
 
-static uint32_t hash_id(uint32_t id)
+static bool same_name(const void *ctx, const void *key, uint64_t gid)
 {
-    return id * 2654435761u;
+    const struct fg_group *g = ((const struct fleet_groups *)ctx)->groups[gid];
+    const struct fg_name *n = key;
+
+    return g->len == n->len && memcmp(g->name, n->s, n->len) == 0;
 }
 
 static void list_append(struct fg_list *l, struct fleet_groups_proc *p)
@@ -112,7 +121,7 @@ static void list_remove(struct fg_list *l, struct fleet_groups_proc *p)
 static void proc_free(struct fleet_groups_proc *p)
 {
     free(p->slots);
-    free(p->index);
+    fleetprof_map_free(&p->index);
     free(p);
 }
 
@@ -145,7 +154,7 @@ struct fleet_groups *fleet_groups_free(struct fleet_groups *fg)
         free(fg->groups[i]);
     }
     free(fg->groups);
-    free(fg->table);
+    fleetprof_map_free(&fg->by_name);
     free(fg->plan);
     free(fg);
     return NULL;
@@ -154,61 +163,29 @@ struct fleet_groups *fleet_groups_free(struct fleet_groups *fg)
 /* ---- names ------------------------------------------------------------------------------ */
 
 static uint32_t find_group(const struct fleet_groups *fg, const char *name, size_t len,
-                           uint32_t hash)
+                           uint64_t hash)
 {
-    if (!fg->table_cap)
+    struct fg_name key = {name, len};
+    uint64_t gid;
+
+    if (!fleetprof_map_find(&fg->by_name, hash, same_name, fg, &key, &gid))
         return UINT32_MAX;
-    for (uint32_t i = hash & (fg->table_cap - 1);; i = (i + 1) & (fg->table_cap - 1)) {
-        uint32_t v = fg->table[i];
-        const struct fg_group *g;
-
-        if (v == 0)
-            return UINT32_MAX;
-        g = fg->groups[v - 1];
-        if (g->hash == hash && g->len == len && memcmp(g->name, name, len) == 0)
-            return v - 1;
-    }
+    return (uint32_t)gid;
 }
 
-static void table_put(uint32_t *table, uint32_t cap, uint32_t hash, uint32_t id)
+/* Interns a name (validated by the caller, not yet interned). Returns its id, or UINT32_MAX
+ * when out of memory or the fleet has FLEET_GROUPS_MAX names. */
+static uint32_t intern_group(struct fleet_groups *fg, const char *name, size_t len, uint64_t hash)
 {
-    uint32_t i = hash & (cap - 1);
-
-    while (table[i])
-        i = (i + 1) & (cap - 1);
-    table[i] = id + 1;
-}
-
-/* Interns a name (validated by the caller). Returns its id, or UINT32_MAX when out of memory
- * or the fleet has FLEET_GROUPS_MAX names. */
-static uint32_t intern_group(struct fleet_groups *fg, const char *name, size_t len, uint32_t hash)
-{
+    struct fg_name key = {name, len};
     struct fg_group *g;
 
     if (fg->n_groups >= FLEET_GROUPS_MAX)
         return UINT32_MAX;
-    /* Kept at most half full, so probes stay short. */
-    if ((fg->n_groups + 1) * 2 > fg->table_cap) {
-        uint32_t cap = fg->table_cap ? fg->table_cap * 2 : 64;
-        uint32_t *table = calloc(cap, sizeof(*table));
-
-        if (!table)
-            return UINT32_MAX;
-        for (uint32_t i = 0; i < fg->n_groups; i++)
-            table_put(table, cap, fg->groups[i]->hash, i);
-        free(fg->table);
-        fg->table = table;
-        fg->table_cap = cap;
-    }
-    if (fg->n_groups == fg->cap_groups) {
-        uint32_t cap = fg->cap_groups ? fg->cap_groups * 2 : 32;
-        struct fg_group **groups = realloc(fg->groups, cap * sizeof(*groups));
-
-        if (!groups)
-            return UINT32_MAX;
-        fg->groups = groups;
-        fg->cap_groups = cap;
-    }
+    /* Room first, so that adding the name below cannot fail once the group is made. */
+    if (fleetprof_map_reserve(&fg->by_name, 1) < 0 ||
+        FLEETPROF_GROW(fg->groups, fg->cap_groups, fg->n_groups + 1) < 0)
+        return UINT32_MAX;
     g = calloc(1, sizeof(*g));
     if (!g)
         return UINT32_MAX;
@@ -220,10 +197,9 @@ static uint32_t intern_group(struct fleet_groups *fg, const char *name, size_t l
     memcpy(g->name, name, len);
     g->name[len] = '\0';
     g->len = len;
-    g->hash = hash;
     g->sum.name = g->name;
     fg->groups[fg->n_groups] = g;
-    table_put(fg->table, fg->table_cap, hash, fg->n_groups);
+    (void)fleetprof_map_set(&fg->by_name, hash, same_name, fg, &key, fg->n_groups); /* reserved */
     return fg->n_groups++;
 }
 
@@ -231,50 +207,19 @@ static uint32_t intern_group(struct fleet_groups *fg, const char *name, size_t l
 
 static uint32_t find_slot(const struct fleet_groups_proc *p, uint32_t gid)
 {
-    if (!p->index_cap)
-        return UINT32_MAX;
-    for (uint32_t i = hash_id(gid) & (p->index_cap - 1);; i = (i + 1) & (p->index_cap - 1)) {
-        uint32_t v = p->index[i];
+    uint64_t slot;
 
-        if (v == 0)
-            return UINT32_MAX;
-        if (p->slots[v - 1].gid == gid)
-            return v - 1;
-    }
+    if (!fleetprof_map_find(&p->index, fleetprof_map_mix64(gid), NULL, NULL, NULL, &slot))
+        return UINT32_MAX;
+    return (uint32_t)slot;
 }
 
-/* Room for extra more slots, in the slot array and its index. */
+/* Room for extra more slots, in the slot array and its index: pass two cannot fail. */
 static int reserve_slots(struct fleet_groups_proc *p, uint32_t extra)
 {
-    uint32_t want = p->n_slots + extra;
-
-    if (want > p->cap_slots) {
-        uint32_t cap = p->cap_slots ? p->cap_slots : 8;
-        struct fg_slot *slots;
-
-        while (cap < want)
-            cap *= 2;
-        slots = realloc(p->slots, cap * sizeof(*slots));
-        if (!slots)
-            return -ENOMEM;
-        p->slots = slots;
-        p->cap_slots = cap;
-    }
-    if (want * 2 > p->index_cap) {
-        uint32_t cap = p->index_cap ? p->index_cap : 16;
-        uint32_t *index;
-
-        while (cap < want * 2)
-            cap *= 2;
-        index = calloc(cap, sizeof(*index));
-        if (!index)
-            return -ENOMEM;
-        for (uint32_t s = 0; s < p->n_slots; s++)
-            table_put(index, cap, hash_id(p->slots[s].gid), s);
-        free(p->index);
-        p->index = index;
-        p->index_cap = cap;
-    }
+    if (FLEETPROF_GROW(p->slots, p->cap_slots, (size_t)p->n_slots + extra) < 0 ||
+        fleetprof_map_reserve(&p->index, extra) < 0)
+        return -ENOMEM;
     return 0;
 }
 
@@ -326,6 +271,9 @@ void fleet_groups_leave(struct fleet_groups *fg, struct fleet_groups_proc *p)
         proc_free(p);
         return;
     }
+    /* Kept for reports, up to FLEET_GROUPS_EXITED_KEPT of them: no room to grow into. */
+    if (FLEETPROF_RESIZE(p->slots, p->n_slots) == 0)
+        p->cap_slots = p->n_slots;
     list_append(&fg->exited, p);
     if (fg->exited.count > FLEET_GROUPS_EXITED_KEPT) {
         struct fleet_groups_proc *old = fg->exited.head;
@@ -434,7 +382,8 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
     for (size_t i = 0; i < m->n_groups; i++) {
         const Fleetprof__GroupTotals *w = m->groups[i];
         size_t len = strnlen(w->name, PROF_GROUP_NAME_MAX + 1);
-        uint32_t hash, gid, slot = UINT32_MAX;
+        uint64_t hash;
+        uint32_t gid, slot = UINT32_MAX;
 
         if (!prof_group_name_valid(w->name, len))
             return refuse(fg, ret_why,
@@ -488,7 +437,8 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
             s = &p->slots[p->n_slots];
             memset(s, 0, sizeof(*s));
             s->gid = fg->plan[i].gid;
-            table_put(p->index, p->index_cap, hash_id(s->gid), p->n_slots);
+            (void)fleetprof_map_set(&p->index, fleetprof_map_mix64(s->gid), NULL, NULL, NULL,
+                                    p->n_slots); /* reserved */
             p->n_slots++;
             if (g->processes++ == 0)
                 fg->measured++;

@@ -653,7 +653,7 @@ static void finish_close(struct daemon *d)
 
     daemon__exit_profiles_free(d);
     free(d->departures);
-    free(d->by_pid);
+    fleetprof_map_free(&d->by_pid);
     daemon__symbols_free(d);
     fleet_groups_free(d->groups);
     ctl_free(d->ctl);
