@@ -21,6 +21,7 @@
 #include "buffer/entry.h"
 #include "buffer/progress.h"
 #include "common/grow.h"
+#include "common/map.h"
 #include "json/writer.h"
 #include "profile/entries.h"
 #include "profile/groups.h"
@@ -65,97 +66,17 @@ static const struct {
         [PROF_CATEGORY_PROFILER] = {"Profiler", "magenta"},
 };
 
-/* Open-addressing map from non-zero u64 keys to u32 values; key and value share a slot, so a
- * lookup touches one cache line. */
-struct u64slot {
-    uint64_t key; /* 0 = empty */
-    uint32_t value;
-};
-
-struct u64map {
-    struct u64slot *slots;
-    size_t cap, count;
-};
-
-static inline size_t slot_of(uint64_t key, size_t cap)
+/* Interns an integer key of a map from keys to indexes: returns 1 when it was added with
+ * the value fresh (the next index), 0 when found, or -ENOMEM; *ret_value is set to either. */
+static inline int intern_index(struct fleetprof_map *m, uint64_t key, size_t fresh,
+                               uint32_t *ret_value)
 {
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdu;
-    key ^= key >> 33;
-    return (size_t)key & (cap - 1);
-}
+    uint64_t value;
+    int r = fleetprof_map_intern(m, fleetprof_map_mix64(key), NULL, NULL, NULL, fresh, &value);
 
-static int u64map_grow(struct u64map *m)
-{
-    size_t cap = m->cap ? m->cap * 2 : 256;
-    struct u64slot *slots = calloc(cap, sizeof(*slots));
-
-    if (!slots)
-        return -ENOMEM;
-    for (size_t i = 0; i < m->cap; i++) {
-        size_t s;
-
-        if (!m->slots[i].key)
-            continue;
-        for (s = slot_of(m->slots[i].key, cap); slots[s].key; s = (s + 1) & (cap - 1))
-            ;
-        slots[s] = m->slots[i];
-    }
-    free(m->slots);
-    m->slots = slots;
-    m->cap = cap;
-    return 0;
-}
-
-/* Returns the value for key, inserting next_value if absent (*inserted = true). */
-static int u64map_intern(struct u64map *m, uint64_t key, uint32_t next_value, uint32_t *ret_value,
-                         bool *inserted)
-{
-    size_t s;
-
-    /* Load at most 1/2: short probes. */
-    if ((m->count + 1) * 2 > m->cap && u64map_grow(m) < 0)
-        return -ENOMEM;
-    for (s = slot_of(key, m->cap); m->slots[s].key; s = (s + 1) & (m->cap - 1)) {
-        if (m->slots[s].key == key) {
-            *ret_value = m->slots[s].value;
-            *inserted = false;
-            return 0;
-        }
-    }
-    m->slots[s].key = key;
-    m->slots[s].value = next_value;
-    m->count++;
-    *ret_value = next_value;
-    *inserted = true;
-    return 0;
-}
-
-/* Returns the slot of key, or NULL if it is absent. */
-static inline const struct u64slot *u64map_find(const struct u64map *m, uint64_t key)
-{
-    if (!m->cap)
-        return NULL;
-    for (size_t s = slot_of(key, m->cap); m->slots[s].key; s = (s + 1) & (m->cap - 1))
-        if (m->slots[s].key == key)
-            return &m->slots[s];
-    return NULL;
-}
-
-/* Sets the value of key, which is in the map. */
-static void u64map_set(struct u64map *m, uint64_t key, uint32_t value)
-{
-    size_t s;
-
-    for (s = slot_of(key, m->cap); m->slots[s].key != key; s = (s + 1) & (m->cap - 1))
-        ;
-    m->slots[s].value = value;
-}
-
-static void u64map_done(struct u64map *m)
-{
-    free(m->slots);
-    memset(m, 0, sizeof(*m));
+    if (r >= 0)
+        *ret_value = (uint32_t)value;
+    return r;
 }
 
 struct gframe {
@@ -194,7 +115,7 @@ struct gknown {
 #define KNOWN_STACK_BYTES    (4u << 20)
 /* What one remembered stack costs besides its bytes: its gknown, and two map slots (the
  * map is at most half full). */
-#define KNOWN_STACK_OVERHEAD (sizeof(struct gknown) + 2 * sizeof(struct u64slot))
+#define KNOWN_STACK_OVERHEAD (sizeof(struct gknown) + 2 * sizeof(struct fleetprof_map_slot))
 /* After this many samples not found among the remembered stacks, fewer than one hit in four
  * turns the remembering off for the process: a miss costs a hash, a lookup and a copy, and
  * with no stack ever repeated (bench-gecko's samples with a unique frame each) the writer
@@ -206,10 +127,10 @@ struct gthread {
     const struct prof_thread_info *info; /* NULL: seen only in entries */
     bool stand_in_main; /* an empty "GeckoMain" made so that the counters show (see below) */
     struct json_unique_strings *strings;
-    struct u64map frame_map;
+    struct fleetprof_map frame_map;
     struct gframe *frames;
     size_t frame_count, frame_cap;
-    struct u64map stack_map;
+    struct fleetprof_map stack_map;
     struct gstack *stacks;
     size_t stack_count, stack_cap;
     struct json_writer *samples; /* an open array of rows */
@@ -230,7 +151,7 @@ struct gthread {
     uint64_t last_sample_ns;
     /* Stacks of samples by the bytes that encode their frames and labels: a thread mostly
      * repeats a few stacks, and a known one needs neither decoding nor lookups. */
-    struct u64map known_map; /* hash of the bytes | 1 -> index in known[] */
+    struct fleetprof_map known_map; /* hash of the bytes -> index in known[] */
     struct gknown *known;
     size_t known_count, known_cap;
     uint8_t *known_bytes; /* owned */
@@ -252,7 +173,7 @@ struct gecko {
     const struct progress_logger *progress;
     struct gthread *threads;
     size_t thread_count, thread_cap;
-    struct u64map request_map; /* normalized address -> request index */
+    struct fleetprof_map request_map; /* normalized address -> request index */
     struct prof_frame_request *requests;
     size_t request_count, request_cap;
     struct prof_frame_result *results;
@@ -361,14 +282,13 @@ static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, u
     uint64_t key = lookup | (uint64_t)under_runtime << 62; /* UNDER_RUNTIME_KEY */
     struct gframe *f;
     uint32_t value;
-    bool inserted;
     int r;
 
-    r = u64map_intern(&t->frame_map, key, (uint32_t)t->frame_count, &value, &inserted);
+    r = intern_index(&t->frame_map, key, t->frame_count, &value);
     if (r < 0)
         return r;
     *ret_frame = value & ~RUNTIME_FRAME_BIT;
-    if (!inserted)
+    if (r == 0)
         return value >> 31;
     if (value & RUNTIME_FRAME_BIT) /* 2^31 frames: the map cannot tell them apart */
         return -ENOMEM;
@@ -386,15 +306,17 @@ static int intern_native(struct gecko *g, struct gthread *t, uint64_t address, u
 
     if (is_runtime) {
         f->category = PROF_CATEGORY_PROFILER;
-        u64map_set(&t->frame_map, key, value | RUNTIME_FRAME_BIT);
+        if (fleetprof_map_set(&t->frame_map, fleetprof_map_mix64(key), NULL, NULL, NULL,
+                              value | RUNTIME_FRAME_BIT) < 0)
+            return -ENOMEM;
     }
     if (lib) {
         uint32_t req;
 
-        r = u64map_intern(&g->request_map, lookup, (uint32_t)g->request_count, &req, &inserted);
+        r = intern_index(&g->request_map, lookup, g->request_count, &req);
         if (r < 0)
             return r;
-        if (inserted) {
+        if (r == 1) {
             if (fleetprof_grow((void **)&g->requests, &g->request_cap, g->request_count + 1,
                                sizeof(*g->requests)) < 0)
                 return -ENOMEM;
@@ -412,7 +334,6 @@ static int intern_label(struct gthread *t, const struct prof_label *l, bool unde
     uint32_t category = l->category < PROF_CATEGORY_COUNT ? l->category : PROF_CATEGORY_OTHER;
     uint32_t name;
     struct gframe *f;
-    bool inserted;
     int r;
 
     if (under_runtime)
@@ -421,9 +342,9 @@ static int intern_label(struct gthread *t, const struct prof_label *l, bool unde
     if (r < 0)
         return r;
     /* Label keys have the top bit set: never a user-space address. */
-    r = u64map_intern(&t->frame_map, (1ull << 63) | ((uint64_t)name << 8) | category,
-                      (uint32_t)t->frame_count, ret_frame, &inserted);
-    if (r < 0 || !inserted)
+    r = intern_index(&t->frame_map, (1ull << 63) | ((uint64_t)name << 8) | category, t->frame_count,
+                     ret_frame);
+    if (r <= 0)
         return r;
     if (fleetprof_grow((void **)&t->frames, &t->frame_cap, t->frame_count + 1, sizeof(*f)) < 0)
         return -ENOMEM;
@@ -438,13 +359,9 @@ static int intern_label(struct gthread *t, const struct prof_label *l, bool unde
 
 static int intern_stack(struct gthread *t, uint32_t prefix, uint32_t frame, uint32_t *ret_stack)
 {
-    /* Bit 63 keeps the key non-zero (0 marks an empty map slot) for (root, frame 0). */
-    uint64_t key = (1ull << 63) | ((uint64_t)(prefix == NO_INDEX ? 0 : prefix + 1) << 32) | frame;
-    bool inserted;
-    int r;
+    int r = intern_index(&t->stack_map, (uint64_t)prefix << 32 | frame, t->stack_count, ret_stack);
 
-    r = u64map_intern(&t->stack_map, key, (uint32_t)t->stack_count, ret_stack, &inserted);
-    if (r < 0 || !inserted)
+    if (r <= 0)
         return r;
     if (fleetprof_grow((void **)&t->stacks, &t->stack_cap, t->stack_count + 1, sizeof(*t->stacks)) <
         0)
@@ -649,7 +566,7 @@ static int write_sample_row(struct gecko *g, struct gthread *t, uint32_t stack, 
 }
 
 /* Two independent lanes, so that the multiplies overlap (a sample's stack is some 100 bytes:
- * one chain of multiplies was a tenth of the writer's time). Any mix will do: u64map mixes
+ * one chain of multiplies was a tenth of the writer's time). Any mix will do: the map mixes
  * the key again, and two stacks with one hash only cost the second its building. */
 static uint64_t hash_bytes(const uint8_t *p, size_t len)
 {
@@ -676,7 +593,7 @@ static void forget_known(struct gecko *g)
     for (size_t i = 0; i < g->thread_count; i++) {
         struct gthread *t = &g->threads[i];
 
-        u64map_done(&t->known_map);
+        fleetprof_map_free(&t->known_map);
         free(t->known);
         free(t->known_bytes);
         t->known = NULL;
@@ -696,13 +613,13 @@ static void forget_known(struct gecko *g)
 static __attribute__((noinline)) int add_known_sample(struct gecko *g,
                                                       struct buf_entry_reader *reader)
 {
-    const struct u64slot *slot;
-    const struct gknown *k;
+    const struct gknown *k = NULL;
     struct prof_sample head;
     const uint8_t *bytes;
     struct gthread *t;
     size_t len;
-    uint64_t hash;
+    uint64_t hash, index;
+    bool found;
     int r;
 
     if (prof_entry_decode_sample_head(reader, &head, &bytes, &len) < 0)
@@ -711,15 +628,16 @@ static __attribute__((noinline)) int add_known_sample(struct gecko *g,
     t = thread_find(g, head.tid);
     if (!t)
         return 0;
-    hash = hash_bytes(bytes, len) | 1; /* never 0, the map's empty key */
-    slot = u64map_find(&t->known_map, hash);
-    k = slot ? &t->known[slot->value] : NULL;
+    hash = hash_bytes(bytes, len);
+    found = fleetprof_map_find(&t->known_map, fleetprof_map_mix64(hash), NULL, NULL, NULL, &index);
+    if (found)
+        k = &t->known[index];
     if (!k || k->len != len || memcmp(t->known_bytes + k->offset, bytes, len) != 0) {
         if (++g->known_misses >= KNOWN_STACK_TRIAL && g->known_hits < g->known_misses / 4) {
             forget_known(g);
             return 0;
         }
-        if (!slot) { /* else another stack with the same hash: built each time */
+        if (!found) { /* else another stack with the same hash: built each time */
             g->unknown_bytes = bytes;
             g->unknown_len = len;
             g->unknown_hash = hash;
@@ -740,8 +658,6 @@ static void remember_known(struct gecko *g, struct gthread *t, uint32_t stack, u
 {
     size_t len = g->unknown_len;
     uint32_t index;
-    bool inserted;
-    int r;
 
     if (len == 0 || len + KNOWN_STACK_OVERHEAD > KNOWN_STACK_BYTES - g->known_bytes)
         return;
@@ -750,8 +666,7 @@ static void remember_known(struct gecko *g, struct gthread *t, uint32_t stack, u
         fleetprof_grow((void **)&t->known_bytes, &t->known_bytes_cap, t->known_bytes_used + len,
                        1) < 0)
         return;
-    r = u64map_intern(&t->known_map, g->unknown_hash, (uint32_t)t->known_count, &index, &inserted);
-    if (r < 0 || !inserted)
+    if (intern_index(&t->known_map, g->unknown_hash, t->known_count, &index) != 1)
         return;
     memcpy(t->known_bytes + t->known_bytes_used, g->unknown_bytes, len);
     t->known[t->known_count++] =
@@ -1646,9 +1561,9 @@ static void gecko_done(struct gecko *g)
         struct gthread *t = &g->threads[i];
 
         json_unique_strings_free(t->strings);
-        u64map_done(&t->frame_map);
-        u64map_done(&t->stack_map);
-        u64map_done(&t->known_map);
+        fleetprof_map_free(&t->frame_map);
+        fleetprof_map_free(&t->stack_map);
+        fleetprof_map_free(&t->known_map);
         free(t->known);
         free(t->known_bytes);
         free(t->frames);
@@ -1660,7 +1575,7 @@ static void gecko_done(struct gecko *g)
     for (size_t i = 0; g->counters && i < g->info->counter_count; i++)
         json_writer_free(g->counters[i].rows);
     free(g->counters);
-    u64map_done(&g->request_map);
+    fleetprof_map_free(&g->request_map);
     free(g->requests);
     free(g->results);
     free(g->callers);

@@ -8,31 +8,28 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/grow.h"
+
 #define DELETED_SUFFIX " (deleted)"
 
 /* Reads the whole file into a NUL-terminated buffer. 0 or a negative errno. */
 static int read_all(const char *file, size_t max_bytes, char **ret_text, size_t *ret_len)
 {
-    size_t len = 0, cap = 16384;
+    size_t len = 0, cap = 0;
     char *text = NULL;
     int fd = open(file, O_RDONLY | O_CLOEXEC), r = 0;
 
     if (fd < 0)
         return -errno;
     for (;;) {
+        /* At least 4 KiB free for each read (and the NUL); 16 KiB at first, where most maps
+         * files fit. */
+        size_t need = len + 4096 > 16384 ? len + 4096 : 16384;
         ssize_t n;
 
-        if (!text || cap - len < 4096) {
-            char *grown;
-
-            if (text)
-                cap *= 2;
-            grown = realloc(text, cap);
-            if (!grown) {
-                r = -ENOMEM;
-                break;
-            }
-            text = grown;
+        if (FLEETPROF_GROW(text, cap, need) < 0) {
+            r = -ENOMEM;
+            break;
         }
         n = read(fd, text + len, cap - len - 1);
         if (n < 0 && errno == EINTR)

@@ -3,9 +3,9 @@
  * One Dwfl per module, each reported at its ELF addresses (dwfl_report_elf with base 0 and
  * add_p_vaddr, so module address == ELF vaddr; the vdso, reported from memory, gets a bias
  * that we read back), so that a module can be dropped alone with dwfl_end(). Modules sit in
- * a hash table (by key) and an LRU list; each has an open-addressing table of resolved
- * addresses. Strings are copied into one interning pool that lives as long as the cache,
- * so callers may keep them across evictions.
+ * a hash map (by key) and an LRU list; each keeps its resolved addresses in an array indexed
+ * by a map from address. Strings are copied into one interning pool that lives as long as the
+ * cache, so callers may keep them across evictions.
  */
 #include "symbols.h"
 
@@ -29,13 +29,13 @@
 #include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
 
+#include "common/grow.h"
 #include "common/hash.h"
+#include "common/map.h"
 #include "libs.h"
 
 #define STR_BLOCK_BYTES    (64 * 1024)
 #define MODULE_FIXED_BYTES 4096 /* libdwfl's per-module structures, roughly */
-#define FIRST_ENTRY_CAP    64
-#define FIRST_BUCKETS      64
 #define MAX_VDSO_BYTES     (1024 * 1024)
 #define DEFAULT_DEBUG_PATH "/usr/lib/debug" /* libdwfl's default absolute directory */
 
@@ -49,60 +49,40 @@ struct str_block {
 };
 
 struct str_pool {
-    struct str_block *blocks; /* owned; newest first */
-    const char **slots;       /* owned; open addressing, NULL = empty; points into blocks */
-    uint64_t *hashes;         /* owned; hash of slots[i] */
-    size_t count;
-    size_t cap; /* power of two */
+    struct str_block *blocks;  /* owned; newest first */
+    struct fleetprof_map copy; /* FNV-1a of a string -> (uintptr_t) its copy in blocks */
     size_t bytes;
 };
 
-static int str_pool_grow(struct str_pool *pool)
+struct str_key {
+    const char *str;
+    size_t len;
+};
+
+static bool str_same(const void *ctx, const void *key, uint64_t value)
 {
-    size_t cap = pool->cap ? pool->cap * 2 : 1024;
-    const char **slots = calloc(cap, sizeof(*slots));
-    uint64_t *hashes = calloc(cap, sizeof(*hashes));
+    const struct str_key *k = key;
+    const char *copy = (const char *)(uintptr_t)value;
 
-    if (!slots || !hashes) {
-        free(slots);
-        free(hashes);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < pool->cap; i++) {
-        size_t j;
-
-        if (!pool->slots[i])
-            continue;
-        j = pool->hashes[i] & (cap - 1);
-        while (slots[j])
-            j = (j + 1) & (cap - 1);
-        slots[j] = pool->slots[i];
-        hashes[j] = pool->hashes[i];
-    }
-    pool->bytes += (cap - pool->cap) * (sizeof(*slots) + sizeof(*hashes));
-    free(pool->slots);
-    free(pool->hashes);
-    pool->slots = slots;
-    pool->hashes = hashes;
-    pool->cap = cap;
-    return 0;
+    (void)ctx;
+    return strncmp(copy, k->str, k->len) == 0 && copy[k->len] == '\0';
 }
 
 /* Returns the pool's copy of str[0..len) (NUL-terminated), or NULL when out of memory. */
 static const char *str_pool_intern(struct str_pool *pool, const char *str, size_t len)
 {
-    uint64_t h = fleetprof_fnv1a64(str, len, FLEETPROF_FNV64_SEED);
+    struct str_key key = {str, len};
+    uint64_t h = fleetprof_fnv1a64(str, len, FLEETPROF_FNV64_SEED), found;
     struct str_block *b = pool->blocks;
+    size_t map_cap = pool->copy.cap;
     char *copy;
-    size_t i;
 
-    if (pool->count + 1 > pool->cap / 2 && str_pool_grow(pool) < 0)
+    if (fleetprof_map_find(&pool->copy, h, str_same, NULL, &key, &found))
+        return (const char *)(uintptr_t)found;
+    /* Room first, so that adding the copy below cannot fail. */
+    if (fleetprof_map_reserve(&pool->copy, 1) < 0)
         return NULL;
-    for (i = h & (pool->cap - 1); pool->slots[i]; i = (i + 1) & (pool->cap - 1)) {
-        if (pool->hashes[i] == h && strncmp(pool->slots[i], str, len) == 0 &&
-            pool->slots[i][len] == '\0')
-            return pool->slots[i];
-    }
+    pool->bytes += (pool->copy.cap - map_cap) * sizeof(struct fleetprof_map_slot);
     if (!b || b->cap - b->used < len + 1) {
         size_t cap = len + 1 > STR_BLOCK_BYTES ? len + 1 : STR_BLOCK_BYTES;
 
@@ -119,9 +99,7 @@ static const char *str_pool_intern(struct str_pool *pool, const char *str, size_
     memcpy(copy, str, len);
     copy[len] = '\0';
     b->used += len + 1;
-    pool->slots[i] = copy;
-    pool->hashes[i] = h;
-    pool->count++;
+    (void)fleetprof_map_set(&pool->copy, h, str_same, NULL, &key, (uintptr_t)copy);
     return copy;
 }
 
@@ -133,8 +111,7 @@ static void str_pool_done(struct str_pool *pool)
         free(pool->blocks);
         pool->blocks = next;
     }
-    free(pool->slots);
-    free(pool->hashes);
+    fleetprof_map_free(&pool->copy);
     memset(pool, 0, sizeof(*pool));
 }
 
@@ -197,12 +174,10 @@ static size_t fold_path(const char *in, char *out, size_t out_size)
 /* --- modules ------------------------------------------------------------------------ */
 
 struct sym_entry {
-    uint64_t vaddr;
     const char *function; /* interned; NULL when status < 0 */
     const char *file;     /* interned; may be NULL */
     uint32_t line;
     int16_t status; /* 0 or -ENOENT */
-    bool used;
 };
 
 /* One symbol of a module that can name code, in a table sorted by address: libdwfl's
@@ -227,8 +202,7 @@ struct sym_key {
 };
 
 struct sym_module {
-    struct sym_module *hash_next; /* bucket chain */
-    struct sym_module *lru_prev;  /* towards the most recently used */
+    struct sym_module *lru_prev; /* towards the most recently used */
     struct sym_module *lru_next;
     uint64_t hash;
 
@@ -257,10 +231,12 @@ struct sym_module {
     size_t func_count;
     bool funcs_built;
 
-    struct sym_entry *entries; /* owned; open addressing by vaddr */
-    size_t entry_count;
-    size_t entry_cap; /* power of two, or 0 */
-    size_t bytes;     /* counted against the limit (in prof_symbols.module_bytes) */
+    /* Resolved addresses: a dense array, and fleetprof_map_mix64(vaddr) -> index in it
+     * (one-to-one, so the entries need not keep their vaddr). */
+    struct sym_entry *entries; /* owned */
+    size_t entry_count, entry_cap;
+    struct fleetprof_map entry_index;
+    size_t bytes; /* counted against the limit (in prof_symbols.module_bytes) */
 };
 
 struct prof_symbols {
@@ -271,10 +247,8 @@ struct prof_symbols {
     size_t max_compressed_dwarf; /* the cost rule's limit, see symbols.h */
     bool names_only;
 
-    struct sym_module **buckets; /* owned */
-    size_t bucket_count;         /* power of two */
-    size_t module_count;
-    struct sym_module *lru_head; /* most recently used */
+    struct fleetprof_map modules; /* key_hash() -> (uintptr_t) module */
+    struct sym_module *lru_head;  /* most recently used */
     struct sym_module *lru_tail;
     size_t module_bytes;
 
@@ -321,7 +295,9 @@ static bool key_equal(const struct sym_module *m, const struct sym_key *k)
 static void account(struct prof_symbols *s, struct sym_module *m)
 {
     size_t bytes = sizeof(*m) + MODULE_FIXED_BYTES + m->file_bytes +
-                   m->entry_cap * sizeof(m->entries[0]) + m->func_count * sizeof(m->funcs[0]);
+                   m->entry_cap * sizeof(m->entries[0]) +
+                   m->entry_index.cap * sizeof(m->entry_index.slots[0]) +
+                   m->func_count * sizeof(m->funcs[0]);
 
     s->module_bytes = s->module_bytes - m->bytes + bytes;
     m->bytes = bytes;
@@ -358,29 +334,41 @@ static void module_free(struct sym_module *m)
     free(m->image);
     free(m->funcs);
     free(m->entries);
+    fleetprof_map_free(&m->entry_index);
     free(m->error_msg);
     free(m->path);
     free(m);
 }
 
+/* Whether the module stored is the one looked for (key: a struct sym_key). Inline: every
+ * resolve looks its module up, and GCC then leaves no call in the probe. */
+static inline bool module_same(const void *ctx, const void *key, uint64_t value)
+{
+    (void)ctx;
+    return key_equal((const struct sym_module *)(uintptr_t)value, key);
+}
+
+/* Whether the module stored is key itself: to remove or add a module, without comparing
+ * keys. */
+static bool module_is(const void *ctx, const void *key, uint64_t value)
+{
+    (void)ctx;
+    return (uintptr_t)key == value;
+}
+
 /* Unlinks m from the table and the LRU list, and frees it. */
 static void module_drop(struct prof_symbols *s, struct sym_module *m)
 {
-    struct sym_module **pp = &s->buckets[m->hash & (s->bucket_count - 1)];
-
-    while (*pp != m)
-        pp = &(*pp)->hash_next;
-    *pp = m->hash_next;
+    (void)fleetprof_map_remove(&s->modules, m->hash, module_is, NULL, m);
     lru_unlink(s, m);
     s->module_bytes -= m->bytes;
-    s->module_count--;
     module_free(m);
 }
 
 /* Drops least recently used modules until the cache is within its limits; never keep. */
 static void enforce_limit(struct prof_symbols *s, const struct sym_module *keep)
 {
-    while ((s->module_bytes + s->strings.bytes > s->limit || s->module_count > s->max_modules) &&
+    while ((s->module_bytes + s->strings.bytes > s->limit || s->modules.count > s->max_modules) &&
            s->lru_tail && s->lru_tail != keep) {
         module_drop(s, s->lru_tail);
         s->stats.modules_evicted++;
@@ -390,35 +378,11 @@ static void enforce_limit(struct prof_symbols *s, const struct sym_module *keep)
 static struct sym_module *module_find(struct prof_symbols *s, const struct sym_key *k,
                                       uint64_t hash)
 {
-    struct sym_module *m = s->buckets[hash & (s->bucket_count - 1)];
+    uint64_t m;
 
-    for (; m; m = m->hash_next) {
-        if (m->hash == hash && key_equal(m, k))
-            return m;
-    }
-    return NULL;
-}
-
-static int buckets_grow(struct prof_symbols *s)
-{
-    size_t n = s->bucket_count * 2;
-    struct sym_module **b = calloc(n, sizeof(*b));
-
-    if (!b)
-        return -ENOMEM;
-    for (size_t i = 0; i < s->bucket_count; i++) {
-        struct sym_module *m = s->buckets[i], *next;
-
-        for (; m; m = next) {
-            next = m->hash_next;
-            m->hash_next = b[m->hash & (n - 1)];
-            b[m->hash & (n - 1)] = m;
-        }
-    }
-    free(s->buckets);
-    s->buckets = b;
-    s->bucket_count = n;
-    return 0;
+    return fleetprof_map_find(&s->modules, hash, module_same, NULL, k, &m)
+                   ? (struct sym_module *)(uintptr_t)m
+                   : NULL;
 }
 
 /* Stores a malloc'd message in *ret_msg when ret_msg is not NULL (NULL if out of memory). */
@@ -703,72 +667,41 @@ static struct sym_module *module_create(const struct sym_key *k, uint64_t hash)
     return m;
 }
 
+/* Adds m, which is not in the table: the caller reserved room for it (so this cannot fail)
+ * before opening it. */
 static void module_insert(struct prof_symbols *s, struct sym_module *m)
 {
-    struct sym_module **b = &s->buckets[m->hash & (s->bucket_count - 1)];
-
-    m->hash_next = *b;
-    *b = m;
-    s->module_count++;
+    (void)fleetprof_map_set(&s->modules, m->hash, module_is, NULL, m, (uintptr_t)m);
     lru_push_front(s, m);
     account(s, m);
 }
 
 /* --- per-address entries ------------------------------------------------------------ */
 
-static uint64_t addr_hash(uint64_t vaddr)
-{
-    vaddr ^= vaddr >> 33;
-    vaddr *= 0xff51afd7ed558ccdu;
-    vaddr ^= vaddr >> 33;
-    return vaddr;
-}
-
 static struct sym_entry *entry_find(const struct sym_module *m, uint64_t vaddr)
 {
-    if (m->entry_cap == 0)
-        return NULL;
-    for (size_t i = addr_hash(vaddr) & (m->entry_cap - 1);; i = (i + 1) & (m->entry_cap - 1)) {
-        struct sym_entry *e = &m->entries[i];
+    uint64_t i;
 
-        if (!e->used)
-            return NULL;
-        if (e->vaddr == vaddr)
-            return e;
-    }
+    return fleetprof_map_find(&m->entry_index, fleetprof_map_mix64(vaddr), NULL, NULL, NULL, &i)
+                   ? &m->entries[i]
+                   : NULL;
 }
 
-/* Returns a fresh slot for vaddr (not yet in the table), growing the table at 70 % load. */
+/* Returns a zeroed entry for vaddr (not yet in the table), or NULL when out of memory. */
 static struct sym_entry *entry_add(struct prof_symbols *s, struct sym_module *m, uint64_t vaddr)
 {
-    size_t i;
+    size_t entry_cap = m->entry_cap, index_cap = m->entry_index.cap;
+    struct sym_entry *e = NULL;
 
-    if ((m->entry_count + 1) * 10 > m->entry_cap * 7) {
-        size_t cap = m->entry_cap ? m->entry_cap * 2 : FIRST_ENTRY_CAP;
-        struct sym_entry *t = calloc(cap, sizeof(*t));
-
-        if (!t)
-            return NULL;
-        for (size_t j = 0; j < m->entry_cap; j++) {
-            if (!m->entries[j].used)
-                continue;
-            i = addr_hash(m->entries[j].vaddr) & (cap - 1);
-            while (t[i].used)
-                i = (i + 1) & (cap - 1);
-            t[i] = m->entries[j];
-        }
-        free(m->entries);
-        m->entries = t;
-        m->entry_cap = cap;
-        account(s, m);
+    if (FLEETPROF_GROW(m->entries, m->entry_cap, m->entry_count + 1) == 0 &&
+        fleetprof_map_set(&m->entry_index, fleetprof_map_mix64(vaddr), NULL, NULL, NULL,
+                          m->entry_count) == 0) {
+        e = &m->entries[m->entry_count++];
+        memset(e, 0, sizeof(*e));
     }
-    i = addr_hash(vaddr) & (m->entry_cap - 1);
-    while (m->entries[i].used)
-        i = (i + 1) & (m->entry_cap - 1);
-    m->entries[i].used = true;
-    m->entries[i].vaddr = vaddr;
-    m->entry_count++;
-    return &m->entries[i];
+    if (m->entry_cap != entry_cap || m->entry_index.cap != index_cap)
+        account(s, m);
+    return e;
 }
 
 /* Adds the size of the separate debug file once libdwfl has found one. */
@@ -1218,9 +1151,10 @@ char *prof_symbol_demangle(const char *name, size_t len)
 }
 
 /* Resolves vaddr in m with libdwfl into e. Returns 0 or -ENOMEM. */
-static int entry_resolve(struct prof_symbols *s, struct sym_module *m, struct sym_entry *e)
+static int entry_resolve(struct prof_symbols *s, struct sym_module *m, uint64_t vaddr,
+                         struct sym_entry *e)
 {
-    GElf_Addr addr = e->vaddr + m->bias;
+    GElf_Addr addr = vaddr + m->bias;
     const struct sym_func *func;
     const char *name;
 
@@ -1296,14 +1230,12 @@ int prof_symbols_new_with_options(const struct prof_symbols_options *options,
             s->max_compressed_dwarf = options->max_compressed_dwarf_bytes;
         if (options->debuginfo_path) {
             s->debuginfo_path = strdup(options->debuginfo_path);
-            if (!s->debuginfo_path)
-                goto err_free;
+            if (!s->debuginfo_path) {
+                free(s);
+                return -ENOMEM;
+            }
         }
     }
-    s->buckets = calloc(FIRST_BUCKETS, sizeof(*s->buckets));
-    if (!s->buckets)
-        goto err_path;
-    s->bucket_count = FIRST_BUCKETS;
 
     s->callbacks.find_elf = dwfl_build_id_find_elf;
     s->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
@@ -1311,12 +1243,6 @@ int prof_symbols_new_with_options(const struct prof_symbols_options *options,
     s->callbacks.debuginfo_path = s->debuginfo_path ? &s->debuginfo_path : NULL;
     *ret_symbols = s;
     return 0;
-
-err_path:
-    free(s->debuginfo_path);
-err_free:
-    free(s);
-    return -ENOMEM;
 }
 
 int prof_symbols_new(size_t memory_limit_bytes, struct prof_symbols **ret_symbols)
@@ -1332,7 +1258,7 @@ struct prof_symbols *prof_symbols_free(struct prof_symbols *s)
         return NULL;
     while (s->lru_head)
         module_drop(s, s->lru_head);
-    free(s->buckets);
+    fleetprof_map_free(&s->modules);
     str_pool_done(&s->strings);
     free(s->debuginfo_path);
     free(s);
@@ -1373,7 +1299,7 @@ int prof_symbols_resolve(struct prof_symbols *s, const char *path, const uint8_t
         lru_unlink(s, m);
         lru_push_front(s, m);
     } else {
-        if (s->module_count >= s->bucket_count && buckets_grow(s) < 0)
+        if (fleetprof_map_reserve(&s->modules, 1) < 0)
             return -ENOMEM;
         m = module_create(&key, hash);
         if (!m)
@@ -1399,7 +1325,7 @@ int prof_symbols_resolve(struct prof_symbols *s, const char *path, const uint8_t
         e = entry_add(s, m, vaddr);
         if (!e)
             return -ENOMEM;
-        r = entry_resolve(s, m, e);
+        r = entry_resolve(s, m, vaddr, e);
         if (r < 0) {
             /* Leave a negative entry rather than a half-filled one. */
             e->function = e->file = NULL;
@@ -1452,7 +1378,7 @@ void prof_symbols_get_stats(const struct prof_symbols *s, struct prof_symbols_st
     if (!s || !ret_stats)
         return;
     *ret_stats = s->stats;
-    ret_stats->modules_cached = s->module_count;
+    ret_stats->modules_cached = s->modules.count;
     ret_stats->string_bytes = s->strings.bytes;
     ret_stats->memory_bytes = s->module_bytes + s->strings.bytes;
 }
