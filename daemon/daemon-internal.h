@@ -265,24 +265,6 @@ void daemon__linger_check(struct daemon *d);
 /* At the daemon's close: kept regions let go, the timer closed. */
 void daemon__linger_close(struct daemon *d);
 void daemon__linger_timer_close(struct daemon *d);
-struct json_writer;
-struct prof_symbolizer;
-struct daemon_recovery;
-/* Writes, as the next value of w, the exit profile a child left in its region file fd
- * (hostile bytes: only the parts in use are copied, into *scratch, grown as needed to
- * *scratch_cap bytes, the caller's to free; a region larger than limit is refused). 0,
- * -ENODATA (no description of the process's end), -E2BIG (more than a short-lived child's
- * profile), -EBADMSG (not a region), or another negative errno. */
-int daemon__exit_image_build(int fd, uint64_t limit, uint8_t **scratch, size_t *scratch_cap,
-                             const struct prof_symbolizer *symbolizer, struct json_writer *w,
-                             struct daemon_recovery *ret);
-/* Writes, as the next value of w, the process profile recovered from the region image
- * mem[0..len) (a private copy); how says where it came from ("chunk file", "shared
- * memory"). 0, -EBADMSG (not a region), or another negative errno. */
-int daemon__recover_image(const uint8_t *mem, size_t len, const char *how,
-                          const struct prof_symbolizer *symbolizer, struct json_writer *w,
-                          struct daemon_recovery *ret);
-
 /* region-updates.c */
 /* Hello asked to publish its updates in its region: true when c's region header page is
  * mapped (evictions) and its ring is now read on the daemon's timer; false: messages. */

@@ -141,31 +141,4 @@ struct daemon_stats {
 };
 void daemon_get_stats(const struct daemon *d, struct daemon_stats *ret);
 
-/* Recovery: the profile of a process that died without writing one (killed, crashed), from
- * the chunks it left (buffer/region.h; docs/user-guide.md, "When a worker crashes"). */
-struct daemon_recovery {
-    int32_t pid;
-    bool described;          /* the process description was found whole */
-    uint64_t chunks;         /* chunks read */
-    uint64_t blocks;         /* entries recovered */
-    uint64_t corrupt_chunks; /* chunks that contradicted themselves (their rest dropped) */
-    uint64_t torn_bytes;     /* bytes dropped after the last good entry of such chunks */
-    uint64_t skipped_tails;  /* entries cut at a chunk's end whose rest was gone */
-    uint64_t dropped_blocks; /* entries too big to be real */
-    int crash_signal;        /* the fatal signal the process recorded (0: none; killed) */
-    bool execd;              /* the image ended by exec (its region says so), not by a death */
-    /* The region holds the description of the process's end and no crash: it ended
-     * normally with nobody to take its profile (it had left the daemon), and the profile is
-     * built as its exit profile, not a recovery. */
-    bool exited;
-    char execd_into[257]; /* with execd: what it exec'd ("" = unknown) */
-    int32_t crash_tid;    /* the thread it hit */
-};
-
-/* Writes the profile of the process that left the chunk file at path to out_path (through a
- * temporary file renamed over it), symbolized here. Returns 0, or a negative errno with a
- * sentence for the user in error (-EBADMSG: not a chunk file). */
-int daemon_recover_file(const char *path, const char *out_path, struct daemon_recovery *ret,
-                        char *error, size_t error_size);
-
 #endif /* FLEETPROF_DAEMON_DAEMON_H */

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "common/grow.h"
-#include "daemon/daemon.h"
+#include "profile/region-image.h"
 #include "tools/commands.h"
 
 static void usage(FILE *out)
@@ -42,9 +42,9 @@ bool is_chunk_file(const char *path)
 
 int recover_chunks_to(const char *path, const char *out_path, bool quiet)
 {
-    struct daemon_recovery rec;
+    struct prof_recovery rec;
     char error[512];
-    int r = daemon_recover_file(path, out_path, &rec, error, sizeof(error));
+    int r = prof_region_recover_file(path, out_path, &rec, error, sizeof(error));
 
     if (r < 0) {
         (void)fprintf(stderr, "fleetprof: %s\n", error);

@@ -1,5 +1,5 @@
 /* Fuzz target: the exit profile the daemon builds from a short-lived child's chunk region
- * (daemon__exit_image_build(), ChunkManagerUpdate.exit_in_region). The input is the region
+ * (prof_region_exit_profile(), ChunkManagerUpdate.exit_in_region). The input is the region
  * file a hostile child hands over with Hello: the daemon copies only the parts in use (header,
  * current description, slots up to their last block) into a compact image, then checks that
  * copy like a dead child's (region header, slots, blocks, the ProcessDescription with its
@@ -12,10 +12,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "daemon/daemon-internal.h"
 #include "json-check.h"
 #include "json/writer.h"
 #include "profile/gecko.h"
+#include "profile/region-image.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)close(fd);
         return 0;
     }
-    r = daemon__exit_image_build(fd, (uint64_t)64 << 20, &scratch, &scratch_cap, &symbolizer, w,
+    r = prof_region_exit_profile(fd, (uint64_t)64 << 20, &scratch, &scratch_cap, &symbolizer, w,
                                  NULL);
     if (r == 0 && json_writer_finish(w) == 0 && json_writer_copy_to(w, &json) == 0) {
         if (!test_json_valid(json, json_writer_length(w)))

@@ -70,9 +70,13 @@ while IFS= read -r file; do
         profile)
             # Shared by the runtime, the daemon and the tools: none of them, no transport.
             case "$incmod" in
-            child | daemon | tools | ipc | proto) [[ $inc == */* ]] && report "$where" "profile/ must not depend on $incmod/" ;;
+            child | daemon | tools | ipc) [[ $inc == */* ]] && report "$where" "profile/ must not depend on $incmod/" ;;
             esac
-            [[ $inc == uv.h || $inc == libunwind* || $inc == protobuf-c/* ]] && report "$where" "profile/ must not use <$inc>"
+            # A region's description is a ProcessDescription: region-image.c reads it.
+            if [[ $inc == proto/* || $inc == protobuf-c/* ]] && [[ $sub != region-image.* ]]; then
+                report "$where" "profile/ reads proto/ messages only in region-image.c ($inc)"
+            fi
+            [[ $inc == uv.h || $inc == libunwind* ]] && report "$where" "profile/ must not use <$inc>"
             ;;
         ipc)
             if [[ $inc == child/* || $inc == daemon/* || $inc == tools/* ]]; then
