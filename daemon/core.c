@@ -9,10 +9,12 @@
 #include "daemon/core.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/map.h"
 #include "daemon/controller.h"
@@ -147,4 +149,65 @@ void daemon__maybe_finish_close(struct daemon *d)
     if (d->closing && !d->conns && !d->gather && !d->socket_watch_open && !d->linger_timer_open &&
         !d->workers && d->finish_close)
         d->finish_close(d);
+}
+
+/* ---- processes, off /proc ---------------------------------------------------------- */
+
+/* Reads the state, flags and start time (clock ticks since boot) of pid off /proc; false
+ * when it has no entry. Only the process's own entry is read. */
+static bool read_stat(int32_t pid, char *ret_state, unsigned long *ret_flags,
+                      unsigned long long *ret_start)
+{
+    char path[64], buf[1024];
+    const char *p;
+    ssize_t n;
+    int fd;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void)close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    *ret_state = '?';
+    *ret_flags = 0;
+    *ret_start = 0;
+    p = strrchr(buf, ')'); /* the name may hold anything, even ") " */
+    /* state ppid pgrp session tty tpgid flags, then 12 more, then starttime (field 22) */
+    if (p)
+        (void)sscanf(p + 1,
+                     " %c %*d %*d %*d %*d %*d %lu %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                     "%*d %llu",
+                     ret_state, ret_flags, ret_start);
+    return true;
+}
+
+bool daemon__process_gone(int32_t pid, uint64_t start_ticks)
+{
+    unsigned long long start;
+    unsigned long flags;
+    char state;
+
+    if (!read_stat(pid, &state, &flags, &start))
+        return true;
+    /* The kernel closes a dying process's descriptors after it marks it exiting
+     * (PF_EXITING), so a death is seen as such even before the process is a zombie. */
+    if (state == 'Z' || state == 'X' || (flags & 0x4u /* PF_EXITING */))
+        return true;
+    return start_ticks && start && start != start_ticks; /* its pid, another process */
+}
+
+bool daemon__process_start(int32_t pid, uint64_t *ret_start_ticks)
+{
+    unsigned long long start;
+    unsigned long flags;
+    char state;
+
+    if (!read_stat(pid, &state, &flags, &start))
+        return false;
+    *ret_start_ticks = start;
+    return true;
 }

@@ -38,6 +38,11 @@ void daemon__drop(struct conn *c, const char *why);
 /* Sends, dropping the peer if its queue is full. Returns 0 or the negative errno. */
 int daemon__send(struct conn *c, Fleetprof__Envelope *env);
 
+/* Whether pid is dead or dying, or (start_ticks nonzero) now another process's. */
+bool daemon__process_gone(int32_t pid, uint64_t start_ticks);
+/* pid's start time (clock ticks since boot) in *ret_start_ticks; false when it has no entry. */
+bool daemon__process_start(int32_t pid, uint64_t *ret_start_ticks);
+
 /* Once closing and nothing is left (connections, capture): d->finish_close(d), which frees
  * the daemon. */
 void daemon__maybe_finish_close(struct daemon *d);

@@ -81,7 +81,7 @@ struct conn {
     uint32_t groups_refused; /* GroupStats refused (logged up to a few) */
     bool in_pid_map;         /* added to d->by_pid (from its Hello to its close); a newer
                               * connection of its pid may have replaced it there */
-    /* Its connection ended while the process lives on: its region is kept (linger.c). */
+    /* Its connection ended while the process lives on: its region is kept (recover.c). */
     bool lingering;
     uint64_t start_ticks;      /* its start time (/proc's clock ticks), known while lingering */
     uint32_t unprofiled_named; /* of its region's unprofiled_pids, how many were named */
@@ -145,7 +145,7 @@ struct daemon {
     uv_timer_t socket_watch;                 /* is the socket still ours? (server.c) */
     bool socket_watch_open;                  /* until its close callback */
     bool socket_lost_said;
-    uv_timer_t linger_timer; /* are the owners of kept regions alive? (linger.c) */
+    uv_timer_t linger_timer; /* are the owners of kept regions alive? (recover.c) */
     bool linger_timer_open;  /* until its close callback */
     size_t lingering;        /* connections kept for their regions (conn.lingering) */
     /* What a build from a kept region calls (server.c's). */
@@ -158,17 +158,60 @@ struct daemon {
     uint64_t departures_dropped;
     bool closing;
     void (*finish_close)(struct daemon *d); /* server.c: frees d (daemon__maybe_finish_close) */
+    /* Set by server.c, the ways from the foundations back up to a service: an exit profile
+     * evicted while a capture runs is named in its log (gather.c: false when none runs);
+     * a capture first builds the kept regions whose owners are gone (recover.c). */
+    bool (*exit_profile_dropped)(struct daemon *d, const struct exit_profile *e, const char *why);
+    void (*before_capture)(struct daemon *d);
     void (*close_done)(void *);
     void *close_userdata;
 };
 
-/* gather.c */
+/* region.c */
+/* The largest region a child of this daemon can make (its buffer limit's chunks in slots,
+ * and the header): a region claiming more is refused, and a build copies no more. */
+uint64_t daemon__region_limit(const struct daemon *d);
+/* Hello came with a descriptor: keeps it as c's chunk region if it is one the daemon can
+ * read safely (a memfd sealed against shrinking, of a sane size), else logs why not and
+ * closes it. With evictions (the child reads them from its region), also maps the region's
+ * header page for them (c->evict_page) when its header is a region's. */
+void daemon__region_accept(struct conn *c, int fd, bool evictions);
+/* Asks c to destroy its released chunks done at or before done_ns through its region, when
+ * it reads evictions there: true if done (no message to send), false otherwise. */
+bool daemon__region_evict(struct conn *c, uint64_t done_ns);
+/* Unmaps c's eviction page and closes its region (idempotent). */
+void daemon__region_release(struct conn *c);
+/* Whether the owner of the region in fd marked its exec in it. */
+bool daemon__region_execd(int fd);
+/* Whether the owner of the region in fd wrote its own profile as it ended. */
+bool daemon__region_profile_written(int fd);
+
+/* budget.c */
 /* Carries out the controller's actions (destroy requests, exit-profile evictions). */
 void daemon__apply_actions(struct daemon *d, struct ctl_actions *a);
 /* A child's chunk-manager update, by message or from its region: given to the controller,
  * whose actions are then carried out; false when it was refused (c is dropped, the reason
  * logged). */
 bool daemon__update_apply(struct conn *c, const struct ctl_update *u);
+/* Stores a complete exit profile (takes ownership of json); built: how the daemon built it
+ * from the child's region (for the gathering log), NULL when the child sent it; before_exec:
+ * it is an image's life that ended by exec (exit_profile.before_exec). */
+void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len,
+                              const char *built, bool before_exec);
+/* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
+void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
+void daemon__exit_profiles_free(struct daemon *d);
+
+/* departures.c */
+/* A new departure record, or NULL when DEPARTURES_MAX are kept (then counted). */
+struct departure *daemon__departure_push(struct daemon *d, int32_t pid, const char *name);
+/* Remembers a child that ended without an exit profile. */
+void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered);
+/* Remembers a process that was never profiled (why: static); the next capture names it
+ * unless a later image of pid reported. */
+void daemon__departure_never(struct daemon *d, int32_t pid, const char *name, const char *why);
+
+/* gather.c */
 /* A ProfileData or GatherProgress from a child; returns true if the gather used it. */
 void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData *m);
 /* A capture's large piece written to the output as its bytes arrive (ipc_conn_callbacks'
@@ -194,31 +237,11 @@ bool daemon__gather_on_exit_profile(struct conn *c, char *json, size_t len, cons
 /* A tool left: its capture goes on, the result is just not sent. */
 void daemon__gather_on_tool_gone(struct conn *c);
 void daemon__capture_request(struct conn *tool, const Fleetprof__CaptureRequest *req);
-/* Stores a complete exit profile (takes ownership of json); built: how the daemon built it
- * from the child's region (for the gathering log), NULL when the child sent it; before_exec:
- * it is an image's life that ended by exec (exit_profile.before_exec). */
-void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len,
-                              const char *built, bool before_exec);
-/* Remembers a child that ended without an exit profile. */
-void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered);
-/* Remembers a process that was never profiled (why: static); the next capture names it
- * unless a later image of pid reported. */
-void daemon__departure_never(struct daemon *d, int32_t pid, const char *name, const char *why);
-/* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
-void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
-void daemon__exit_profiles_free(struct daemon *d);
+/* daemon.exit_profile_dropped: names e in the running capture's log; false when none runs. */
+bool daemon__gather_exit_profile_dropped(struct daemon *d, const struct exit_profile *e,
+                                         const char *why);
 
 /* recover.c */
-/* Hello came with a descriptor: keeps it as c's chunk region if it is one the daemon can
- * read safely (a memfd sealed against shrinking, of a sane size), else logs why not and
- * closes it. With evictions (the child reads them from its region), also maps the region's
- * header page for them (c->evict_page) when its header is a region's. */
-void daemon__region_accept(struct conn *c, int fd, bool evictions);
-/* Asks c to destroy its released chunks done at or before done_ns through its region, when
- * it reads evictions there: true if done (no message to send), false otherwise. */
-bool daemon__region_evict(struct conn *c, uint64_t done_ns);
-/* Unmaps c's eviction page and closes its region (idempotent). */
-void daemon__region_release(struct conn *c);
 /* A profile the workers build from a child's region: a killed child's (recovery), or the
  * exit profile a short-lived child left there (ChunkManagerUpdate.exit_in_region). */
 enum daemon_build_kind {
@@ -247,13 +270,9 @@ typedef void daemon_built_cb(struct conn *c, struct daemon_built *b);
  * reports on its own): one that lives on otherwise reconnects. False when there is nothing
  * to build: no region, or a process still alive. */
 bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_built_cb *cb);
-/* Whether the owner of the region in fd marked its exec in it. */
-bool daemon__region_execd(int fd);
 
-/* linger.c: the region of a child whose connection ended while it lives on, kept until it
- * reconnects or ends. */
-/* Whether pid is dead or dying, or (start_ticks nonzero) now another process's. */
-bool daemon__process_gone(int32_t pid, uint64_t start_ticks);
+/* recover.c, kept regions: the region of a child whose connection ended while it lives on,
+ * kept until it reconnects or ends. */
 void daemon__linger_init(struct daemon *d);
 /* c's connection ended and its process lives on: keeps c (dead, without ipc) for its region;
  * built (server.c's) gets a build from it. False when it cannot be kept. */

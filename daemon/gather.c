@@ -228,189 +228,17 @@ event(struct gather *g, enum ev_kind kind, const struct ev_args *a, const char *
 #define EV_OF(x, ...) (&(struct ev_args){.pid = (x)->pid, .name = (x)->name, __VA_ARGS__})
 #define EV_NONE       (&(struct ev_args){0})
 
-/* Departures: what the next capture's log says of processes it will not have */
+/* Capture */
 
-/* A new departure record, or NULL when DEPARTURES_MAX are kept (then counted). */
-static struct departure *departure_push(struct daemon *d, int32_t pid, const char *name)
+bool daemon__gather_exit_profile_dropped(struct daemon *d, const struct exit_profile *e,
+                                         const char *why)
 {
-    struct departure *dep;
-
-    if (d->departure_count == DEPARTURES_MAX) {
-        d->departures_dropped++;
-        return NULL;
-    }
-    if (!d->departures) {
-        d->departures = calloc(DEPARTURES_MAX, sizeof(*d->departures));
-        if (!d->departures) {
-            d->departures_dropped++;
-            return NULL;
-        }
-    }
-    dep = &d->departures[d->departure_count++];
-    *dep = (struct departure){.pid = pid, .time_ns = daemon__now_ns()};
-    (void)snprintf(dep->name, sizeof(dep->name), "%s", name);
-    return dep;
-}
-
-/* Exit profiles */
-
-void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why)
-{
-    while (d->exit_profiles && d->exit_profiles->receipt_ns <= done_ns) {
-        struct exit_profile *e = d->exit_profiles;
-
-        d->exit_profiles = e->next;
-        if (!d->exit_profiles)
-            d->exit_profiles_last = NULL;
-        daemon__log(d, DAEMON_LOG_INFO, "exit profile of child %d (%s, %zu bytes) %s", (int)e->pid,
-                    e->name, e->len, why);
-        if (d->gather) {
-            event(d->gather, EV_DROPPED, EV_OF(e, .reason = why),
-                  "exit profile of child {pid} ({name}) {reason}");
-        } else { /* named in the next capture's log: a process is never dropped unsaid */
-            struct departure *dep = departure_push(d, e->pid, e->name);
-
-            if (dep)
-                dep->dropped = why;
-        }
-        d->stats.exit_profiles--;
-        d->stats.exit_profile_bytes -= e->len;
-        ctl_remove_owned(d->ctl, e->receipt_ns);
-        free(e->json);
-        free(e);
-    }
-}
-
-/* The controller's actions: destroy requests to the chunks' owners, and evictions of exit
- * profiles (the daemon's own chunks). */
-static void send_destroys(struct daemon *d, const struct ctl_actions *a)
-{
-    for (size_t i = 0; i < a->destroy_count; i++) {
-        if (a->destroy[i].owner == CTL_OWNER_DAEMON) {
-            daemon__exit_profiles_evict(d, a->destroy[i].done_ns,
-                                        "evicted by the global memory limit");
-            continue;
-        }
-        Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
-        Fleetprof__DestroyReleasedChunksAtOrBefore msg =
-                FLEETPROF__DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE__INIT;
-        struct conn *owner;
-
-        owner = daemon__child_by_pid(d, a->destroy[i].owner);
-        if (!owner)
-            continue; /* gone: its chunks already left the controller */
-        if (daemon__region_evict(owner, a->destroy[i].done_ns))
-            continue;
-        msg.id = ++d->next_id;
-        msg.done_ns = a->destroy[i].done_ns;
-        env.msg_case = FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE;
-        env.destroy_released_chunks_at_or_before = &msg;
-        if (daemon__send(owner, &env) == 0) {
-            owner->destroy_requests++;
-            d->stats.destroy_requests++;
-        }
-    }
-}
-
-void daemon__apply_actions(struct daemon *d, struct ctl_actions *a)
-{
-    for (;;) {
-        send_destroys(d, a);
-        if (!a->more)
-            break;
-        ctl_evict(d->ctl, daemon__now_ns(), a);
-    }
-}
-
-bool daemon__update_apply(struct conn *c, const struct ctl_update *u)
-{
-    struct daemon *d = c->d;
-    struct ctl_actions a;
-    const char *why = NULL;
-    int r = ctl_update(d->ctl, c->pid, u, daemon__now_ns(), &a, &why);
-
-    if (r < 0) {
-        daemon__drop(c, r == -EBADMSG ? why : strerror(-r));
+    if (!d->gather)
         return false;
-    }
-    d->stats.updates++;
-    daemon__apply_actions(d, &a);
+    event(d->gather, EV_DROPPED, EV_OF(e, .reason = why),
+          "exit profile of child {pid} ({name}) {reason}");
     return true;
 }
-
-void daemon__exit_profiles_free(struct daemon *d)
-{
-    while (d->exit_profiles) {
-        struct exit_profile *e = d->exit_profiles;
-
-        d->exit_profiles = e->next;
-        free(e->json);
-        free(e);
-    }
-    d->exit_profiles_last = NULL;
-}
-
-void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len,
-                              const char *built, bool before_exec)
-{
-    struct exit_profile *e;
-    struct ctl_actions a;
-    uint64_t now = daemon__now_ns();
-
-    if (len == 0 || json[0] != '{') {
-        daemon__log(d, DAEMON_LOG_WARNING, "exit profile of child %d is not a JSON object",
-                    (int)c->pid);
-        free(json);
-        return;
-    }
-    e = calloc(1, sizeof(*e));
-    if (!e) {
-        free(json);
-        return;
-    }
-    e->pid = c->pid;
-    e->before_exec = before_exec;
-    (void)snprintf(e->name, sizeof(e->name), "%s", c->name);
-    /* Receipt times name daemon-owned chunks: strictly increasing, so the list stays in
-     * receipt order by appending (a storm of short-lived children must not walk it). */
-    if (d->exit_profiles_last && d->exit_profiles_last->receipt_ns >= now)
-        now = d->exit_profiles_last->receipt_ns + 1;
-    e->receipt_ns = now;
-    e->json = json;
-    e->len = len;
-    (void)snprintf(e->built, sizeof(e->built), "%s", built ? built : "");
-    if (d->exit_profiles_last)
-        d->exit_profiles_last->next = e;
-    else
-        d->exit_profiles = e;
-    d->exit_profiles_last = e;
-    d->stats.exit_profiles++;
-    d->stats.exit_profile_bytes += len;
-    daemon__log(d, DAEMON_LOG_INFO, "kept the exit profile of child %d (%s, %zu bytes)",
-                (int)c->pid, c->name, len);
-    if (ctl_add_owned(d->ctl, e->receipt_ns, len, now, &a) == 0)
-        daemon__apply_actions(d, &a);
-}
-
-void daemon__departure_never(struct daemon *d, int32_t pid, const char *name, const char *why)
-{
-    struct departure *dep = departure_push(d, pid, name);
-
-    if (dep)
-        dep->never = why;
-}
-
-void daemon__departure_add(struct daemon *d, const struct conn *c, const char *recovered)
-{
-    struct departure *dep = departure_push(d, c->pid, c->name);
-
-    if (dep)
-        (void)snprintf(dep->recovered, sizeof(dep->recovered), "%s", recovered ? recovered : "");
-    daemon__log(d, DAEMON_LOG_INFO, "child %d (%s) ended without sending an exit profile%s%s",
-                (int)c->pid, c->name, recovered ? "; recovered: " : "", recovered ? recovered : "");
-}
-
-/* Capture */
 
 static struct pending *pending_of(struct gather *g, const struct conn *c)
 {
@@ -1517,7 +1345,8 @@ static int start(struct gather *g)
         return r;
     json_writer_array_begin(g->events, NULL);
     /* One killed while disconnected, just before this: its build is among the answers. */
-    daemon__linger_check(d);
+    if (d->before_capture)
+        d->before_capture(d);
     for (struct conn *c = d->conns; c; c = c->next)
         n += c->kind == CONN_CHILD || c->building;
     g->pending = calloc(n ? n : 1, sizeof(*g->pending));

@@ -1,8 +1,26 @@
-/* daemon/recover.c - profiles built from children's chunk regions on the workers: a child
- * that died without writing one (SIGKILL, a crash, the OOM killer), and a short-lived child
- * that left its exit profile there (ChunkManagerUpdate.exit_in_region). The building itself is
- * profile/region-image.c's; this file holds a connected child's region (accept, map for
- * evictions, release) and the jobs.
+/* daemon/recover.c - profiles built from children's chunk regions on the workers, and the
+ * regions kept for that.
+ *
+ * A build: a child that died without writing its profile (SIGKILL, a crash, the OOM killer),
+ * a short-lived child that left its exit profile there (ChunkManagerUpdate.exit_in_region),
+ * an image's life before its exec. The building itself is profile/region-image.c's; the
+ * region, daemon/region.c's.
+ *
+ * Kept regions (below, "linger"): the region of a child whose connection ended while it
+ * lives on. A child loses its connection and lives on when the program took the connection's
+ * descriptor (dup2, close_range) or the daemon dropped it; it reconnects at its next tick,
+ * or never (it cannot get a descriptor, or was dropped). Killed meanwhile, its samples would
+ * be lost: nobody else holds its region. So the daemon keeps the region of such a child
+ * (its connection, now without ipc, stays in d->conns as CONN_DEAD) until one of:
+ *  - the same process says Hello again: its new connection brings the region back; the
+ *    kept one is let go, or built first when the process exec'd meanwhile (its earlier
+ *    image's life is in it);
+ *  - the process is gone: its profile is rebuilt from the region as for any death, unless
+ *    the process wrote its own to a file as it ended (the region's profile_written);
+ *  - the daemon closes.
+ * Whether it is gone is read off /proc on a timer, and the process is known by its start
+ * time as well as its pid, so a pid reused meanwhile is not taken for it. A capture checks
+ * first, so that one killed just before it is among its answers.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,110 +44,6 @@
 
 /* The daemon keeps a worker's scratch image between exit profiles only up to this. */
 #define EXIT_IMAGE_KEPT_BYTES ((size_t)4 << 20)
-
-/* The largest region a child of this daemon can make: its buffer limit's chunks, the few a
- * manager holds besides, in slots, and the header. */
-static uint64_t region_limit(const struct daemon *d)
-{
-    uint64_t chunk = d->opt.chunk_bytes ? d->opt.chunk_bytes : DAEMON_CHUNK_BYTES;
-    uint64_t limit = d->opt.process_limit_bytes ? d->opt.process_limit_bytes : 64u << 20;
-
-    /* Twice the limit covers slot rounding and a child's own larger limit up to that. */
-    return BUF_REGION_HEADER_BYTES + 2 * (limit + 8 * (chunk + 2 * 4096u));
-}
-
-/* ---- a connected child's region ------------------------------------------------------ */
-
-/* Maps the header page of c's region for evictions. The file cannot shrink (sealed, checked
- * by the caller) and fstat said it holds the page, so the mapping never faults; the child
- * can still scribble on the page, which only changes what it reads back itself. */
-static void map_eviction_page(struct conn *c, const struct stat *st)
-{
-    struct buf_region_header h;
-    const char *why = NULL;
-    void *page = MAP_FAILED;
-
-    if ((uint64_t)st->st_size < BUF_REGION_PAGE_BYTES)
-        why = "shorter than its header page";
-    else
-        page = mmap(NULL, BUF_REGION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, c->region_fd,
-                    0);
-    if (!why && page == MAP_FAILED)
-        why = strerror(errno); /* e.g. sealed against writes */
-    if (!why) {
-        memcpy(&h, page, sizeof(h));
-        if (buf_region_header_check(&h, (uint64_t)st->st_size) < 0)
-            why = "its header is not a chunk region's";
-    }
-    if (why) {
-        daemon__log(c->d, DAEMON_LOG_INFO,
-                    "child %d (%s): evictions go by message, not through its region: %s",
-                    (int)c->pid, c->name, why);
-        if (page != MAP_FAILED)
-            (void)munmap(page, BUF_REGION_PAGE_BYTES);
-        return;
-    }
-    c->evict_page = page;
-    /* Whatever the page says now is the child's business: ours starts from nothing. */
-    c->evict_ns = 0;
-}
-
-void daemon__region_accept(struct conn *c, int fd, bool evictions)
-{
-    struct daemon *d = c->d;
-    const char *why = NULL;
-    struct stat st;
-    int seals;
-
-    /* A region the child could shrink would fault a reader that mapped it; one it could
-     * grow without bound would make us copy without bound. */
-    seals = fcntl(fd, F_GET_SEALS);
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        why = "not a memory file";
-    else if (seals < 0 || !(seals & F_SEAL_SHRINK))
-        why = "not sealed against shrinking (F_SEAL_SHRINK), so reading it could fault";
-    else if ((uint64_t)st.st_size > region_limit(d))
-        why = "larger than a region of its buffer limit can be";
-    if (why) {
-        daemon__log(d, DAEMON_LOG_WARNING,
-                    "child %d (%s): chunk region refused: %s; it will not be recovered if it "
-                    "dies",
-                    (int)c->pid, c->name, why);
-        (void)close(fd);
-        return;
-    }
-    c->region_fd = fd;
-    if (evictions)
-        map_eviction_page(c, &st);
-}
-
-bool daemon__region_evict(struct conn *c, uint64_t done_ns)
-{
-    if (!c->evict_page)
-        return false;
-    /* No message and no wake-up: the child's sampler reads the point on its next tick. Per
-     * owner the controller's points only grow; kept so whatever it says, as the child
-     * ignores a point that goes backwards. */
-    if (done_ns > c->evict_ns) {
-        c->evict_ns = done_ns;
-        buf_region_header_store_eviction(c->evict_page, done_ns);
-    }
-    c->region_evictions++;
-    c->d->stats.region_evictions++;
-    return true;
-}
-
-void daemon__region_release(struct conn *c)
-{
-    if (c->evict_page) {
-        (void)munmap(c->evict_page, BUF_REGION_PAGE_BYTES);
-        c->evict_page = NULL;
-    }
-    if (c->region_fd >= 0) {
-        (void)close(c->region_fd);
-        c->region_fd = -1;
-    }
-}
 
 /* ---- building a profile on the workers ------------------------------------------- */
 
@@ -175,16 +89,6 @@ static int to_json(struct worker_scratch *scratch, const uint8_t *mem, size_t le
         *ret_len = json_writer_length(w);
     json_writer_free(w);
     return r;
-}
-
-/* Whether the region's owner marked its exec (its connection closed in the exec): that
- * image's life is in its chunks, though the process lives on. */
-bool daemon__region_execd(int fd)
-{
-    struct buf_region_header h;
-
-    return pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == BUF_REGION_MAGIC &&
-           h.exec_ns != 0;
 }
 
 /* On a worker thread. */
@@ -334,7 +238,187 @@ bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_bu
     b->pid = c->pid;
     (void)snprintf(b->name, sizeof(b->name), "%s", c->name);
     b->fd = fd;
-    b->limit = region_limit(d);
+    b->limit = daemon__region_limit(d);
     workers_submit(d->workers, &b->job);
     return true;
+}
+
+/* ---- regions kept for children away (linger) --------------------------------------- */
+
+/* How often a kept region's owner is looked for: its death is noticed at most this late
+ * (a capture looks at once). */
+#define LINGER_CHECK_MS 100
+
+static void linger_forget(struct daemon *d, struct conn *c)
+{
+    c->lingering = false;
+    d->lingering--;
+    if (!d->lingering && d->linger_timer_open)
+        (void)uv_timer_stop(&d->linger_timer);
+}
+
+/* Frees a kept connection nothing is built from. */
+static void linger_free(struct daemon *d, struct conn *c)
+{
+    daemon__region_release(c);
+    daemon__conn_unlink(d, c);
+    free(c);
+}
+
+/* Names the children c's owner forked after it gave the program its threads at the process
+ * limit (buf_region_header.unprofiled_pids): they start no profiler, and no connection
+ * tells of them. Each once; the header is another process's data, so only pids are taken
+ * from it, and a count past the list is said as a number. */
+static void name_unprofiled_children(struct daemon *d, struct conn *c)
+{
+    struct buf_region_header h;
+    uint32_t count;
+
+    if (c->region_fd < 0 || pread(c->region_fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+        h.magic != BUF_REGION_MAGIC || !h.slots_given_up)
+        return;
+    count = h.unprofiled_count < BUF_REGION_UNPROFILED_MAX ? h.unprofiled_count
+                                                           : BUF_REGION_UNPROFILED_MAX;
+    for (; c->unprofiled_named < count; c->unprofiled_named++) {
+        int32_t pid = h.unprofiled_pids[c->unprofiled_named];
+
+        if (pid <= 0)
+            break; /* being written: the next look takes it */
+        daemon__departure_never(d, pid, c->name,
+                                "it was forked after its parent gave the profiler's threads to "
+                                "the program at its process limit (ulimit -u), and runs "
+                                "without the profiler");
+    }
+    if (h.unprofiled_count > BUF_REGION_UNPROFILED_MAX &&
+        c->unprofiled_named == BUF_REGION_UNPROFILED_MAX) {
+        c->unprofiled_named++; /* said once */
+        daemon__log(d, DAEMON_LOG_WARNING,
+                    "child %d (%s) forked %u more children without the profiler than its "
+                    "region lists (%u): they are not named",
+                    (int)c->pid, c->name, h.unprofiled_count - BUF_REGION_UNPROFILED_MAX,
+                    BUF_REGION_UNPROFILED_MAX);
+    }
+}
+
+/* The owner of c's kept region is gone. */
+static void linger_died(struct daemon *d, struct conn *c)
+{
+    linger_forget(d, c);
+    name_unprofiled_children(d, c);
+    if (daemon__region_profile_written(c->region_fd)) {
+        daemon__log(d, DAEMON_LOG_INFO,
+                    "child %d (%s) ended while disconnected, and wrote its profile itself",
+                    (int)c->pid, c->name);
+        daemon__departure_add(d, c, NULL);
+        linger_free(d, c);
+        return;
+    }
+    daemon__log(d, DAEMON_LOG_INFO,
+                "child %d (%s) ended while disconnected: its profile is rebuilt from its region",
+                (int)c->pid, c->name);
+    c->building = daemon__region_build(c, DAEMON_BUILD_RECOVERY, d->linger_built);
+    if (c->building)
+        return; /* freed by the build's callback */
+    daemon__departure_add(d, c, NULL);
+    linger_free(d, c);
+}
+
+void daemon__linger_check(struct daemon *d)
+{
+    struct conn *c = d->conns, *next;
+
+    for (; d->lingering && c; c = next) {
+        next = c->next;
+        if (!c->lingering)
+            continue;
+        if (daemon__process_gone(c->pid, c->start_ticks))
+            linger_died(d, c);
+        else
+            name_unprofiled_children(d, c);
+    }
+}
+
+static void on_linger_timer(uv_timer_t *timer)
+{
+    daemon__linger_check(timer->data);
+}
+
+bool daemon__linger_begin(struct conn *c, daemon_built_cb *built)
+{
+    struct daemon *d = c->d;
+    uint64_t start;
+
+    if (d->closing || !d->linger_timer_open || c->region_fd < 0 || !c->pid ||
+        !daemon__process_start(c->pid, &start))
+        return false;
+    if (!d->lingering)
+        (void)uv_timer_start(&d->linger_timer, on_linger_timer, LINGER_CHECK_MS, LINGER_CHECK_MS);
+    d->linger_built = built;
+    d->lingering++;
+    c->lingering = true;
+    c->start_ticks = start;
+    c->kind = CONN_DEAD;
+    c->ipc = NULL;
+    daemon__pid_map_remove(d, c); /* its next Hello is a new child */
+    daemon__log(d, DAEMON_LOG_INFO,
+                "child %d (%s) disconnected and lives on: its region is kept until it "
+                "reconnects or ends",
+                (int)c->pid, c->name);
+    return true;
+}
+
+void daemon__linger_end(struct daemon *d, int32_t pid)
+{
+    struct conn *c = d->conns, *next;
+
+    for (; d->lingering && c; c = next) {
+        next = c->next;
+        if (!c->lingering || c->pid != pid)
+            continue;
+        linger_forget(d, c);
+        /* Its earlier image's life, when it exec'd while disconnected. */
+        if (daemon__region_execd(c->region_fd)) {
+            c->building = daemon__region_build(c, DAEMON_BUILD_RECOVERY, d->linger_built);
+            if (c->building)
+                continue;
+        }
+        daemon__log(d, DAEMON_LOG_DEBUG, "child %d (%s) reconnected", (int)c->pid, c->name);
+        linger_free(d, c);
+    }
+}
+
+void daemon__linger_close(struct daemon *d)
+{
+    struct conn *c = d->conns, *next;
+
+    for (; d->lingering && c; c = next) {
+        next = c->next;
+        if (c->lingering) {
+            linger_forget(d, c);
+            linger_free(d, c);
+        }
+    }
+}
+
+static void on_linger_timer_closed(uv_handle_t *handle)
+{
+    struct daemon *d = handle->data;
+
+    d->linger_timer_open = false;
+    daemon__maybe_finish_close(d);
+}
+
+void daemon__linger_init(struct daemon *d)
+{
+    if (uv_timer_init(d->loop, &d->linger_timer) < 0)
+        return; /* a disconnected child's region is let go at once, as before */
+    d->linger_timer.data = d;
+    d->linger_timer_open = true;
+    uv_unref((uv_handle_t *)&d->linger_timer);
+}
+
+void daemon__linger_timer_close(struct daemon *d)
+{
+    if (d->linger_timer_open && !uv_is_closing((uv_handle_t *)&d->linger_timer))
+        uv_close((uv_handle_t *)&d->linger_timer, on_linger_timer_closed);
 }

@@ -79,7 +79,7 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
 
     (void)ipc;
     /* Died without a profile: the workers rebuild it from its chunks, off the loop. Lives
-     * on without its connection: its region is kept until it reconnects or dies (linger.c). */
+     * on without its connection: its region is kept until it reconnects or dies (recover.c). */
     if (c->pid && !c->exit_profile_received && !d->closing && c->region_fd >= 0 &&
         !c->final_update && !c->building) {
         lingers = d->linger_timer_open && !daemon__process_gone(c->pid, 0) &&
@@ -761,6 +761,8 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
             daemon__log(d, DAEMON_LOG_WARNING, "cannot pace the loop: %s", strerror(-r));
     }
     daemon__linger_init(d);
+    d->exit_profile_dropped = daemon__gather_exit_profile_dropped;
+    d->before_capture = daemon__linger_check;
     if (uv_timer_init(loop, &d->socket_watch) == 0) {
         d->socket_watch.data = d;
         d->socket_watch_open = true;

@@ -549,7 +549,7 @@ static bool exit_profile_in_region(uint64_t now)
 }
 
 /* The process gave the program its descriptors or its threads, and with them its daemon
- * connection; the daemon keeps its region (daemon/linger.c). Its end is described there, so
+ * connection; the daemon keeps its region (daemon/recover.c). Its end is described there, so
  * that the daemon builds its exit profile, not a recovery, when no file takes it. */
 static void describe_exit_for_the_daemon(uint64_t now)
 {
