@@ -28,6 +28,7 @@
 #include "proto/fleetprof-protocol.h"
 #include "tools/cmd-capture.h"
 #include "tools/commands.h"
+#include "tools/merge.h"
 
 #define RUNTIME_NAME "libfleetprof.so"
 
@@ -300,37 +301,36 @@ static int fold_exit_profiles(const struct record *rec, size_t n, bool with_outp
 {
     DIR *d = opendir(rec->exit_dir);
     struct dirent *e;
-    char **argv;
-    int argc = 0, first_file, r = -ENOMEM;
+    char **paths;
+    size_t count = 0, first;
+    int r = -ENOMEM;
 
     if (!d)
         return -errno;
-    argv = calloc(n + 5, sizeof(*argv));
-    if (!argv)
+    paths = calloc(n + 1, sizeof(*paths));
+    if (!paths)
         goto out;
-    argv[argc++] = "merge";
-    argv[argc++] = "-o";
-    argv[argc++] = (char *)rec->output;
     if (with_output)
-        argv[argc++] = (char *)rec->output;
-    first_file = argc;
-    while ((e = readdir(d)) && (size_t)(argc - first_file) < n) {
+        paths[count++] = (char *)rec->output;
+    first = count;
+    while ((e = readdir(d)) && count - first < n) {
         size_t len = strlen(e->d_name);
 
         if (len <= 5 || strcmp(e->d_name + len - 5, ".json"))
             continue;
-        if (asprintf(&argv[argc], "%s/%s", rec->exit_dir, e->d_name) < 0)
+        if (asprintf(&paths[count], "%s/%s", rec->exit_dir, e->d_name) < 0)
             goto out;
-        argc++;
+        count++;
     }
     (void)fflush(stdout);
-    r = cmd_merge(argc, argv) == 0 ? 0 : -EIO;
+    r = fleetprof_merge((const char *const *)paths, count, rec->output, "record", NULL);
+    r = r == 0 ? 0 : -EIO;
     (void)fflush(stdout); /* merge's line before ours */
 out:
-    if (argv)
-        for (int i = first_file; i < argc; i++)
-            free(argv[i]);
-    free(argv);
+    if (paths)
+        for (size_t i = first; i < count; i++)
+            free(paths[i]);
+    free(paths);
     (void)closedir(d);
     return r;
 }
