@@ -148,3 +148,42 @@ int buf_update_slot_take(struct buf_update_slot *s, struct buf_update *ret_updat
     (void)pthread_mutex_unlock(&s->lock);
     return had;
 }
+
+void buf_update_pace_init(struct buf_update_pace *p, uint64_t hold_ns)
+{
+    *p = (struct buf_update_pace){.hold_ns = hold_ns, .retry_ms = BUF_UPDATE_RETRY_MIN_MS};
+}
+
+bool buf_update_pace_hold(struct buf_update_pace *p, bool standing, bool exiting,
+                          enum buf_update_kind kind, size_t released, uint64_t unreleased,
+                          uint64_t now_ns, uint64_t *ret_wait_ns)
+{
+    uint64_t held;
+
+    if (!standing || !p->hold_ns || exiting || kind != BUF_UPDATE_CHANGE ||
+        released >= BUF_UPDATE_HOLD_CHUNKS || unreleased > p->sent_unreleased_bytes)
+        return false;
+    if (!p->hold_since_ns)
+        p->hold_since_ns = now_ns;
+    held = now_ns - p->hold_since_ns;
+    if (held >= p->hold_ns)
+        return false;
+    *ret_wait_ns = p->hold_ns - held;
+    return true;
+}
+
+uint64_t buf_update_pace_retry(struct buf_update_pace *p)
+{
+    uint64_t wait = p->retry_ms;
+
+    if (p->retry_ms < BUF_UPDATE_RETRY_MAX_MS)
+        p->retry_ms *= 2;
+    return wait;
+}
+
+void buf_update_pace_sent(struct buf_update_pace *p, uint64_t unreleased)
+{
+    p->retry_ms = BUF_UPDATE_RETRY_MIN_MS;
+    p->hold_since_ns = 0;
+    p->sent_unreleased_bytes = unreleased;
+}

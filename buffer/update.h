@@ -18,6 +18,7 @@
 #define FLEETPROF_BUFFER_UPDATE_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,5 +79,39 @@ enum buf_update_kind buf_update_slot_peek(struct buf_update_slot *s, size_t *ret
 /* Moves the pending update into *ret_update (the caller owns it, and must call
  * buf_update_done) and leaves None behind. Returns 1 if there was something, 0 if None. */
 int buf_update_slot_take(struct buf_update_slot *s, struct buf_update *ret_update);
+
+/* The pace of a child's updates under a standing poll, sans I/O: the runtime's IPC module
+ * and the daemon benchmark's simulated children both follow it.
+ *  - Hold: an update waits for more until it lists BUF_UPDATE_HOLD_CHUNKS newly released
+ *    chunks, or until the hold (Welcome's update_hold_ns) has run since the first change it
+ *    holds; a Final, an exit, and unreleased memory the daemon has not heard of never wait,
+ *    so the daemon never lacks more than 2 chunks of a child (design invariant 1's slack).
+ *    Fewer, bigger updates cost the daemon fewer reads and wake-ups.
+ *  - Retry: while the daemon has not read the previous update, the slot folds and the child
+ *    looks again after BUF_UPDATE_RETRY_MIN_MS, doubling up to BUF_UPDATE_RETRY_MAX_MS: a
+ *    stopped daemon costs a child a few wake-ups a second, not one per tick. */
+#define BUF_UPDATE_HOLD_CHUNKS  2
+#define BUF_UPDATE_RETRY_MIN_MS 1
+#define BUF_UPDATE_RETRY_MAX_MS 64
+
+struct buf_update_pace {
+    uint64_t hold_ns;               /* Welcome's update_hold_ns; 0: no holding */
+    uint64_t hold_since_ns;         /* the held update's first change; 0: none held */
+    uint64_t sent_unreleased_bytes; /* in the last update sent */
+    uint64_t retry_ms;              /* the next look's wait */
+};
+
+void buf_update_pace_init(struct buf_update_pace *p, uint64_t hold_ns);
+/* Whether the pending update (kind, listing released newly released chunks, unreleased
+ * bytes) waits at now_ns; when it does, *ret_wait_ns is how long it may still wait. Holding
+ * applies only under a standing poll, and never while exiting. */
+bool buf_update_pace_hold(struct buf_update_pace *p, bool standing, bool exiting,
+                          enum buf_update_kind kind, size_t released, uint64_t unreleased,
+                          uint64_t now_ns, uint64_t *ret_wait_ns);
+/* The daemon has not read the previous update: how long to wait before looking again (ms);
+ * each call doubles the next, up to the max. */
+uint64_t buf_update_pace_retry(struct buf_update_pace *p);
+/* An update telling of unreleased bytes was sent: the next one starts afresh. */
+void buf_update_pace_sent(struct buf_update_pace *p, uint64_t unreleased);
 
 #endif /* FLEETPROF_BUFFER_UPDATE_H */

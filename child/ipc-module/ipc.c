@@ -51,14 +51,6 @@
 #define EXIT_WAIT_NS          (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */
 #define GROUP_STATS_PERIOD_NS (1000ull * 1000 * 1000)     /* GroupStats at most this often */
 #define RECONNECT_DELAY_NS    (100ull * 1000 * 1000)      /* after the program took a descriptor */
-/* A held-back update looks again after this, doubling up to the max: a daemon that is
- * stopped costs a child a few wake-ups a second, not one per tick. */
-#define UPDATE_RETRY_MIN_MS   1
-#define UPDATE_RETRY_MAX_MS   64
-/* A held update goes once it lists this many newly released chunks (Welcome's
- * update_hold_ns): the daemon then lags by at most one released chunk of ours. */
-#define UPDATE_HOLD_CHUNKS    2
-
 /* The core's functions (ipc-load.c): set once by module_init(), before anything else. */
 static const struct rt_ipc_core *core;
 
@@ -95,12 +87,9 @@ static struct {
     bool early;
     int early_fd;
     uid_t early_uid;
-    uint64_t poll_id;               /* IPC thread only: outstanding poll, 0 = none */
-    bool poll_standing;             /* IPC thread only: poll_id stays outstanding once answered */
-    uint64_t update_retry_ms;       /* IPC thread only: the next wait of update_retry */
-    uint64_t update_hold_ns;        /* IPC thread only: Welcome's, 0 = no holding */
-    uint64_t hold_since_ns;         /* IPC thread only: the held update's first change, 0 = none */
-    uint64_t sent_unreleased_bytes; /* IPC thread only: in the last update sent */
+    uint64_t poll_id;            /* IPC thread only: outstanding poll, 0 = none */
+    bool poll_standing;          /* IPC thread only: poll_id stays outstanding once answered */
+    struct buf_update_pace pace; /* IPC thread only: hold and retry (buffer/update.h) */
     uint64_t next_id;
     char socket_path[4096];
     struct rt_ipc_hooks hooks; /* the layers above: profile writer, pause, resume */
@@ -276,38 +265,25 @@ static bool daemon_caught_up(void)
     if (r != 0) /* read, or cannot tell: the send reports a broken connection */
         return true;
     if (!uv_is_active((uv_handle_t *)&ipc.update_retry)) {
-        (void)uv_timer_start(&ipc.update_retry, on_update_retry, ipc.update_retry_ms, 0);
-        if (ipc.update_retry_ms < UPDATE_RETRY_MAX_MS)
-            ipc.update_retry_ms *= 2;
+        (void)uv_timer_start(&ipc.update_retry, on_update_retry, buf_update_pace_retry(&ipc.pace),
+                             0);
     }
     return false;
 }
 
-/* Under a standing poll with a hold (Welcome's update_hold_ns): whether the slot's update
- * waits for more. It goes once it lists UPDATE_HOLD_CHUNKS newly released chunks, or when
- * the hold has run since the first change it holds (update_hold looks then); a Final or an
- * exit never waits. Fewer, bigger updates cost the daemon fewer reads and wake-ups.
- * Unreleased memory the daemon has not heard of never waits either (a new buffer's first
- * chunks, a larger limit): only a released chunk may be held, so that the daemon never
- * lacks more than 2 chunks of ours (design invariant 1's slack per process). */
+/* Whether the slot's update waits for more (the hold: buffer/update.h); update_hold looks
+ * again when its time is up. */
 static bool hold_update(void)
 {
-    uint64_t now, held, unreleased;
     size_t released;
+    uint64_t unreleased, wait_ns;
+    enum buf_update_kind kind = buf_update_slot_peek(&ipc.slot, &released, &unreleased);
 
-    if (!ipc.poll_standing || !ipc.update_hold_ns || atomic_load(&ipc.exiting) ||
-        buf_update_slot_peek(&ipc.slot, &released, &unreleased) != BUF_UPDATE_CHANGE ||
-        released >= UPDATE_HOLD_CHUNKS || unreleased > ipc.sent_unreleased_bytes)
-        return false;
-    now = core->now_ns();
-    if (!ipc.hold_since_ns)
-        ipc.hold_since_ns = now;
-    held = now - ipc.hold_since_ns;
-    if (held >= ipc.update_hold_ns)
+    if (!buf_update_pace_hold(&ipc.pace, ipc.poll_standing, atomic_load(&ipc.exiting), kind,
+                              released, unreleased, core->now_ns(), &wait_ns))
         return false;
     if (!uv_is_active((uv_handle_t *)&ipc.update_hold))
-        (void)uv_timer_start(&ipc.update_hold, on_update_retry,
-                             (ipc.update_hold_ns - held + 999999) / 1000000, 0);
+        (void)uv_timer_start(&ipc.update_hold, on_update_retry, (wait_ns + 999999) / 1000000, 0);
     return true;
 }
 
@@ -367,9 +343,7 @@ static void flush_update(void)
     if (send_env(&env) == 0) {
         if (!ipc.poll_standing)
             ipc.poll_id = 0;
-        ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
-        ipc.hold_since_ns = 0;
-        ipc.sent_unreleased_bytes = u.unreleased_bytes;
+        buf_update_pace_sent(&ipc.pace, u.unreleased_bytes);
     }
     free(items);
     free(ptrs);
@@ -464,7 +438,7 @@ static void apply_welcome(const Fleetprof__Welcome *w)
     /* Asked for in Hello, so only when our region went with it. */
     atomic_store(&ipc.region_evictions, w->region_evictions);
     /* Bounded: a hostile or confused daemon cannot make us sit on our updates for long. */
-    ipc.update_hold_ns = w->update_hold_ns < 10000000000ull ? w->update_hold_ns : 10000000000ull;
+    ipc.pace.hold_ns = w->update_hold_ns < 10000000000ull ? w->update_hold_ns : 10000000000ull;
     atomic_store(&ipc.region_accepted, w->exit_in_region);
     /* Also asked for in Hello only with our region. */
     atomic_store(&ipc.updates_in_region, w->updates_in_region);
@@ -1175,10 +1149,7 @@ static int start_now(void)
     ipc.done = false;
     ipc.poll_id = 0;
     ipc.poll_standing = false;
-    ipc.update_retry_ms = UPDATE_RETRY_MIN_MS;
-    ipc.update_hold_ns = 0;
-    ipc.hold_since_ns = 0;
-    ipc.sent_unreleased_bytes = 0; /* a new daemon knows nothing of ours yet */
+    buf_update_pace_init(&ipc.pace, 0); /* a new daemon knows nothing of ours yet */
     atomic_store(&ipc.exiting, 0);
     atomic_store(&ipc.region_accepted, 0);
     atomic_store(&ipc.exit_in_region, 0);

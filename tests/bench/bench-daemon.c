@@ -74,6 +74,7 @@
 
 #include "buffer/region-updates.h"
 #include "buffer/region.h"
+#include "buffer/update.h"
 #include "ipc/ipc.h"
 #include "ipc/uv-ipc.h"
 #include "proto/fleetprof-protocol.h"
@@ -98,9 +99,6 @@
 #define CONNECT_RETRIES     400 /* 5 ms apart: a full accept backlog answers -EAGAIN */
 #define SHOWN_LOG_LINES     10
 #define RTT_BUCKETS         24 /* update -> next poll, log2 microseconds: up to 8 s */
-#define RETRY_MIN_MS        1  /* child/ipc-module/ipc.c UPDATE_RETRY_MIN_MS, UPDATE_RETRY_MAX_MS */
-#define RETRY_MAX_MS        64
-#define HOLD_CHUNKS         2 /* child/ipc-module/ipc.c UPDATE_HOLD_CHUNKS */
 
 /* ---- shared between the parent and the simulators (MAP_SHARED, lock-free atomics) ------- */
 
@@ -182,18 +180,15 @@ static struct {
     uint64_t region_evicted_ns; /* the last eviction point applied */
     struct sim_shared *shared;
     struct sim_slot *slot;
-    uint64_t poll_id;               /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
-    bool poll_standing;             /* poll_id stays outstanding once answered */
-    uint64_t retry_ms;              /* the next wait of retry_timer */
-    uint64_t hold_ns;               /* Welcome's update_hold_ns, 0 = none */
-    uint64_t hold_since_ns;         /* the held update's first change, 0 = none */
-    uint64_t sent_unreleased_bytes; /* in the last update sent */
-    bool dirty;                     /* the manager changed since the last update sent */
-    bool in_flight;                 /* an update was sent and no poll followed yet */
-    uint64_t sent_ns;               /* when it was sent */
-    bool tick_armed;                /* tick_timer runs */
-    bool stopping;                  /* Final sent */
-    uint64_t ring[RING_CAP];        /* released chunks' done times, oldest first */
+    uint64_t poll_id;            /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
+    bool poll_standing;          /* poll_id stays outstanding once answered */
+    struct buf_update_pace pace; /* hold and retry: the runtime's rule (buffer/update.h) */
+    bool dirty;                  /* the manager changed since the last update sent */
+    bool in_flight;              /* an update was sent and no poll followed yet */
+    uint64_t sent_ns;            /* when it was sent */
+    bool tick_armed;             /* tick_timer runs */
+    bool stopping;               /* Final sent */
+    uint64_t ring[RING_CAP];     /* released chunks' done times, oldest first */
     size_t head, count;
     size_t unreported; /* the newest `unreported` chunks were not sent yet */
     uint64_t last_done_ns;
@@ -279,32 +274,21 @@ static bool sim_daemon_caught_up(void)
         return true;
     atomic_fetch_add(&sim.slot->held, 1);
     if (!uv_is_active((uv_handle_t *)&sim.retry_timer)) {
-        (void)uv_timer_start(&sim.retry_timer, sim_on_retry, sim.retry_ms, 0);
-        if (sim.retry_ms < RETRY_MAX_MS)
-            sim.retry_ms *= 2;
+        (void)uv_timer_start(&sim.retry_timer, sim_on_retry, buf_update_pace_retry(&sim.pace), 0);
     }
     return false;
 }
 
-/* As child/ipc-module/ipc.c hold_update(): under a standing poll, an update listing fewer than
- * HOLD_CHUNKS new chunks waits, at most hold_ns after the first change it holds, unless it
- * tells of unreleased memory the daemon has not heard of. */
+/* As child/ipc-module/ipc.c hold_update(), with the same rule (buf_update_pace_hold()). */
 static bool sim_hold_update(void)
 {
-    uint64_t now, held;
+    uint64_t wait_ns;
 
-    if (!sim.poll_standing || !sim.hold_ns || sim.unreported >= HOLD_CHUNKS ||
-        sim.unreleased_bytes > sim.sent_unreleased_bytes)
-        return false;
-    now = now_ns();
-    if (!sim.hold_since_ns)
-        sim.hold_since_ns = now;
-    held = now - sim.hold_since_ns;
-    if (held >= sim.hold_ns)
+    if (!buf_update_pace_hold(&sim.pace, sim.poll_standing, false, BUF_UPDATE_CHANGE,
+                              sim.unreported, sim.unreleased_bytes, now_ns(), &wait_ns))
         return false;
     if (!uv_is_active((uv_handle_t *)&sim.hold_timer))
-        (void)uv_timer_start(&sim.hold_timer, sim_on_retry, (sim.hold_ns - held + 999999) / 1000000,
-                             0);
+        (void)uv_timer_start(&sim.hold_timer, sim_on_retry, (wait_ns + 999999) / 1000000, 0);
     return true;
 }
 
@@ -387,9 +371,7 @@ static void sim_send_update(void)
     if (sim_send(&env) == 0) {
         sim.dirty = false;
         sim.unreported = 0;
-        sim.retry_ms = RETRY_MIN_MS;
-        sim.hold_since_ns = 0;
-        sim.sent_unreleased_bytes = sim.unreleased_bytes;
+        buf_update_pace_sent(&sim.pace, sim.unreleased_bytes);
         atomic_fetch_add(&sim.slot->sent, 1);
         if (sim.poll_standing) { /* no next poll to wait for: handled once read */
             atomic_fetch_add(&sim.slot->answered, 1);
@@ -504,7 +486,7 @@ static void sim_on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env
             atomic_fetch_add(&sim.slot->unexpected, 1);
         sim.region_evictions = env->welcome->region_evictions && sim.region;
         sim.ring_updates = env->welcome->updates_in_region && sim.region;
-        sim.hold_ns = sim.shared->old_child ? 0 : env->welcome->update_hold_ns;
+        sim.pace.hold_ns = sim.shared->old_child ? 0 : env->welcome->update_hold_ns;
         atomic_store(&sim.slot->state, SIM_WELCOMED);
         break;
     case FLEETPROF__ENVELOPE__MSG_REFUSE:
@@ -635,7 +617,7 @@ static int sim_main(struct sim_shared *shared, int index, int children, unsigned
     (void)uv_timer_init(&sim.loop, &sim.tick_timer);
     (void)uv_timer_init(&sim.loop, &sim.retry_timer);
     (void)uv_timer_init(&sim.loop, &sim.hold_timer);
-    sim.retry_ms = RETRY_MIN_MS;
+    buf_update_pace_init(&sim.pace, 0);
     /* An old child predates regions; a failure leaves this one without, as the runtime. */
     if (!shared->old_child && buf_region_new((uint32_t)CHUNK_BYTES, NULL, &sim.region) < 0)
         sim.region = NULL;

@@ -259,6 +259,65 @@ static void test_slot_two_threads(void **state)
     buf_update_slot_done(&slot);
 }
 
+/* The hold: under a standing poll, an update with fewer than 2 new chunks and no news of
+ * unreleased memory waits, until the hold has run since the first change it holds. */
+static void test_pace_holds_a_small_update_until_its_time(void **state)
+{
+    struct buf_update_pace p;
+    uint64_t wait = 0;
+
+    (void)state;
+    buf_update_pace_init(&p, 200000000); /* 200 ms */
+    buf_update_pace_sent(&p, 4096);      /* the daemon heard of 4096 unreleased */
+    assert_true(buf_update_pace_hold(&p, true, false, BUF_UPDATE_CHANGE, 1, 4096, 1000, &wait));
+    assert_int_equal(wait, 200000000);
+    /* 150 ms later: still held, 50 ms to go; the first change's time is kept. */
+    assert_true(buf_update_pace_hold(&p, true, false, BUF_UPDATE_CHANGE, 1, 4096, 1000 + 150000000,
+                                     &wait));
+    assert_int_equal(wait, 50000000);
+    /* Its time is up: it goes. */
+    assert_false(buf_update_pace_hold(&p, true, false, BUF_UPDATE_CHANGE, 1, 4096, 1000 + 200000000,
+                                      &wait));
+    /* Sent: the next change holds afresh from its own first time. */
+    buf_update_pace_sent(&p, 4096);
+    assert_true(buf_update_pace_hold(&p, true, false, BUF_UPDATE_CHANGE, 0, 0, 5000000000, &wait));
+    assert_int_equal(wait, 200000000);
+}
+
+/* What never waits: two new chunks, more unreleased memory than the daemon heard of, a Final,
+ * an exit, a poll that does not stand, a daemon that set no hold. */
+static void test_pace_never_holds_what_the_daemon_must_hear(void **state)
+{
+    struct buf_update_pace p;
+    uint64_t wait = 0;
+
+    (void)state;
+    buf_update_pace_init(&p, 200000000);
+    buf_update_pace_sent(&p, 4096);
+    assert_false(buf_update_pace_hold(&p, true, false, BUF_UPDATE_CHANGE, BUF_UPDATE_HOLD_CHUNKS,
+                                      4096, 1, &wait));
+    assert_false(buf_update_pace_hold(&p, true, false, BUF_UPDATE_CHANGE, 1, 8192, 1, &wait));
+    assert_false(buf_update_pace_hold(&p, true, false, BUF_UPDATE_FINAL, 0, 0, 1, &wait));
+    assert_false(buf_update_pace_hold(&p, true, true, BUF_UPDATE_CHANGE, 0, 0, 1, &wait));
+    assert_false(buf_update_pace_hold(&p, false, false, BUF_UPDATE_CHANGE, 0, 0, 1, &wait));
+    buf_update_pace_init(&p, 0);
+    assert_false(buf_update_pace_hold(&p, true, false, BUF_UPDATE_CHANGE, 0, 0, 1, &wait));
+}
+
+/* The retry doubles from 1 ms to 64 ms and stays there; a sent update starts it again. */
+static void test_pace_retry_backs_off_and_resets(void **state)
+{
+    struct buf_update_pace p;
+    const uint64_t want[] = {1, 2, 4, 8, 16, 32, 64, 64, 64};
+
+    (void)state;
+    buf_update_pace_init(&p, 0);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        assert_int_equal(buf_update_pace_retry(&p), want[i]);
+    buf_update_pace_sent(&p, 0);
+    assert_int_equal(buf_update_pace_retry(&p), BUF_UPDATE_RETRY_MIN_MS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +325,9 @@ int main(void)
             cmocka_unit_test(test_property_associative),
             cmocka_unit_test(test_slot_peek_leaves_the_update),
             cmocka_unit_test(test_slot_two_threads),
+            cmocka_unit_test(test_pace_holds_a_small_update_until_its_time),
+            cmocka_unit_test(test_pace_never_holds_what_the_daemon_must_hear),
+            cmocka_unit_test(test_pace_retry_backs_off_and_resets),
     };
     return cmocka_run_group_tests_name("buffer-update", tests, NULL, NULL);
 }
