@@ -21,6 +21,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "buffer/update.h"
 #include "child/base/clock.h"
 #include "child/base/fds.h"
 #include "child/base/log.h"
@@ -399,6 +400,28 @@ int rt_region_fd(void);
 uint64_t rt_region_eviction_ns(void);
 /* The region's header page (its update ring: buffer/region-updates.h), or NULL. */
 void *rt_region_header_page(void);
+
+/* updates.c: the chunk manager's updates and the daemon's evictions (this process's side of
+ * the global limit). */
+/* Changes fold into the slot from now on (0, or -ENOMEM). */
+int rt_updates_start(void);
+/* Changes go nowhere. */
+void rt_updates_stop(void);
+/* What the daemon's Welcome said: it writes its evictions into our region's header; it
+ * takes our changes from the region's update ring. Both false once it is gone. */
+void rt_updates_use_region(bool evictions, bool ring);
+/* Destroys the released chunks done at or before done_ns; quiet: the change waits in the
+ * slot for the next update (the daemon asked for it) instead of being flagged. */
+void rt_updates_destroy(uint64_t done_ns, bool quiet);
+/* The slot, for the IPC thread (buffer/update.h's buf_update_slot_peek, _take, _fold). */
+enum buf_update_kind rt_updates_peek(size_t *ret_newly_released, uint64_t *ret_unreleased_bytes);
+int rt_updates_take(struct buf_update *ret_update);
+void rt_updates_put_back(const struct buf_update *u);
+/* The sampler's tick: the eviction point applied; a flagged change published in the
+ * region's ring, or the IPC module woken to send it. */
+void rt_updates_tick(void);
+/* In a forked child: the parent's changes are not this process's. */
+void rt_updates_forget_after_fork(void);
 void rt_region_record_crash(int sig, int code, uint64_t address, int32_t tid,
                             const uint64_t *frames, uint32_t frame_count);
 /* The whole stack of the crash just recorded (after the record: walking may fault). */

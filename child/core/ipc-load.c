@@ -75,16 +75,6 @@ static void apply_welcome(const struct rt_welcome *w)
     }
 }
 
-static void destroy_at_or_before(uint64_t done_ns)
-{
-    buf_chunked_buffer_destroy_at_or_before(rt.buffer, done_ns);
-}
-
-static void set_update_cb(buf_update_cb cb, void *userdata)
-{
-    buf_chunked_buffer_set_update_cb(rt.buffer, cb, userdata);
-}
-
 static const struct rt_ipc_core core = {
         .abi = RT_IPC_MODULE_ABI,
         .size = sizeof(struct rt_ipc_core),
@@ -101,13 +91,16 @@ static const struct rt_ipc_core core = {
         .thread_cancel_only_in_poll = rt_thread_cancel_only_in_poll,
         .groups_generation = rt_groups_generation,
         .groups_snapshot = rt_groups_snapshot,
-        .region_eviction_ns = rt_region_eviction_ns,
         .region_fd = rt_region_fd,
-        .region_header_page = rt_region_header_page,
         .hello_info = hello_info,
         .apply_welcome = apply_welcome,
-        .destroy_at_or_before = destroy_at_or_before,
-        .set_update_cb = set_update_cb,
+        .updates_start = rt_updates_start,
+        .updates_stop = rt_updates_stop,
+        .updates_use_region = rt_updates_use_region,
+        .updates_destroy = rt_updates_destroy,
+        .updates_peek = rt_updates_peek,
+        .updates_take = rt_updates_take,
+        .updates_put_back = rt_updates_put_back,
         .json_new_memory = json_writer_new_memory,
         .json_each_chunk = json_writer_each_chunk,
         .json_free = json_writer_free,

@@ -29,7 +29,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   6u
+#define RT_IPC_MODULE_ABI   7u
 
 struct json_writer;
 struct progress_logger;
@@ -142,17 +142,21 @@ struct rt_ipc_core {
     /* Performance groups (rt_groups_generation(), rt_groups_snapshot()). */
     uint64_t (*groups_generation)(void);
     size_t (*groups_snapshot)(struct prof_group_totals **ret);
-    /* The chunk region (rt_region_eviction_ns(), rt_region_fd()). */
-    uint64_t (*region_eviction_ns)(void);
+    /* The chunk region's descriptor (rt_region_fd()), for Hello. */
     int (*region_fd)(void);
-    void *(*region_header_page)(void); /* rt_region_header_page() */
     void (*hello_info)(struct rt_hello_info *ret);
     /* The daemon's settings: interval, this process's buffer limit, its clock origin. */
     void (*apply_welcome)(const struct rt_welcome *w);
-    /* The buffer (rt.buffer): the daemon's destroy requests and evictions; where the chunk
-     * manager's updates go (NULL: nowhere). */
-    void (*destroy_at_or_before)(uint64_t done_ns);
-    void (*set_update_cb)(buf_update_cb cb, void *userdata);
+    /* The chunk manager's updates and the daemon's destroy requests (updates.c, the core's
+     * rt_updates_*): the module sends what the slot holds when the core wakes it. */
+    int (*updates_start)(void);
+    void (*updates_stop)(void);
+    void (*updates_use_region)(bool evictions, bool ring);
+    void (*updates_destroy)(uint64_t done_ns, bool quiet);
+    enum buf_update_kind (*updates_peek)(size_t *ret_newly_released,
+                                         uint64_t *ret_unreleased_bytes);
+    int (*updates_take)(struct buf_update *ret_update);
+    void (*updates_put_back)(const struct buf_update *update);
     /* The core's JSON writers (json/writer.h): a memory writer for a gathered
      * profile, its chunks, and freeing it. */
     int (*json_new_memory)(struct json_writer **ret);
@@ -174,6 +178,8 @@ struct rt_ipc_module {
     void (*start_deferred)(void);
     void (*stop)(void);
     void (*tick)(void);
+    /* A change waits in the core's slot: the IPC thread sends it (any thread). */
+    void (*wake)(void);
     void (*forget_after_fork)(void);
     bool (*connected)(void);
     bool (*owns_fd)(int fd);

@@ -716,6 +716,7 @@ static void *sampler_main(void *arg)
         rt_process_title_tick(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);
         hooks.tick();
+        rt_updates_tick();
         t3 = rt_now_ns();
         o = (struct prof_overhead){t0, t1 - t0, 0, t3 - t2, t2 - t1};
         (void)prof_entry_put_overhead(rt.buffer, &o);

@@ -8,15 +8,16 @@
  * default one). It connects to FLEETPROF_SOCKET, says Hello, applies the Welcome
  * (interval, buffer limit, the daemon's clock reference), then serves the daemon:
  *   - AwaitNextChunkManagerUpdate: answered with the folded update as soon as there is
- *     one (long poll). The chunk manager's callback folds updates into a slot and flags
- *     them; the sampler wakes this thread once per tick when the flag is up. A standing
- *     poll is answered by every update from then on, without a new poll per update, but
- *     never while the daemon has not read the previous one: the slot folds meanwhile and
- *     a timer, backing off, looks again;
+ *     one (long poll). The core owns the updates (child/core/updates.c): the chunk
+ *     manager's changes fold into its slot, and its tick wakes this thread (wake) when one
+ *     is to be sent by message. A standing poll is answered by every update from then on,
+ *     without a new poll per update, paced by buf_update_pace: held for more, and never
+ *     sent while the daemon has not read the previous one (the slot folds meanwhile and a
+ *     timer, backing off, looks again);
  *   - DestroyReleasedChunksAtOrBefore: applied to the buffer at once; the change it makes
  *     goes with the next update, it does not make one of its own. A daemon that took our
  *     chunk region (Welcome's region_evictions) writes its evictions into the region's
- *     header instead, and the sampler's tick applies them the same way (rt_ipc_tick);
+ *     header instead, and the core's tick applies them the same way;
  *   - Stop/Start/Pause/Resume: sampling paused or resumed, then acknowledged.
  * Performance groups: when their totals changed, at most once per GROUP_STATS_PERIOD_NS,
  * the sampler's tick wakes this thread, which sends the cumulative totals (GroupStats); a
@@ -62,26 +63,21 @@ static struct {
     struct ipc_conn *conn;   /* IPC thread only */
     pthread_t thread;
     bool thread_started;
-    bool loop_ready;             /* loop and wake initialised (for the fork child) */
-    struct buf_update_slot slot; /* the manager's callback folds here */
-    _Atomic int update_pending;  /* set by the callback, cleared by the sampler's wake */
-    _Atomic int connected;       /* welcomed: settings applied */
-    _Atomic int linked;          /* the socket is open (Hello sent): exit profiles can go */
-    _Atomic int exiting;         /* send Final and close */
-    _Atomic int start_pending;   /* client_start() deferred the connection (ipc-start.h) */
+    bool loop_ready;           /* loop and wake initialised (for the fork child) */
+    _Atomic int connected;     /* welcomed: settings applied */
+    _Atomic int linked;        /* the socket is open (Hello sent): exit profiles can go */
+    _Atomic int exiting;       /* send Final and close */
+    _Atomic int start_pending; /* client_start() deferred the connection (ipc-start.h) */
     /* A tick makes that connection no sooner than this (CLOCK_MONOTONIC ns; 0: at once):
      * after the program took a descriptor of ours, its sweep over the table is let finish
      * first, else our new descriptors land just ahead of it, and are taken again. */
     _Atomic uint64_t start_not_before_ns;
-    _Atomic int region_evictions; /* the daemon writes its evictions into our region */
-    _Atomic int region_accepted;  /* Welcome.exit_in_region: the daemon builds it if asked */
-    _Atomic int exit_in_region;   /* the exit profile is in the region: the Final says so */
-    /* Welcome.updates_in_region: the sampler's tick publishes the slot's changes in our
-     * region's update ring (buffer/region-updates.h); only a Final goes by message. */
-    _Atomic int updates_in_region;
-    struct buf_update ring_pending; /* sampler only: taken, not yet published (ring full) */
-    uint64_t region_evicted_ns;     /* sampler only: the last eviction point applied */
-    bool defer_start;               /* the next client_start() defers: set after a fork */
+    _Atomic int region_accepted; /* Welcome.exit_in_region: the daemon builds it if asked */
+    _Atomic int exit_in_region;  /* the exit profile is in the region: the Final says so */
+    /* Welcome.updates_in_region: the sampler's tick publishes changes in our region's update
+     * ring (child/core/updates.c); only a Final goes by message. IPC thread only. */
+    bool updates_in_region;
+    bool defer_start; /* the next client_start() defers: set after a fork */
     /* A forked child's connection, made in its fork handler as the user it was born as
      * (connect_early()), for its first client_start() to adopt. */
     bool early;
@@ -151,67 +147,7 @@ static void wake_ipc(void)
     (void)pthread_mutex_unlock(&wake_lock);
 }
 
-/* Set by the thread that applies a destroy request under a standing poll (the IPC thread for
- * a message, the sampler for an eviction read from the region). */
-/* The default TLS model: initial-exec would take the static TLS a dlopen()ed object may not
- * get. Never read in a signal handler (the buffer's callbacks run under its mutex). */
-static __thread bool applying_destroy;
-
 static void client_start_deferred(void);
-
-static void on_chunk_update(const struct buf_update *u, void *userdata)
-{
-    /* Runs under the buffer's lock: fold and flag, nothing else. A change the daemon asked
-     * for is not flagged: it counted those chunks gone when it asked, so the change waits in
-     * the slot for the next update rather than costing the daemon a message of its own. */
-    buf_update_slot_fold(userdata, u);
-    if (!applying_destroy)
-        atomic_store_explicit(&ipc.update_pending, 1, memory_order_release);
-}
-
-/* The daemon's eviction point in our region's header: one load per tick; only a point that
- * moved costs the buffer's lock. It is data from another process: a point that goes
- * backwards is old news, one in the future cannot name a released chunk (done times are
- * this clock's past), and both are ignored. The change it makes waits for the next update,
- * as a destroy message's does (a daemon that writes evictions keeps a standing poll). */
-static void apply_region_eviction(void)
-{
-    uint64_t at = core->region_eviction_ns();
-
-    if (at <= ipc.region_evicted_ns || at > core->now_ns())
-        return;
-    ipc.region_evicted_ns = at;
-    applying_destroy = true;
-    core->destroy_at_or_before(at);
-    applying_destroy = false;
-}
-
-/* Sampler only, under updates_in_region: the slot's change goes into our region's update
- * ring, where the daemon's timer takes it (no message, no wake-up of either side). Returns
- * false when the slot holds a Final, which goes by message (the IPC thread). A ring the
- * daemon has not emptied yet keeps the rest for the next tick. */
-static bool publish_in_region(void)
-{
-    void *page = core->region_header_page();
-    struct buf_update u;
-
-    if (!page)
-        return false;
-    if (buf_update_slot_take(&ipc.slot, &u)) {
-        if (u.kind == BUF_UPDATE_FINAL) {
-            buf_update_slot_fold(&ipc.slot, &u); /* back where the IPC thread takes it */
-            buf_update_done(&u);
-            return false;
-        }
-        /* Out of memory, the counts stay right and the chunks are lost, as in the slot. */
-        (void)buf_update_fold(&ipc.ring_pending, &u);
-        buf_update_done(&u);
-    }
-    if (ipc.ring_pending.kind == BUF_UPDATE_CHANGE &&
-        buf_region_updates_publish(buf_region_updates_of(page), &ipc.ring_pending) > 0)
-        atomic_store(&ipc.update_pending, 1); /* the rest on the next tick */
-    return true;
-}
 
 static void client_tick(void)
 {
@@ -231,15 +167,6 @@ static void client_tick(void)
             atomic_store(&ipc.groups_pending, 1);
             wake_ipc();
         }
-    }
-    if (atomic_load_explicit(&ipc.region_evictions, memory_order_relaxed))
-        apply_region_eviction();
-    if (atomic_load_explicit(&ipc.update_pending, memory_order_acquire) &&
-        atomic_load(&ipc.connected)) {
-        atomic_store(&ipc.update_pending, 0);
-        if (!atomic_load_explicit(&ipc.updates_in_region, memory_order_relaxed) ||
-            !publish_in_region())
-            wake_ipc();
     }
 }
 
@@ -277,7 +204,7 @@ static bool hold_update(void)
 {
     size_t released;
     uint64_t unreleased, wait_ns;
-    enum buf_update_kind kind = buf_update_slot_peek(&ipc.slot, &released, &unreleased);
+    enum buf_update_kind kind = core->updates_peek(&released, &unreleased);
 
     if (!buf_update_pace_hold(&ipc.pace, ipc.poll_standing, atomic_load(&ipc.exiting), kind,
                               released, unreleased, core->now_ns(), &wait_ns))
@@ -295,8 +222,7 @@ static bool changes_go_through_region(void)
     size_t released;
     uint64_t unreleased;
 
-    return atomic_load(&ipc.updates_in_region) &&
-           buf_update_slot_peek(&ipc.slot, &released, &unreleased) != BUF_UPDATE_FINAL;
+    return ipc.updates_in_region && core->updates_peek(&released, &unreleased) != BUF_UPDATE_FINAL;
 }
 
 /* Answers the outstanding poll with whatever the slot holds. */
@@ -310,14 +236,14 @@ static void flush_update(void)
     if (!ipc.poll_id || !ipc.conn || changes_go_through_region() ||
         (ipc.poll_standing && !daemon_caught_up()) || hold_update())
         return;
-    if (!buf_update_slot_take(&ipc.slot, &u))
+    if (!core->updates_take(&u))
         return;
     if (u.newly_released_count) {
         items = calloc(u.newly_released_count, sizeof(*items));
         ptrs = calloc(u.newly_released_count, sizeof(*ptrs));
         if (!items || !ptrs) {
             /* Keep it for the next attempt rather than lose released chunks. */
-            buf_update_slot_fold(&ipc.slot, &u);
+            core->updates_put_back(&u);
             free(items);
             free(ptrs);
             buf_update_done(&u);
@@ -435,13 +361,12 @@ static void apply_welcome(const Fleetprof__Welcome *w)
     core->apply_welcome(&settings);
     if (!w->start)
         ipc.hooks.pause();
-    /* Asked for in Hello, so only when our region went with it. */
-    atomic_store(&ipc.region_evictions, w->region_evictions);
     /* Bounded: a hostile or confused daemon cannot make us sit on our updates for long. */
     ipc.pace.hold_ns = w->update_hold_ns < 10000000000ull ? w->update_hold_ns : 10000000000ull;
     atomic_store(&ipc.region_accepted, w->exit_in_region);
-    /* Also asked for in Hello only with our region. */
-    atomic_store(&ipc.updates_in_region, w->updates_in_region);
+    /* Both asked for in Hello, so only when our region went with it. */
+    ipc.updates_in_region = w->updates_in_region;
+    core->updates_use_region(w->region_evictions, w->updates_in_region);
     atomic_store(&ipc.connected, 1);
     core->debug("connected to the daemon at %s", ipc.socket_path);
 }
@@ -881,9 +806,8 @@ static void on_message(struct ipc_conn *conn, const Fleetprof__Envelope *env, vo
         break;
     case FLEETPROF__ENVELOPE__MSG_DESTROY_RELEASED_CHUNKS_AT_OR_BEFORE:
         /* Under a one-shot poll the next poll flushes the slot anyway. */
-        applying_destroy = ipc.poll_standing;
-        core->destroy_at_or_before(env->destroy_released_chunks_at_or_before->done_ns);
-        applying_destroy = false;
+        core->updates_destroy(env->destroy_released_chunks_at_or_before->done_ns,
+                              ipc.poll_standing);
         break;
     case FLEETPROF__ENVELOPE__MSG_GATHER_PROFILE:
         on_gather_request(env->gather_profile->id);
@@ -935,8 +859,9 @@ static void on_close(struct ipc_conn *conn, int error, const char *reason, void 
         core->debug("lost the daemon: %s; profiling on alone", reason ? reason : strerror(-error));
     ipc.conn = NULL;
     atomic_store(&ipc.connected, 0);
-    atomic_store(&ipc.region_evictions, 0);  /* no daemon writes them any more */
-    atomic_store(&ipc.updates_in_region, 0); /* nor reads our ring */
+    /* No daemon writes evictions into our region any more, nor reads our ring. */
+    ipc.updates_in_region = false;
+    core->updates_use_region(false, false);
     atomic_store(&ipc.linked, 0);
     (void)pthread_mutex_lock(&ipc.sym_lock); /* a waiting writer resolves locally now */
     if (ipc.sym)
@@ -1042,9 +967,9 @@ static void send_hello(void)
     h.start_epoch_ms = (uint64_t)hi.start_epoch_ms;
     region_fd = core->region_fd();
     h.chunk_region = region_fd >= 0;
-    h.region_evictions = region_fd >= 0; /* client_tick() reads them from that region */
+    h.region_evictions = region_fd >= 0; /* the core's tick reads them from that region */
     h.exit_in_region = region_fd >= 0;
-    h.updates_in_region = region_fd >= 0; /* client_tick() publishes them in that region */
+    h.updates_in_region = region_fd >= 0; /* the core's tick publishes them in that region */
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     /* The region's descriptor goes with the first frame; on a full socket it stays home
@@ -1217,7 +1142,7 @@ static int start_now(void)
         core->fd_protect(ipc_conn_fileno(ipc.conn));
     r = core->create_internal_thread(&ipc.thread, ipc_main, NULL);
     if (r < 0) {
-        core->set_update_cb(NULL, NULL);
+        core->updates_stop();
         close_loop_handles();
         (void)uv_run(&ipc.loop, UV_RUN_NOWAIT);
         (void)uv_loop_close(&ipc.loop);
@@ -1242,19 +1167,16 @@ static int client_start(const char *socket_path, const struct rt_ipc_hooks *hook
         return -EINVAL;
     strcpy(ipc.socket_path, socket_path);
     ipc.hooks = *hooks;
-    r = buf_update_slot_init(&ipc.slot);
+    r = core->updates_start();
     if (r < 0)
         return r;
-    /* Updates fold into the slot from now on, connected or not: the first answer to the
-     * daemon's poll carries them all. */
-    core->set_update_cb(on_chunk_update, &ipc.slot);
     if (defer) {
         atomic_store(&ipc.start_pending, 1);
         return 0;
     }
     r = start_now();
     if (r < 0)
-        core->set_update_cb(NULL, NULL);
+        core->updates_stop();
     return r;
 }
 
@@ -1266,7 +1188,7 @@ static void client_start_deferred(void)
         return;
     r = start_now();
     if (r < 0) { /* profiling alone, as when client_start() fails */
-        core->set_update_cb(NULL, NULL);
+        core->updates_stop();
         core->debug("cannot start the IPC thread: %s", strerror(-r));
     }
 }
@@ -1287,7 +1209,7 @@ static void client_stop(void)
 
     drop_early();
     if (atomic_exchange(&ipc.start_pending, 0)) /* never connected: nothing to say */
-        core->set_update_cb(NULL, NULL);
+        core->updates_stop();
     if (!ipc.thread_started)
         return;
     ipc.thread_started = false;
@@ -1307,7 +1229,7 @@ static void client_stop(void)
     else
         core->debug("the daemon did not take our last messages within 2 s");
     /* Updates have nowhere to go now. */
-    core->set_update_cb(NULL, NULL);
+    core->updates_stop();
 }
 
 /* The loop's descriptors and the connection's, -1 where there is none; their count. */
@@ -1383,7 +1305,7 @@ static int client_abandon(void)
     ipc.conn = NULL;
     (void)pthread_mutex_unlock(&wake_lock);
 
-    core->set_update_cb(NULL, NULL);
+    core->updates_stop();
     atomic_store(&ipc.connected, 0);
     atomic_store(&ipc.linked, 0);
     atomic_store(&ipc.gathering, 0);
@@ -1414,7 +1336,7 @@ static int client_give_up(void)
 
     children_connect = children_connect || linked;
     atomic_store(&ipc.start_pending, 0);
-    core->set_update_cb(NULL, NULL);
+    core->updates_stop();
     return r;
 }
 
@@ -1476,7 +1398,6 @@ static void client_forget_after_fork(void)
             if (fds[i] >= 0)
                 (void)close(fds[i]);
     }
-    buf_update_done(&ipc.ring_pending); /* the parent's chunks: not this process's */
     linked = atomic_load(&ipc.linked);
     memcpy(path, ipc.socket_path, sizeof(path));
     memset(&ipc, 0, sizeof(ipc));
@@ -1503,6 +1424,7 @@ static const struct rt_ipc_module module = {
         .start_deferred = client_start_deferred,
         .stop = client_stop,
         .tick = client_tick,
+        .wake = wake_ipc,
         .forget_after_fork = client_forget_after_fork,
         .connected = client_connected,
         .owns_fd = client_owns_fd,

@@ -857,6 +857,7 @@ static void on_fork_child(void)
     (void)pthread_mutex_init(&init_lock, NULL);
     rt_threads_forget_all();
     rt_ipc_forget_after_fork();
+    rt_updates_forget_after_fork();
     rt_sampler_forget_after_fork();
     rt_region_forget_after_fork();
     rt_modules_forget_after_fork();
