@@ -167,6 +167,21 @@ calls_up() {
 # Inside daemon/, nothing below server.c calls it (daemon/core.h): the files under it call
 # down into core.c, and the functions server.c defines are the public API for main.c.
 calls_up daemon/server.c daemon/core.h $(ls daemon/*.c 2>/dev/null | grep -v '^daemon/main\.c$')
+# Below it the daemon stands on two floors (docs/architecture.md, "Inside daemon/"): the
+# services call the foundations and the bottom, never each other; the foundations call the
+# bottom (budget.c, which carries out the controller's actions, also region.c and
+# departures.c), never a service; the bottom calls neither. The ways up are the hooks
+# server.c sets in struct daemon.
+daemon_services="daemon/gather.c daemon/recover.c daemon/census.c daemon/region-updates.c daemon/symbols-service.c"
+daemon_foundations="daemon/budget.c daemon/departures.c daemon/region.c daemon/capture-file.c daemon/workers.c"
+daemon_bottom="daemon/core.c daemon/controller.c daemon/groups.c daemon/pace.c"
+for svc in $daemon_services; do
+    calls_up "$svc" "a hook server.c sets" $daemon_services $daemon_foundations $daemon_bottom
+done
+for f in $daemon_foundations; do
+    calls_up "$f" "daemon/core.h" $daemon_bottom
+done
+calls_up daemon/budget.c "daemon/core.h" daemon/departures.c daemon/region.c daemon/capture-file.c daemon/workers.c
 
 # Inside child/ (the runtime), each layer calls only its own and those below it: a lower file
 # reaches an upper one only through the hooks it was given (struct rt_sampler_hooks,
