@@ -69,6 +69,8 @@ struct prof_marker_schema {
     size_t field_count;
 };
 
+struct prof_runtime_log;
+
 struct prof_process_info {
     int32_t pid;
     int32_t ppid;
@@ -98,6 +100,11 @@ struct prof_process_info {
                              * meta.fleetprof.recovered */
     const char *execd_into; /* NULL, or the program this image exec'd into, where it ended
                              * (its life before the exec): meta.fleetprof.execdInto */
+    /* Of a description kept in a chunk region (the runtime's, packed as a
+     * ProcessDescription): when it was taken, and with shutdown_ns, the runtime's numbers
+     * for profilingLog. Not written by prof_gecko_write_process(). */
+    uint64_t described_ns;
+    const struct prof_runtime_log *runtime_log;
 };
 
 /* Symbolization in batches: one call per profile with every unique address, so that a

@@ -271,6 +271,14 @@ struct rt_sampler_hooks {
     void (*tick)(void);                      /* each tick: the daemon client */
 };
 int rt_sampler_start(const struct rt_sampler_hooks *hooks);
+/* The sampler's next tick after the one at prev_ns, at now_ns (CLOCK_MONOTONIC ns), for an
+ * interval (> 0) with skip ticks to sleep through: prev_ns + interval_ns * (skip + 1), or
+ * now_ns when that is already past (late: the schedule restarts rather than catches up, and
+ * no tick is skipped), rounded down to a whole multiple of interval_ns (the grid every
+ * profiled process shares), and one interval later when that is not after now_ns. Returns
+ * the tick; *ret_skipped gets the ticks skipped (skip, or 0 on a restart). */
+uint64_t rt_sampler_next_tick(uint64_t prev_ns, uint64_t now_ns, uint64_t interval_ns,
+                              unsigned skip, unsigned *ret_skipped);
 void rt_sampler_stop(void);
 void rt_sampler_wake(void);
 /* In a forked child, after rt_fds_forget(): closes the copy of the parent's statm. */
@@ -332,6 +340,21 @@ const char *rt_program_name(void);
  * program's name, shown while it set none), the one shown longest, as the sampler looked
  * (rt_process_title_tick(), at most every 100 ms) and as shown now. */
 const char *rt_process_name(char *buf, size_t size);
+/* The process as its profile and its region describe it, taken at one moment: info borrows
+ * from the rest (the threads' snapshot, the counters and schemas so far, the module list).
+ * Made by rt_process_describe() (0, or a negative errno), freed by
+ * rt_process_description_free(). */
+struct rt_process_description {
+    struct prof_process_info info;
+    struct prof_thread_info *threads;
+    size_t thread_count;
+    struct prof_counter_info counters[RT_MAX_COUNTERS];
+    struct prof_marker_schema schemas[RT_MAX_SCHEMAS];
+    const struct prof_libs *libs;
+    char title[256];
+};
+int rt_process_describe(struct rt_process_description **ret);
+void rt_process_description_free(struct rt_process_description *pd);
 /* The sampler thread's tick: looks at the title if it has not for 100 ms. */
 void rt_process_title_tick(uint64_t now_ns);
 /* In a forked child: the parent's titles are not its own. */

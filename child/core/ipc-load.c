@@ -130,7 +130,7 @@ static const struct rt_ipc_module *load(void)
     m = entry ? entry() : NULL;
     if (!m || m->abi != RT_IPC_MODULE_ABI || m->core_size != sizeof(struct rt_ipc_core) ||
         m->batch_size != sizeof(struct rt_symbol_batch) ||
-        m->description_size != sizeof(struct rt_description)) {
+        m->description_size != sizeof(struct prof_process_info)) {
         /* Left loaded: unloading a library whose constructors ran is not worth the risk. */
         rt_debug("%s is from another build of fleetprof: no daemon connection", RT_IPC_MODULE_NAME);
         return NULL;

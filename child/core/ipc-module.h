@@ -26,10 +26,11 @@
 
 #include "buffer/update.h"
 #include "child/base/fds.h"
+#include "profile/gecko.h"
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   7u
+#define RT_IPC_MODULE_ABI   8u
 
 struct json_writer;
 struct progress_logger;
@@ -87,27 +88,6 @@ struct rt_symbol_batch {
     char error[256];             /* the request's error, else the first module error */
     bool done;
     int result; /* 0 or a negative errno (-ETIMEDOUT, -ENOTCONN, -EIO: the daemon's error) */
-};
-
-/* The process description kept in the chunk region (region.c), as the core sees it; the
- * module packs it as a ProcessDescription. Everything borrowed for the call. */
-struct rt_description {
-    int32_t pid, ppid;
-    bool forked;
-    const char *name, *product, *stackwalk;
-    uint64_t start_ns;
-    double start_epoch_ms;
-    uint64_t interval_ns;
-    uint64_t described_ns;
-    const struct prof_thread_info *threads;
-    size_t thread_count;
-    const struct prof_counter_info *counters;
-    size_t counter_count;
-    const struct prof_marker_schema *schemas;
-    size_t schema_count;
-    const struct prof_libs *libs;
-    uint64_t exit_ns;                   /* 0 = the process lives on */
-    const struct prof_runtime_log *log; /* with exit_ns: profilingLog's runtime numbers */
 };
 
 /* The profile writer (runtime.c's rt_profile_write(), above the client): the daemon's
@@ -171,7 +151,7 @@ struct rt_ipc_module {
     uint32_t abi;              /* RT_IPC_MODULE_ABI */
     uint32_t core_size;        /* sizeof(struct rt_ipc_core) */
     uint32_t batch_size;       /* sizeof(struct rt_symbol_batch) */
-    uint32_t description_size; /* sizeof(struct rt_description) */
+    uint32_t description_size; /* sizeof(struct prof_process_info) */
     /* First, once: the core's table (static data of the core). */
     void (*init)(const struct rt_ipc_core *core);
     int (*start)(const char *socket_path, const struct rt_ipc_hooks *hooks);
@@ -189,8 +169,11 @@ struct rt_ipc_module {
     bool (*exit_in_region_accepted)(void);
     void (*exit_in_region)(void);
     int (*symbolize)(struct rt_symbol_batch *batch, uint64_t timeout_ns);
-    /* Packs d as a ProcessDescription into *ret_bytes (malloc()ed, the caller frees it). */
-    int (*pack_description)(const struct rt_description *d, uint8_t **ret_bytes, size_t *ret_len);
+    /* Packs the process description kept in the chunk region (core/region.c; with
+     * shutdown_ns, the one the daemon builds the exit profile from, and runtime_log) as a
+     * ProcessDescription into *ret_bytes (malloc()ed, the caller frees it). */
+    int (*pack_description)(const struct prof_process_info *d, uint8_t **ret_bytes,
+                            size_t *ret_len);
     /* Why the daemon at our socket was not trusted (its directory, socket or uid), or NULL. */
     const char *(*untrusted)(void);
     /* The program started pid with posix_spawn: told to the daemon (Spawned) from the IPC
@@ -202,7 +185,8 @@ struct rt_ipc_module {
 const struct rt_ipc_module *fleetprof_ipc_module(void);
 
 /* ipc-pack.c, inside the module: its pack_description. */
-int rt_ipc_pack_description(const struct rt_description *d, uint8_t **ret_bytes, size_t *ret_len);
+int rt_ipc_pack_description(const struct prof_process_info *d, uint8_t **ret_bytes,
+                            size_t *ret_len);
 
 /* ipc-load.c (the core): the module, loaded on the first call with load set (never from a
  * signal handler: dlopen); NULL when it is not loaded, or cannot be (said once, with

@@ -1,12 +1,15 @@
-/* child/core/process.c - the profiled process's names: its command line (the profile's product),
- * its program's base name, and the title it may set over its argv. Core: read by the
+/* child/core/process.c - the profiled process's names (its command line, the profile's
+ * product; its program's base name; the title it may set over its argv) and its description,
+ * the one the profile writer and the region's description both take. Core: read by the
  * profile writer, the region's description and the daemon client.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -154,4 +157,69 @@ const char *rt_process_name(char *buf, size_t size)
 const char *rt_program_name(void)
 {
     return program_name;
+}
+
+int rt_process_describe(struct rt_process_description **ret)
+{
+    struct rt_process_description *pd = calloc(1, sizeof(*pd));
+    struct prof_process_info *info;
+    uint32_t counter_count;
+    int r;
+
+    *ret = NULL;
+    if (!pd)
+        return -ENOMEM;
+    info = &pd->info;
+    pd->libs = rt_modules_get(&r);
+    if (!pd->libs) {
+        free(pd);
+        return r;
+    }
+    r = rt_threads_snapshot(&pd->threads, &pd->thread_count);
+    if (r < 0) {
+        rt_process_description_free(pd);
+        return r;
+    }
+    /* Counters and schemas are only ever added, with their strings set before the count is
+     * raised: the first count entries are stable. */
+    counter_count = atomic_load(&rt.counter_count);
+    for (uint32_t i = 0; i < counter_count; i++)
+        pd->counters[i] = (struct prof_counter_info){
+                i, rt.counters[i].name, rt.counters[i].category, rt.counters[i].description};
+    (void)pthread_mutex_lock(&rt.registry_lock);
+    for (uint32_t i = 0; i < rt.schema_count; i++)
+        pd->schemas[i] = rt.schemas[i].info;
+    info->schema_count = rt.schema_count;
+    (void)pthread_mutex_unlock(&rt.registry_lock);
+
+    info->pid = rt.pid;
+    info->ppid = (int32_t)getppid();
+    info->forked = rt.forked;
+    info->name = rt_process_name(pd->title, sizeof(pd->title));
+    info->product = rt_product();
+    info->process_type = "default";
+    info->start_ns = rt.start_ns;
+    info->start_epoch_ms = atomic_load(&rt.start_epoch_ms);
+    info->interval_ns = atomic_load(&rt.cfg.interval_ns);
+    info->stackwalk = rt_stackwalk_name(rt.cfg.stackwalk);
+    info->threads = pd->threads;
+    info->thread_count = pd->thread_count;
+    info->counters = pd->counters;
+    info->counter_count = counter_count;
+    info->schemas = pd->schemas;
+    info->libs = pd->libs;
+    info->slow_event_ns = rt.cfg.slow_event_ns;
+    info->described_ns = rt_now_ns();
+    *ret = pd;
+    return 0;
+}
+
+void rt_process_description_free(struct rt_process_description *pd)
+{
+    if (!pd)
+        return;
+    if (pd->threads)
+        rt_threads_snapshot_free(pd->threads, pd->thread_count);
+    rt_modules_put(pd->libs);
+    free(pd);
 }

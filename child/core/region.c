@@ -68,79 +68,32 @@ static int region_dir(char *out, size_t size)
 static int describe_locked(uint64_t exit_ns, const struct prof_runtime_log *log)
 {
     const struct rt_ipc_module *m = rt_ipc_module(exit_ns == 0);
-    struct rt_description d = {0};
-    struct prof_counter_info *counters = NULL;
-    struct prof_marker_schema *schemas = NULL;
-    struct prof_thread_info *ti = NULL;
-    const struct prof_libs *libs = NULL;
-    size_t thread_count = 0, packed = 0;
-    uint32_t counter_count, schema_count;
+    struct rt_process_description *pd = NULL;
+    size_t packed = 0;
     uint8_t *out = NULL;
-    char title[256];
     unsigned loader = rt_loader_generation();
     uint64_t threads_gen = rt_threads_generation();
     int r;
 
     if (!m)
         return -ELIBACC;
-    r = rt_threads_snapshot(&ti, &thread_count);
-    if (r == 0)
-        libs = rt_modules_get(&r);
+    r = rt_process_describe(&pd);
     if (r < 0)
-        goto out;
-    /* Counters and schemas are only ever added, with their strings set before the count
-     * is raised: the first count entries are stable. */
-    counter_count = atomic_load(&rt.counter_count);
-    counters = calloc(counter_count + 1, sizeof(*counters));
-    schemas = calloc(RT_MAX_SCHEMAS, sizeof(*schemas));
-    r = -ENOMEM;
-    if (!counters || !schemas)
-        goto out;
-    (void)pthread_mutex_lock(&rt.registry_lock);
-    schema_count = rt.schema_count;
-    for (uint32_t i = 0; i < schema_count; i++)
-        schemas[i] = rt.schemas[i].info;
-    (void)pthread_mutex_unlock(&rt.registry_lock);
-    for (uint32_t i = 0; i < counter_count; i++)
-        counters[i] = (struct prof_counter_info){i, rt.counters[i].name, rt.counters[i].category,
-                                                 rt.counters[i].description};
-
-    d.pid = rt.pid;
-    d.ppid = (int32_t)getppid();
-    d.forked = rt.forked;
-    d.name = rt_process_name(title, sizeof(title));
-    d.product = rt_product();
-    d.start_ns = rt.start_ns;
-    d.start_epoch_ms = atomic_load(&rt.start_epoch_ms);
-    d.interval_ns = atomic_load(&rt.cfg.interval_ns);
-    d.stackwalk = rt_stackwalk_name(rt.cfg.stackwalk);
-    d.described_ns = rt_now_ns();
-    d.threads = ti;
-    d.thread_count = thread_count;
-    d.counters = counters;
-    d.counter_count = counter_count;
-    d.schemas = schemas;
-    d.schema_count = schema_count;
-    d.libs = libs;
-    d.exit_ns = exit_ns;
-    d.log = log;
-    r = m->pack_description(&d, &out, &packed);
+        return r;
+    pd->info.shutdown_ns = exit_ns;
+    pd->info.runtime_log = log;
+    r = m->pack_description(&pd->info, &out, &packed);
     if (r == 0)
         r = buf_region_set_meta(reg.region, out, packed);
     if (r == 0) {
         reg.described_loader = loader;
-        reg.described_counters = counter_count;
-        reg.described_schemas = schema_count;
+        reg.described_counters = (uint32_t)pd->info.counter_count;
+        reg.described_schemas = (uint32_t)pd->info.schema_count;
         reg.described_threads = threads_gen;
-        reg.described_ns = d.described_ns;
+        reg.described_ns = pd->info.described_ns;
     }
-out:
     free(out);
-    free(counters);
-    free(schemas);
-    if (ti)
-        rt_threads_snapshot_free(ti, thread_count);
-    rt_modules_put(libs);
+    rt_process_description_free(pd);
     return r;
 }
 

@@ -19,7 +19,8 @@ static char *or_empty(const char *s)
     return (char *)(s ? s : "");
 }
 
-int rt_ipc_pack_description(const struct rt_description *in, uint8_t **ret_bytes, size_t *ret_len)
+int rt_ipc_pack_description(const struct prof_process_info *in, uint8_t **ret_bytes,
+                            size_t *ret_len)
 {
     Fleetprof__ProcessDescription d = FLEETPROF__PROCESS_DESCRIPTION__INIT;
     Fleetprof__RuntimeStats runtime = FLEETPROF__RUNTIME_STATS__INIT;
@@ -126,10 +127,10 @@ int rt_ipc_pack_description(const struct rt_description *in, uint8_t **ret_bytes
     }
     d.modules = module_ptrs;
     d.n_modules = libs->count;
-    if (in->exit_ns) {
-        const struct prof_runtime_log *log = in->log;
+    if (in->shutdown_ns) {
+        const struct prof_runtime_log *log = in->runtime_log;
 
-        d.exit_ns = in->exit_ns;
+        d.exit_ns = in->shutdown_ns;
         runtime.pushed_blocks = log->pushed_blocks;
         runtime.cleared_blocks = log->cleared_blocks;
         runtime.failed_puts = log->failed_puts;

@@ -366,73 +366,35 @@ static int resolve_and_log(void *userdata, const struct prof_frame_request *requ
 int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_profile,
                      const struct progress_logger *progress)
 {
-    struct prof_counter_info counters[RT_MAX_COUNTERS];
-    struct prof_marker_schema schemas[RT_MAX_SCHEMAS];
-    struct prof_thread_info *threads = NULL;
+    struct rt_process_description *pd = NULL;
     struct prof_group_totals *groups = NULL;
-    struct prof_process_info info = {0};
-    const struct prof_libs *libs = NULL;
-    char title[256];
     struct write_symbols *ws;
     struct prof_symbolizer symbolizer;
-    size_t thread_count = 0;
-    uint32_t counter_count = atomic_load(&rt.counter_count);
     int r;
 
     ws = calloc(1, sizeof(*ws));
     if (!ws)
         return -ENOMEM;
-    libs = rt_modules_get(&r);
-    if (!libs)
-        goto out;
-    r = rt_threads_snapshot(&threads, &thread_count);
+    r = rt_process_describe(&pd);
     if (r < 0)
         goto out;
     symbolizer = (struct prof_symbolizer){resolve_and_log, ws};
-    for (uint32_t i = 0; i < counter_count; i++)
-        counters[i] = (struct prof_counter_info){i, rt.counters[i].name, rt.counters[i].category,
-                                                 rt.counters[i].description};
-    (void)pthread_mutex_lock(&rt.registry_lock);
-    for (uint32_t i = 0; i < rt.schema_count; i++)
-        schemas[i] = rt.schemas[i].info;
-    info.schema_count = rt.schema_count;
-    (void)pthread_mutex_unlock(&rt.registry_lock);
-
-    info.pid = rt.pid;
-    info.ppid = (int32_t)getppid();
-    info.forked = rt.forked;
-    info.name = rt_process_name(title, sizeof(title));
-    info.product = rt_product();
-    info.process_type = "default";
-    info.start_ns = rt.start_ns;
-    info.start_epoch_ms = rt.start_epoch_ms;
-    info.shutdown_ns = shutdown_ns;
-    info.interval_ns = rt.cfg.interval_ns;
-    info.stackwalk = rt_stackwalk_name(rt.cfg.stackwalk);
-    info.threads = threads;
-    info.thread_count = thread_count;
-    info.counters = counters;
-    info.counter_count = counter_count;
-    info.schemas = schemas;
-    info.libs = libs;
+    pd->info.shutdown_ns = shutdown_ns;
     buf_chunked_buffer_get_state(rt.buffer, &ws->state);
     format_runtime_log(ws); /* again after symbolization, if there is any */
-    info.runtime_log_json = ws->log;
-    info.exit_profile = exit_profile;
-    info.group_count = rt_groups_snapshot(&groups);
-    info.groups = groups;
-    info.slow_event_ns = rt.cfg.slow_event_ns;
+    pd->info.runtime_log_json = ws->log;
+    pd->info.exit_profile = exit_profile;
+    pd->info.group_count = rt_groups_snapshot(&groups);
+    pd->info.groups = groups;
 
-    r = prof_gecko_write_process(w, NULL, &info, rt.buffer, &symbolizer, progress);
+    r = prof_gecko_write_process(w, NULL, &pd->info, rt.buffer, &symbolizer, progress);
     if (r == 0)
         r = json_writer_finish(w);
 out:
     free(groups);
     rt_symbolizer_done(&ws->sym);
     free(ws);
-    if (threads)
-        rt_threads_snapshot_free(threads, thread_count);
-    rt_modules_put(libs);
+    rt_process_description_free(pd);
     return r;
 }
 
