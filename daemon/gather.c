@@ -20,7 +20,8 @@
  * any progress ends the capture with what arrived. Late pieces are dropped. Finally
  * profileGatheringLog closes the root and a libuv worker fsyncs the file and renames it over the
  * output. Any write error fails the capture: the temp file is removed, the previous output left as
- * it was.
+ * it was. The file itself (writes at offsets, reserved regions, spools, blanking, separators, the
+ * final sync and rename) is daemon/capture-file.c's; this file decides what goes where.
  *
  * Exit profiles count against the global limit as daemon-owned released chunks: the
  * controller evicts the oldest when the fleet needs room; a capture also expires those
@@ -28,7 +29,6 @@
  */
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,15 +36,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/grow.h"
-#include "common/outfile.h"
+#include "daemon/capture-file.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "json/writer.h"
 #include "profile/gecko.h"
 
-#define PIECE_TOTAL_MAX   (512u << 20) /* one child's JSON; beyond it is "too large" */
-#define COPY_BUFFER_BYTES (1u << 20)   /* the spool copy when copy_file_range cannot be used */
+#define PIECE_TOTAL_MAX (512u << 20) /* one child's JSON; beyond it is "too large" */
 
 /* One child asked for its profile. Its bytes are, at any time, either in the output (it is
  * the current child, or it completed there) or all of them in its spool file, never in
@@ -68,7 +66,6 @@ struct gather {
     struct daemon *d;
     uint64_t id;
     char *path; /* the output, owned */
-    char *dir;  /* path's directory, where spools go; owned */
     char *product;
     struct conn *tool; /* a CaptureRequest's sender, or NULL (library use) */
     uint64_t tool_request;
@@ -79,21 +76,15 @@ struct gather {
     size_t count;
     uint32_t done_count, exit_profiles, processes, given_up, recovered;
     uint64_t bytes;
-    /* The file being written beside path, renamed to it at the end (common/outfile.h); out.fd
-     * is the worker's during the final sync, -1 once committed or removed. */
-    struct fleetprof_outfile out;
-    uint64_t out_len;        /* bytes in fd: where the next write goes */
-    struct pending *current; /* the child streaming into fd, or NULL */
-    uint64_t current_start;  /* where current's element (separator first) begins in fd */
-    uint64_t *elements;      /* offsets of every complete element's separator byte */
-    size_t element_count, element_cap;
+    /* The file being written beside path (daemon/capture-file.h): the worker's during the final
+     * sync. Its failure is the capture's. */
+    struct capture_file file;
+    struct pending *current;    /* the child streaming into the file, or NULL */
+    uint64_t current_start;     /* where current's element (separator first) begins in the file */
     struct json_writer *events; /* profileGatheringLog events: an open array */
     uv_timer_t timer;
     unsigned rounds;
     uv_work_t work;
-    int write_error;
-    char message[512];
-    uint64_t file_bytes;
     uint64_t child_timeout_ns; /* the daemon's, or the capture request's own */
     bool finishing;
     /* What this capture took from the daemon, given back if it fails (complete()): */
@@ -269,146 +260,9 @@ static void report_progress(struct gather *g)
     }
 }
 
-/* File I/O. Writes happen on the loop thread: they only fill the page cache. The one slow
- * call, fsync, runs on a worker at the end. The first failure is kept in write_error and
- * message, and ends the capture (the caller calls finish()). */
-
-/* Records r as the capture's failure unless one is recorded already; returns r. */
-__attribute__((format(printf, 3, 4))) static int fail(struct gather *g, int r, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!g->write_error) {
-        g->write_error = r;
-        va_start(ap, fmt);
-        (void)vsnprintf(g->message, sizeof(g->message), fmt, ap);
-        va_end(ap);
-    }
-    return r;
-}
-
-/* Writes len bytes at offset of the output. */
-static int write_at(struct gather *g, uint64_t offset, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = pwrite(g->out.fd, data, len, (off_t)offset);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int r = n < 0 ? -errno : -EIO;
-
-            return fail(g, r, "cannot write %.400s: %s", g->path, strerror(-r));
-        }
-        data += n;
-        len -= (size_t)n;
-        offset += (uint64_t)n;
-    }
-    return 0;
-}
-
-/* Appends len bytes to the output. */
-static int out_write(struct gather *g, const char *data, size_t len)
-{
-    int r = write_at(g, g->out_len, data, len);
-
-    if (r == 0)
-        g->out_len += len;
-    return r;
-}
-
-static int write_chunk(const char *data, size_t len, void *userdata)
-{
-    return out_write(userdata, data, len);
-}
-
-/* Appends a memory writer's output (complete or not) to the output. */
-static int out_write_writer(struct gather *g, const struct json_writer *w)
-{
-    int r = json_writer_each_chunk(w, write_chunk, g);
-
-    /* A write error is recorded already; what is left is the writer's own (-ENOMEM). */
-    if (r < 0)
-        return fail(g, r, "building the profile failed: %s", strerror(-r));
-    return 0;
-}
-
-/* Appends the bytes of fd from offset to len with read and write: the fallback of
- * out_append_file(). */
-static int out_append_by_copy(struct gather *g, int fd, uint64_t offset, uint64_t len)
-{
-    char *buf = malloc(COPY_BUFFER_BYTES);
-    int r = 0;
-
-    if (!buf)
-        return fail(g, -ENOMEM, "cannot copy a spool file: out of memory");
-    while (r == 0 && offset < len) {
-        size_t want = len - offset < COPY_BUFFER_BYTES ? (size_t)(len - offset) : COPY_BUFFER_BYTES;
-        ssize_t n = pread(fd, buf, want, (off_t)offset);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            /* A spool shorter than what was written to it is an I/O error too. */
-            r = n < 0 ? -errno : -EIO;
-            r = fail(g, r, "cannot read a spool file next to %.400s: %s", g->path, strerror(-r));
-            break;
-        }
-        r = out_write(g, buf, (size_t)n);
-        offset += (uint64_t)n;
-    }
-    free(buf);
-    return r;
-}
-
-/* Appends the first len bytes of fd (a spool) to the output. copy_file_range keeps the bytes
- * in the kernel, and may share blocks on file systems with reflinks; where it cannot be used
- * (EXDEV, EINVAL, ENOSYS, EOPNOTSUPP: old kernels, some file systems), read and write do. */
-static int out_append_file(struct gather *g, int fd, uint64_t len)
-{
-    loff_t in = 0;
-
-    while ((uint64_t)in < len) {
-        loff_t out = (loff_t)g->out_len;
-        ssize_t n = copy_file_range(fd, &in, g->out.fd, &out, (size_t)(len - (uint64_t)in), 0);
-
-        if (n > 0) {
-            g->out_len += (uint64_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
-            return out_append_by_copy(g, fd, (uint64_t)in, len);
-        n = n < 0 ? -errno : -EIO; /* 0: the spool is shorter than what was written to it */
-        return fail(g, (int)n, "cannot write %.400s: %s", g->path, strerror((int)-n));
-    }
-    return 0;
-}
-
-/* Opens an unlinked spool file next to the output: on its file system, so the final append
- * can stay in the kernel, and it disappears with the fd even if the daemon dies. O_TMPFILE
- * needs file system support; without it, a named file is unlinked at once. */
-static int spool_open(const struct gather *g, int *ret_fd)
-{
-    char *name;
-    int fd, r;
-
-    fd = open(g->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        if (asprintf(&name, "%s.spool.XXXXXX", g->path) < 0)
-            return -ENOMEM;
-        fd = mkostemp(name, O_CLOEXEC);
-        r = -errno;
-        if (fd >= 0)
-            (void)unlink(name);
-        free(name);
-        if (fd < 0)
-            return r;
-    }
-    *ret_fd = fd;
-    return 0;
-}
+/* The output is daemon/capture-file.c's: these name the capture's uses of it. Its first
+ * failure is the capture's (g->file.error, g->file.message), and ends it (the caller calls
+ * finish()). */
 
 static void spool_close(struct pending *p)
 {
@@ -418,70 +272,18 @@ static void spool_close(struct pending *p)
     p->complete = false;
 }
 
-static int spool_write(struct gather *g, struct pending *p, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(p->spool_fd, data, len);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int r = n < 0 ? -errno : -EIO;
-
-            return fail(g, r, "cannot write a spool file next to %.400s: %s", g->path,
-                        strerror(-r));
-        }
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Child JSON in the output. The output always ends inside the open processes array. Every
- * element starts with a separator byte (a space until finish_elements()); the elements not
- * complete yet are reserved regions (anywhere) and the current child's (always the last). */
+ * element starts with a separator byte (a space until capture_file_finish_elements()); the
+ * elements not complete yet are reserved regions (anywhere) and the current child's (always
+ * the last). */
 
 /* Counts a complete element whose separator byte is at offset. */
 static int add_element(struct gather *g, uint64_t offset)
 {
-    if (FLEETPROF_GROW(g->elements, g->element_cap, g->element_count + 1) < 0)
-        return fail(g, -ENOMEM, "building the profile failed: out of memory");
-    g->elements[g->element_count++] = offset;
-    g->processes++;
-    return 0;
-}
+    int r = capture_file_add_element(&g->file, offset);
 
-static int compare_offsets(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Every element but the first in file order gets its comma. */
-static void finish_elements(struct gather *g)
-{
-    if (g->element_count > 1) /* qsort(NULL, 0, ...) is undefined */
-        qsort(g->elements, g->element_count, sizeof(*g->elements), compare_offsets);
-    for (size_t i = 1; i < g->element_count && !g->write_error; i++)
-        (void)write_at(g, g->elements[i], ",", 1);
-}
-
-/* Overwrites len bytes at offset with spaces. */
-static int blank(struct gather *g, uint64_t offset, uint64_t len)
-{
-    static char spaces[64 * 1024];
-    int r = 0;
-
-    if (spaces[0] != ' ')
-        memset(spaces, ' ', sizeof(spaces));
-    while (r == 0 && len > 0) {
-        size_t n = len < sizeof(spaces) ? (size_t)len : sizeof(spaces);
-
-        r = write_at(g, offset, spaces, n);
-        offset += n;
-        len -= n;
-    }
+    if (r == 0)
+        g->processes++;
     return r;
 }
 
@@ -489,17 +291,13 @@ static int blank(struct gather *g, uint64_t offset, uint64_t len)
  * current (its element must stay the last). */
 static int reserve_region(struct gather *g, struct pending *p, uint64_t total)
 {
-    uint64_t region = g->out_len;
     int r;
 
     assert(!g->current);
-    r = out_write(g, " ", 1);
-    if (r < 0)
-        return r;
-    p->region = region;
-    p->total = total;
-    g->out_len += total; /* a hole until its pieces arrive */
-    return 0;
+    r = capture_file_reserve(&g->file, total, &p->region);
+    if (r == 0)
+        p->total = total;
+    return r;
 }
 
 /* p streams into the output from now on: its element starts here, with what it has spooled
@@ -510,10 +308,9 @@ static int make_current(struct gather *g, struct pending *p)
 
     assert(!g->current);
     g->current = p;
-    g->current_start = g->out_len;
-    r = out_write(g, " ", 1);
+    r = capture_file_element_begin(&g->file, &g->current_start);
     if (r == 0 && p->spool_fd >= 0)
-        r = out_append_file(g, p->spool_fd, p->len);
+        r = capture_file_append_spool(&g->file, p->spool_fd, p->len);
     spool_close(p);
     return r;
 }
@@ -523,22 +320,12 @@ static int make_current(struct gather *g, struct pending *p)
 static void drop_data(struct gather *g, struct pending *p)
 {
     if (p->total) {
-        uint64_t end = p->region + 1 + p->total;
-
-        if (end == g->out_len && !g->write_error) {
-            if (ftruncate(g->out.fd, (off_t)p->region) < 0)
-                (void)fail(g, -errno, "cannot truncate %.400s: %s", g->out.tmp, strerror(errno));
-            g->out_len = p->region;
-        } else if (!g->write_error) {
-            (void)blank(g, p->region, 1 + p->total);
-        }
+        capture_file_withdraw(&g->file, p->region, 1 + p->total);
         p->total = 0;
     }
     if (p == g->current) {
         g->current = NULL;
-        if (!g->write_error && ftruncate(g->out.fd, (off_t)g->current_start) < 0)
-            (void)fail(g, -errno, "cannot truncate %.400s: %s", g->out.tmp, strerror(errno));
-        g->out_len = g->current_start;
+        capture_file_withdraw(&g->file, g->current_start, g->file.len - g->current_start);
     }
     spool_close(p);
 }
@@ -553,14 +340,13 @@ static int flush_spools(struct gather *g)
     assert(!g->current);
     for (size_t i = 0; r == 0 && i < g->count; i++) {
         struct pending *p = &g->pending[i];
-
-        uint64_t start = g->out_len;
+        uint64_t start;
 
         if (!p->complete)
             continue;
-        r = out_write(g, " ", 1);
+        r = capture_file_element_begin(&g->file, &start);
         if (r == 0)
-            r = out_append_file(g, p->spool_fd, p->len);
+            r = capture_file_append_spool(&g->file, p->spool_fd, p->len);
         spool_close(p);
         if (r == 0)
             r = add_element(g, start);
@@ -577,15 +363,15 @@ static void mark_done(struct gather *g, struct pending *p)
 {
     p->done = true;
     g->done_count++;
-    if (!g->current && !g->write_error)
+    if (!g->current && !g->file.error)
         (void)flush_spools(g);
     report_progress(g);
-    if (g->write_error || g->done_count == g->count)
+    if (g->file.error || g->done_count == g->count)
         finish(g);
 }
 
 /* Puts one piece where p's bytes go: the output if p is (or can become) current, else its
- * spool. Returns 0 or a negative errno: when the output failed, g->write_error is set and
+ * spool. Returns 0 or a negative errno: when the output failed, g->file.error is set and
  * the capture must end; otherwise p's spool could not be made, and p alone is dropped. */
 static int store_piece(struct gather *g, struct pending *p, const char *data, size_t len,
                        uint64_t total)
@@ -593,10 +379,10 @@ static int store_piece(struct gather *g, struct pending *p, const char *data, si
     int r;
 
     if (p->total)
-        return write_at(g, p->region + 1 + p->len, data, len);
+        return capture_file_write_at(&g->file, p->region + 1 + p->len, data, len);
     if (total && p->len == 0 && !g->current) {
         r = reserve_region(g, p, total);
-        return r < 0 ? r : write_at(g, p->region + 1, data, len);
+        return r < 0 ? r : capture_file_write_at(&g->file, p->region + 1, data, len);
     }
     if (!g->current) {
         r = make_current(g, p);
@@ -604,13 +390,13 @@ static int store_piece(struct gather *g, struct pending *p, const char *data, si
             return r;
     }
     if (p == g->current)
-        return out_write(g, data, len);
+        return capture_file_append(&g->file, data, len);
     if (p->spool_fd < 0) {
-        r = spool_open(g, &p->spool_fd);
+        r = capture_file_spool_open(&g->file, &p->spool_fd);
         if (r < 0)
             return r;
     }
-    return spool_write(g, p, data, len);
+    return capture_file_spool_write(&g->file, p->spool_fd, data, len);
 }
 
 /* Whether a piece of n bytes fits p's stream: in order, within the size announced. */
@@ -636,7 +422,7 @@ static bool piece_store(struct gather *g, struct pending *p, const char *data, s
         return false;
     }
     r = n > 0 ? store_piece(g, p, data, n, total) : 0;
-    if (r < 0 && g->write_error) {
+    if (r < 0 && g->file.error) {
         finish(g); /* the output is broken: the capture fails with the reason */
         return false;
     }
@@ -799,7 +585,7 @@ static bool answer_with(struct gather *g, struct pending *p, char *json, size_t 
     p->len = 0;
     r = store_piece(g, p, json, len, len);
     free(json);
-    if (r < 0 && g->write_error) {
+    if (r < 0 && g->file.error) {
         finish(g);
         return false;
     }
@@ -947,12 +733,8 @@ static void on_round(uv_timer_t *t)
 static void sync_file(uv_work_t *work)
 {
     struct gather *g = work->data;
-    int r = 0;
 
-    r = fleetprof_outfile_commit(&g->out, 0);
-    if (r < 0) {
-        (void)fail(g, r, "cannot write %.400s: %s", g->path, strerror(-r));
-    }
+    (void)capture_file_commit(&g->file);
 }
 
 /* Frees everything of a capture; removes its temp file if it is still there. Accepts one that
@@ -962,11 +744,9 @@ static void gather_free(struct gather *g)
     for (size_t i = 0; i < g->count; i++)
         spool_close(&g->pending[i]);
     free(g->pending);
-    free(g->elements);
-    fleetprof_outfile_abort(&g->out);
+    capture_file_free(&g->file);
     json_writer_free(g->events);
     free(g->path);
-    free(g->dir);
     free(g->lost);
     free(g->departures);
     while (g->taken) {
@@ -993,27 +773,27 @@ static void free_gather(uv_handle_t *timer)
 static void complete(struct gather *g)
 {
     struct daemon_capture_result res = {0};
+    int error = g->file.error;
+    uint64_t bytes = error ? 0 : g->file.len;
 
     /* The temp file goes before anyone hears of the failure; what it took is given back. */
-    if (g->write_error)
-        fleetprof_outfile_abort(&g->out);
-    if (g->write_error)
+    if (error)
+        capture_file_abort(&g->file);
+    if (error)
         give_back(g);
-    if (!g->write_error)
-        g->file_bytes = g->out_len;
-    res.error = g->write_error;
-    res.message = g->write_error ? g->message : NULL;
+    res.error = error;
+    res.message = error ? g->file.message : NULL;
     res.path = g->path;
-    res.bytes = g->file_bytes;
+    res.bytes = bytes;
     res.processes = g->processes;
     res.given_up = g->given_up;
     res.recovered = g->recovered;
     res.lost = g->lost_total;
     res.lost_list = g->lost;
     res.lost_listed = g->lost_listed;
-    daemon__log(g->d, g->write_error ? DAEMON_LOG_WARNING : DAEMON_LOG_INFO,
-                g->write_error ? "capture failed: %s" : "capture written to %s (%u processes)",
-                g->write_error ? g->message : g->path, g->processes);
+    daemon__log(g->d, error ? DAEMON_LOG_WARNING : DAEMON_LOG_INFO,
+                error ? "capture failed: %s" : "capture written to %s (%u processes)",
+                error ? g->file.message : g->path, g->processes);
     if (g->done)
         g->done(g->userdata, &res);
     if (g->tool) {
@@ -1022,7 +802,7 @@ static void complete(struct gather *g)
 
         msg.request_id = g->tool_request;
         msg.path = g->path;
-        msg.bytes = g->file_bytes;
+        msg.bytes = bytes;
         msg.processes = g->processes;
         Fleetprof__LostProcess lost[16], *lost_ptrs[16];
 
@@ -1037,7 +817,7 @@ static void complete(struct gather *g)
             msg.n_lost_processes = i + 1;
         }
         msg.lost_processes = lost_ptrs;
-        msg.error = g->write_error ? g->message : (char *)"";
+        msg.error = error ? g->file.message : (char *)"";
         env.msg_case = FLEETPROF__ENVELOPE__MSG_CAPTURE_RESULT;
         env.capture_result = &msg;
         (void)ipc_conn_send(g->tool->ipc, &env);
@@ -1050,7 +830,7 @@ static void after_sync(uv_work_t *work, int status)
     struct gather *g = work->data;
 
     if (status < 0)
-        (void)fail(g, status, "file write cancelled");
+        (void)capture_file_fail(&g->file, status, "file write cancelled");
     complete(g);
 }
 
@@ -1065,7 +845,7 @@ static void write_trailer(struct gather *g)
 
     r = json_writer_new_memory(&w);
     if (r < 0) {
-        (void)fail(g, r, "building the profile failed: %s", strerror(-r));
+        (void)capture_file_fail(&g->file, r, "building the profile failed: %s", strerror(-r));
         return;
     }
     (void)snprintf(pid, sizeof(pid), "%d", (int)getpid());
@@ -1079,9 +859,10 @@ static void write_trailer(struct gather *g)
     json_writer_object_end(w);
     r = json_writer_finish(w);
     if (r < 0)
-        (void)fail(g, r, "building the profile failed: %s", strerror(-r));
-    else if (out_write(g, before, sizeof(before) - 1) == 0 && out_write_writer(g, w) == 0)
-        (void)out_write(g, "}", 1);
+        (void)capture_file_fail(&g->file, r, "building the profile failed: %s", strerror(-r));
+    else if (capture_file_append(&g->file, before, sizeof(before) - 1) == 0 &&
+             capture_file_append_writer(&g->file, w) == 0)
+        (void)capture_file_append(&g->file, "}", 1);
     json_writer_free(w);
 }
 
@@ -1096,27 +877,27 @@ static void finish(struct gather *g)
     g->finishing = true;
     uv_timer_stop(&g->timer);
     /* Every child is done unless the output failed: no one is current, spools complete. */
-    if (!g->write_error)
+    if (!g->file.error)
         (void)flush_spools(g);
     event(g, EV_NOTE, EV_NONE,
           "capture complete: %u processes, %llu bytes from children, %u given up", g->processes,
           (unsigned long long)g->bytes, g->given_up);
-    if (!g->write_error)
-        finish_elements(g);
-    if (!g->write_error)
+    if (!g->file.error)
+        capture_file_finish_elements(&g->file);
+    if (!g->file.error)
         write_trailer(g);
-    if (!g->write_error && g->processes == 0)
-        (void)fail(g, -ENODATA,
-                   "nothing to write: no profiled process answered and no exit "
-                   "profile was stored");
-    if (g->write_error) {
+    if (!g->file.error && g->processes == 0)
+        (void)capture_file_fail(&g->file, -ENODATA,
+                                "nothing to write: no profiled process answered and no exit "
+                                "profile was stored");
+    if (g->file.error) {
         complete(g);
         return;
     }
     g->work.data = g;
     r = uv_queue_work(g->d->loop, &g->work, sync_file, after_sync);
     if (r < 0) {
-        (void)fail(g, r, "cannot start the file write: %s", uv_strerror(r));
+        (void)capture_file_fail(&g->file, r, "cannot start the file write: %s", uv_strerror(r));
         complete(g);
     }
 }
@@ -1196,25 +977,6 @@ static bool pid_reported_since(const struct daemon *d, int32_t pid)
     return false;
 }
 
-/* Creates the temp file next to the output (common/outfile.h: O_EXCL, never someone else's
- * file; mode 0600) and finds the directory for spools. */
-static int open_output(struct gather *g)
-{
-    const char *slash = strrchr(g->path, '/');
-    int r;
-
-    g->dir = !slash ? strdup(".")
-                    : strndup(g->path, slash == g->path ? 1 : (size_t)(slash - g->path));
-    if (!g->dir)
-        return fail(g, -ENOMEM, "out of memory");
-    r = fleetprof_outfile_open(&g->out, g->path);
-    if (r == -ENOMEM)
-        return fail(g, r, "out of memory");
-    if (r < 0)
-        return fail(g, r, "cannot create a file next to %.400s: %s", g->path, strerror(-r));
-    return 0;
-}
-
 /* Writes the header and the stored exit profiles. An exit profile is dropped only once it is
  * in the output: when the output fails, the rest stay for the next capture. */
 static int write_stored(struct gather *g)
@@ -1226,9 +988,9 @@ static int write_stored(struct gather *g)
 
     r = json_writer_new_memory(&w);
     if (r < 0)
-        return fail(g, r, "building the profile failed: %s", strerror(-r));
+        return capture_file_fail(&g->file, r, "building the profile failed: %s", strerror(-r));
     write_header(g, w);
-    r = out_write_writer(g, w);
+    r = capture_file_append_writer(&g->file, w);
     json_writer_free(w);
     if (r < 0)
         return r;
@@ -1240,12 +1002,11 @@ static int write_stored(struct gather *g)
                                     "expired (older than any data still alive in the fleet)");
     while (d->exit_profiles) {
         struct exit_profile *e = d->exit_profiles;
+        uint64_t start;
 
-        uint64_t start = g->out_len;
-
-        r = out_write(g, " ", 1);
+        r = capture_file_element_begin(&g->file, &start);
         if (r == 0)
-            r = out_write(g, e->json, e->len);
+            r = capture_file_append(&g->file, e->json, e->len);
         if (r == 0)
             r = add_element(g, start);
         if (r < 0)
@@ -1355,7 +1116,9 @@ static int start(struct gather *g)
     /* From here on, a failure is the capture's result, and complete() frees it. */
     (void)uv_timer_init(d->loop, &g->timer);
     g->timer.data = g;
-    if (open_output(g) < 0) {
+    /* The temp file next to the output (common/outfile.h: O_EXCL, never someone else's file;
+     * mode 0600). */
+    if (capture_file_open(&g->file) < 0) {
         /* Before anything is consumed: departures and exit profiles stay for the next one. */
         complete(g);
         return 0;
@@ -1470,8 +1233,8 @@ static int capture_start(struct daemon *d, const char *output_path, const char *
         return -ENOMEM;
     g->d = d;
     g->id = ++d->next_id;
-    g->out.fd = -1;
     g->path = strdup(output_path);
+    capture_file_init(&g->file, g->path);
     g->product = product ? strdup(product) : NULL;
     g->progress = progress;
     g->done = done;
