@@ -21,6 +21,7 @@
 #include "buffer/entry.h"
 #include "buffer/progress.h"
 #include "common/grow.h"
+#include "common/hash.h"
 #include "common/map.h"
 #include "json/writer.h"
 #include "profile/entries.h"
@@ -565,28 +566,6 @@ static int write_sample_row(struct gecko *g, struct gthread *t, uint32_t stack, 
     return 0;
 }
 
-/* Two independent lanes, so that the multiplies overlap (a sample's stack is some 100 bytes:
- * one chain of multiplies was a tenth of the writer's time). Any mix will do: the map mixes
- * the key again, and two stacks with one hash only cost the second its building. */
-static uint64_t hash_bytes(const uint8_t *p, size_t len)
-{
-    uint64_t a = len * 0x9e3779b97f4a7c15u, b = 0, w[2] = {0, 0};
-
-    for (; len >= 16; p += 16, len -= 16) {
-        memcpy(w, p, sizeof(w));
-        a = (a ^ w[0]) * 0xff51afd7ed558ccdu;
-        b = (b ^ w[1]) * 0xc4ceb9fe1a85ec53u;
-        a = a << 32 | a >> 32; /* high bits down: a multiply only carries them up */
-        b = b << 32 | b >> 32;
-    }
-    w[0] = w[1] = 0;
-    memcpy(w, p, len);
-    a = (a ^ w[0]) * 0xff51afd7ed558ccdu;
-    b = (b ^ w[1]) * 0xc4ceb9fe1a85ec53u;
-    a ^= b << 32 | b >> 32;
-    return a ^ a >> 29;
-}
-
 /* Turns the remembering off for the rest of the profile, and frees what it kept. */
 static void forget_known(struct gecko *g)
 {
@@ -628,7 +607,7 @@ static __attribute__((noinline)) int add_known_sample(struct gecko *g,
     t = thread_find(g, head.tid);
     if (!t)
         return 0;
-    hash = hash_bytes(bytes, len);
+    hash = fleetprof_hash64(bytes, len);
     found = fleetprof_map_find(&t->known_map, fleetprof_map_mix64(hash), NULL, NULL, NULL, &index);
     if (found)
         k = &t->known[index];

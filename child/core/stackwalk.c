@@ -21,6 +21,7 @@
 #include <libunwind.h>
 
 #include "child/core/core.h"
+#include "common/map.h"
 
 static enum rt_stackwalk walk_mode;
 static _Atomic bool libunwind_stopped;
@@ -210,7 +211,7 @@ static struct {
 
 int rt_proc_range(uint64_t pc, uint64_t *ret_start, uint64_t *ret_end)
 {
-    size_t slot = (size_t)((pc >> 2) * 0x9e3779b97f4a7c15u >> 56) % PROC_CACHE_SIZE;
+    size_t slot = (size_t)(fleetprof_map_mix64(pc) % PROC_CACHE_SIZE);
     unw_proc_info_t pi;
     int r;
 
