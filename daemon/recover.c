@@ -214,7 +214,9 @@ bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_bu
                         (int)c->pid, c->name);
         return false;
     }
-    if (kind == DAEMON_BUILD_RECOVERY && !daemon__process_gone(c->pid, 0) &&
+    /* A kept region knows its owner by its start time too (c->start_ticks): a pid taken by
+     * another process since is not its owner living on. */
+    if (kind == DAEMON_BUILD_RECOVERY && !daemon__process_gone(c->pid, c->start_ticks) &&
         !daemon__region_execd(c->region_fd)) {
         daemon__log(d, DAEMON_LOG_DEBUG,
                     "child %d (%s) left but lives on (it reconnects, or execs): nothing to "
