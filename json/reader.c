@@ -513,7 +513,6 @@ static int parse_owned(char *text, size_t len, unsigned max_depth, struct json_d
     struct parser p = {.text = text, .len = len, .line = 1, .err = ret_error};
     enum parse_state state = EXPECT_VALUE;
     struct json_doc *doc;
-    struct json_value *shrunk;
     int r = 0;
 
     text[len] = '\0';
@@ -538,9 +537,7 @@ static int parse_owned(char *text, size_t len, unsigned max_depth, struct json_d
     r = vec_push(&p.nodes, p.scratch.v[0]);
     if (r < 0)
         goto err_free;
-    shrunk = realloc(p.nodes.v, p.nodes.n * sizeof(*shrunk));
-    if (shrunk)
-        p.nodes.v = shrunk;
+    (void)FLEETPROF_RESIZE(p.nodes.v, p.nodes.n); /* to fit; on failure it stays larger */
     doc->text = text;
     doc->text_len = len;
     doc->nodes = p.nodes.v;
@@ -626,20 +623,14 @@ int json_doc_read_file(const char *path, unsigned max_depth, struct json_doc **r
         ssize_t n;
 
         if (cap - len < 2) {
-            size_t grown_cap = cap * 2;
-            char *grown;
-
             if (len > JSON_READ_MAX_BYTES) {
                 r = -EFBIG;
                 goto err_free;
             }
-            grown = realloc(buf, grown_cap);
-            if (!grown) {
+            if (FLEETPROF_GROW(buf, cap, len + 2) < 0) {
                 r = -ENOMEM;
                 goto err_free;
             }
-            buf = grown;
-            cap = grown_cap;
         }
         n = read(fd, buf + len, cap - len - 1);
         if (n < 0 && errno == EINTR)

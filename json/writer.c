@@ -21,7 +21,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/grow.h"
+#include "common/hash.h"
 #include "common/macros.h"
+#include "common/map.h"
 #include "json/json-internal.h"
 
 /* One piece of output. Owned by the writer whose list it is on. */
@@ -1047,8 +1050,8 @@ int json_writer_copy_to(const struct json_writer *w, char **ret_string)
     return 0;
 }
 
-/* Unique strings: an open-addressing hash table (linear probing, load <= 1/2) of indexes
- * into an array of entries; the bytes live in an arena of blocks. */
+/* Unique strings: a map (common/map.h) of indexes into an array of entries; the bytes live in
+ * an arena of blocks. */
 
 #define ARENA_BLOCK_BYTES (64 * 1024)
 /* Strings longer than this get a block of their own, so the arena wastes little. */
@@ -1062,15 +1065,13 @@ struct arena_block {
 struct unique_entry {
     const char *s; /* borrowed from the arena */
     size_t len;
-    uint64_t hash;
 };
 
 struct json_unique_strings {
     struct unique_entry *entries; /* owned, entries_cap long, in index order */
+    size_t entries_cap;
     uint32_t count;
-    uint32_t entries_cap;
-    uint32_t *slots;            /* owned; 0 = empty, else index + 1 */
-    size_t slots_cap;           /* a power of two, or 0 */
+    struct fleetprof_map index; /* string -> index; the keys are entries' */
     struct arena_block *blocks; /* owned list */
     char *arena_pos;            /* free space in the newest normal block */
     size_t arena_room;
@@ -1101,7 +1102,7 @@ struct json_unique_strings *json_unique_strings_free(struct json_unique_strings 
             b = next;
         }
         free(us->entries);
-        free(us->slots);
+        fleetprof_map_free(&us->index);
         free(us);
     }
     return NULL;
@@ -1110,28 +1111,6 @@ struct json_unique_strings *json_unique_strings_free(struct json_unique_strings 
 uint32_t json_unique_strings_count(const struct json_unique_strings *us)
 {
     return us ? us->count : 0;
-}
-
-/* A fast 64-bit hash (multiply-xorshift over 8-byte words); not for hostile keys. */
-static uint64_t hash_bytes(const char *s, size_t len)
-{
-    uint64_t h = 0x9e3779b97f4a7c15u ^ len;
-    uint64_t k = 0;
-
-    while (len >= 8) {
-        memcpy(&k, s, 8);
-        h = (h ^ k) * 0xbf58476d1ce4e5b9u;
-        h ^= h >> 29;
-        s += 8;
-        len -= 8;
-    }
-    k = 0;
-    if (len)
-        memcpy(&k, s, len);
-    h = (h ^ k) * 0x94d049bb133111ebu;
-    h ^= h >> 32;
-    h *= 0xbf58476d1ce4e5b9u;
-    return h ^ (h >> 29);
 }
 
 static const char *arena_copy(struct json_unique_strings *us, const char *s, size_t len)
@@ -1163,80 +1142,42 @@ static const char *arena_copy(struct json_unique_strings *us, const char *s, siz
     return p;
 }
 
-static int grow_slots(struct json_unique_strings *us)
+static bool unique_same(const void *ctx, const void *key, uint64_t index)
 {
-    size_t cap = us->slots_cap ? us->slots_cap * 2 : 256;
-    uint32_t *slots;
+    const struct unique_entry *e = &((const struct unique_entry *)ctx)[index], *k = key;
 
-    if (cap > SIZE_MAX / sizeof(*slots))
-        return -ENOMEM;
-    slots = calloc(cap, sizeof(*slots));
-    if (!slots)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < us->count; i++) {
-        size_t j = (size_t)us->entries[i].hash & (cap - 1);
-
-        while (slots[j])
-            j = (j + 1) & (cap - 1);
-        slots[j] = i + 1;
-    }
-    free(us->slots);
-    us->slots = slots;
-    us->slots_cap = cap;
-    return 0;
+    return e->len == k->len && memcmp(e->s, k->s, k->len) == 0;
 }
 
 int json_unique_strings_index(struct json_unique_strings *us, const char *s, size_t len,
                               uint32_t *ret_index)
 {
-    uint64_t hash;
-    size_t j;
+    struct unique_entry key;
+    uint64_t hash, found;
     const char *copy;
+    int r;
 
     if (!us || !ret_index || (!s && len > 0))
         return -EINVAL;
     if (len == 0)
         s = "";
-    hash = hash_bytes(s, len);
-    if (us->slots_cap) {
-        for (j = (size_t)hash & (us->slots_cap - 1); us->slots[j];
-             j = (j + 1) & (us->slots_cap - 1)) {
-            const struct unique_entry *e = &us->entries[us->slots[j] - 1];
-
-            if (e->hash == hash && e->len == len && memcmp(e->s, s, len) == 0) {
-                *ret_index = us->slots[j] - 1;
-                return 0;
-            }
-        }
+    key = (struct unique_entry){.s = s, .len = len};
+    hash = fleetprof_hash64(s, len);
+    if (fleetprof_map_find(&us->index, hash, unique_same, us->entries, &key, &found)) {
+        *ret_index = (uint32_t)found;
+        return 0;
     }
     /* New string: make every allocation first, so a failure leaves the table as it was. */
     if (us->count >= UINT32_MAX - 1)
         return -E2BIG;
-    if (((size_t)us->count + 1) * 2 > us->slots_cap) {
-        int r = grow_slots(us);
-
-        if (r < 0)
-            return r;
-    }
-    if (us->count == us->entries_cap) {
-        uint32_t cap = us->entries_cap ? us->entries_cap * 2 : 256;
-        struct unique_entry *entries;
-
-        if (cap < us->entries_cap) /* wrapped */
-            cap = UINT32_MAX;
-        entries = realloc(us->entries, (size_t)cap * sizeof(*entries));
-        if (!entries)
-            return -ENOMEM;
-        us->entries = entries;
-        us->entries_cap = cap;
-    }
-    copy = arena_copy(us, s, len);
-    if (!copy)
+    if (fleetprof_map_reserve(&us->index, 1) < 0 ||
+        FLEETPROF_GROW(us->entries, us->entries_cap, (size_t)us->count + 1) < 0 ||
+        !(copy = arena_copy(us, s, len)))
         return -ENOMEM;
-    us->entries[us->count] = (struct unique_entry){.s = copy, .len = len, .hash = hash};
-    for (j = (size_t)hash & (us->slots_cap - 1); us->slots[j]; j = (j + 1) & (us->slots_cap - 1))
-        ;
-    us->slots[j] = us->count + 1;
+    us->entries[us->count] = (struct unique_entry){.s = copy, .len = len};
+    r = fleetprof_map_set(&us->index, hash, unique_same, us->entries, &key, us->count);
+    assert(r == 0); /* the room is reserved */
+    (void)r;
     *ret_index = us->count++;
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "common/outfile.h"
 #include "json/reader.h"
 #include "tools/commands.h"
@@ -92,29 +93,23 @@ struct collapsed {
     uint32_t *stack_canon; /* stack -> canonical stack */
     struct canon *canon;
     size_t cap_stacks, n_canon;
-    uint32_t *path; /* scratch: a canonical stack's functions, leaf first */
-    struct idmap ids;
+    uint32_t *path;   /* scratch: a canonical stack's functions, leaf first */
+    struct idmap ids; /* (parent, function) -> canonical stack */
 };
 
 static int grow_scratch(struct collapsed *c, size_t n_stacks)
 {
-    uint32_t *sc, *path;
-    struct canon *canon;
+    size_t cap;
 
     if (n_stacks <= c->cap_stacks)
         return 0;
-    sc = realloc(c->stack_canon, n_stacks * sizeof(*sc));
-    if (sc)
-        c->stack_canon = sc;
-    canon = realloc(c->canon, n_stacks * sizeof(*canon));
-    if (canon)
-        c->canon = canon;
-    path = realloc(c->path, n_stacks * sizeof(*path));
-    if (path)
-        c->path = path;
-    if (!sc || !canon || !path)
+    /* Overflow checked for the largest elements, canon's. */
+    cap = fleetprof_grown_capacity(c->cap_stacks, n_stacks, sizeof(*c->canon));
+    /* An array resized before a failure is only larger: cap_stacks stays true of all. */
+    if (!cap || FLEETPROF_RESIZE(c->stack_canon, cap) < 0 || FLEETPROF_RESIZE(c->canon, cap) < 0 ||
+        FLEETPROF_RESIZE(c->path, cap) < 0)
         return -ENOMEM;
-    c->cap_stacks = n_stacks;
+    c->cap_stacks = cap;
     return 0;
 }
 

@@ -81,7 +81,7 @@ struct tree_node {
 struct tree {
     struct tree_node *v; /* owned */
     size_t n, cap;
-    struct idmap ids; /* (parent + 1, func) -> node; (0, program) for a program's node */
+    struct idmap ids; /* (parent, func) -> node; (PSTACK_NONE, program) for a program's node */
 };
 
 struct summary {
@@ -95,7 +95,7 @@ struct summary {
     unsigned tree_depth;
     struct pstack_funcs funcs;
     struct proc_result *procs; /* owned */
-    size_t n_procs;
+    size_t n_procs, cap_procs;
     struct program *programs; /* owned */
     size_t n_programs;
     struct weight all, profiler, no_stack_null, bad;
@@ -136,39 +136,22 @@ static void weight_add(struct weight *to, uint64_t samples, uint64_t cpu_ns)
 /* Grows the per-function arrays to cover every interned function. */
 static int ensure_funcs(struct summary *s)
 {
-    size_t cap = s->cap_funcs ? s->cap_funcs : 1024;
-    struct fcount *fleet, *proc;
-    struct weight *prog;
-    uint32_t *mark, *pt, *gt;
+    size_t old = s->cap_funcs, cap;
 
-    if (s->funcs.n <= s->cap_funcs)
+    if (s->funcs.n <= old)
         return 0;
-    while (cap < s->funcs.n)
-        cap *= 2;
-    fleet = realloc(s->fleet, cap * sizeof(*fleet));
-    if (fleet)
-        s->fleet = fleet;
-    proc = realloc(s->proc, cap * sizeof(*proc));
-    if (proc)
-        s->proc = proc;
-    prog = realloc(s->prog, cap * sizeof(*prog));
-    if (prog)
-        s->prog = prog;
-    mark = realloc(s->mark, cap * sizeof(*mark));
-    if (mark)
-        s->mark = mark;
-    pt = realloc(s->proc_touched, cap * sizeof(*pt));
-    if (pt)
-        s->proc_touched = pt;
-    gt = realloc(s->prog_touched, cap * sizeof(*gt));
-    if (gt)
-        s->prog_touched = gt;
-    if (!fleet || !proc || !prog || !mark || !pt || !gt)
+    /* Overflow checked for the largest elements, fleet's. */
+    cap = fleetprof_grown_capacity(old, s->funcs.n, sizeof(*s->fleet));
+    /* On a failure the arrays resized so far are only larger, their new parts unused:
+     * cap_funcs stays true of all, and a later call zeroes from it. */
+    if (!cap || FLEETPROF_RESIZE(s->fleet, cap) < 0 || FLEETPROF_RESIZE(s->proc, cap) < 0 ||
+        FLEETPROF_RESIZE(s->prog, cap) < 0 || FLEETPROF_RESIZE(s->mark, cap) < 0 ||
+        FLEETPROF_RESIZE(s->proc_touched, cap) < 0 || FLEETPROF_RESIZE(s->prog_touched, cap) < 0)
         return -ENOMEM;
-    memset(fleet + s->cap_funcs, 0, (cap - s->cap_funcs) * sizeof(*fleet));
-    memset(proc + s->cap_funcs, 0, (cap - s->cap_funcs) * sizeof(*proc));
-    memset(prog + s->cap_funcs, 0, (cap - s->cap_funcs) * sizeof(*prog));
-    memset(mark + s->cap_funcs, 0, (cap - s->cap_funcs) * sizeof(*mark));
+    memset(s->fleet + old, 0, (cap - old) * sizeof(*s->fleet));
+    memset(s->proc + old, 0, (cap - old) * sizeof(*s->proc));
+    memset(s->prog + old, 0, (cap - old) * sizeof(*s->prog));
+    memset(s->mark + old, 0, (cap - old) * sizeof(*s->mark));
     s->cap_funcs = cap;
     return 0;
 }
@@ -178,13 +161,14 @@ static int ensure_funcs(struct summary *s)
 /* The child of parent for func (parent PSTACK_NONE: program func's node), made if new. */
 static uint32_t tree_child(struct tree *t, uint32_t parent, uint32_t func)
 {
-    uint32_t id = idmap_get(&t->ids, parent == PSTACK_NONE ? 0 : (uint64_t)parent + 1, func,
-                            (uint32_t)t->n);
+    uint32_t id;
 
-    if (id != t->n)
-        return id; /* known, or PSTACK_NONE: out of memory */
+    /* Room first, so that a node the map adds is in the tree at once. */
     if (FLEETPROF_GROW(t->v, t->cap, t->n + 1) < 0)
         return PSTACK_NONE;
+    id = idmap_get(&t->ids, parent, func, (uint32_t)t->n);
+    if (id != t->n)
+        return id; /* known, or PSTACK_NONE: out of memory */
     t->v[t->n] = (struct tree_node){.parent = parent, .func = func};
     return (uint32_t)t->n++;
 }
@@ -249,11 +233,8 @@ static int count_thread(const struct pstack_process *proc, const struct pstack_t
         s->pseudo = id;
     }
     if (t->n_stacks > s->cap_scratch) {
-        uint32_t *grown = realloc(s->scratch, t->n_stacks * sizeof(*grown));
-
-        if (!grown)
+        if (FLEETPROF_RESIZE(s->scratch, t->n_stacks) < 0)
             return -ENOMEM;
-        s->scratch = grown;
         s->cap_scratch = t->n_stacks;
     }
     weight_add(&pr->all, t->samples_total, t->cpu_ns_total);
@@ -391,13 +372,8 @@ static int add_process(const struct pstack_process *p, void *userdata)
             json_object_get(s->doc, json_object_get(s->doc, p->value, "meta"), "fleetprof");
     struct proc_result *pr;
 
-    if (s->n_procs % 64 == 0) {
-        struct proc_result *grown = realloc(s->procs, (s->n_procs + 64) * sizeof(*grown));
-
-        if (!grown)
-            return -ENOMEM;
-        s->procs = grown;
-    }
+    if (FLEETPROF_GROW(s->procs, s->cap_procs, s->n_procs + 1) < 0)
+        return -ENOMEM;
     pr = &s->procs[s->n_procs++];
     memset(pr, 0, sizeof(*pr));
     pr->p = *p;

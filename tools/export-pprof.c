@@ -22,6 +22,7 @@
 
 #include "common/grow.h"
 #include "common/hash.h"
+#include "common/map.h"
 #include "common/outfile.h"
 #include "json/reader.h"
 #include "profile.pb-c.h"
@@ -62,10 +63,8 @@ struct pprof {
     /* Strings, borrowed from the document, the function table or literals: all outlive the
      * write. Index 0 is "". */
     const char **str;
-    uint64_t *str_hash;
-    size_t n_str, cap_str, cap_str_hash;
-    uint32_t *str_slots; /* index + 1, 0 empty; nslots a power of 2 */
-    size_t n_str_slots;
+    size_t n_str, cap_str;
+    struct fleetprof_map str_ids; /* string -> index; the keys are str's */
 
     int64_t *func_name; /* function id - 1 -> name's string index */
     size_t n_funcs, cap_funcs;
@@ -74,11 +73,11 @@ struct pprof {
 
     struct pp_mapping *maps;
     size_t n_maps, cap_maps;
-    struct idmap map_ids; /* (start, filename << 32 | build_id) -> mapping index */
+    struct fleetprof_map map_ids; /* (start, filename, build_id) -> index of the first such */
 
     struct pp_location *locs;
     size_t n_locs, cap_locs;
-    struct idmap loc_ids; /* (mapping << 32 | function, line) -> location index */
+    struct fleetprof_map loc_ids; /* (mapping, function, line) -> location index */
 
     struct pp_thread *threads;
     size_t n_threads, cap_threads;
@@ -93,56 +92,29 @@ struct pprof {
     int64_t comment;         /* string index of meta.product; 0: none */
 };
 
-static uint64_t str_hash(const char *s)
+static bool str_same(const void *ctx, const void *key, uint64_t index)
 {
-    return fleetprof_fnv1a64_str(s);
-}
-
-static int str_rehash(struct pprof *pp, size_t nslots)
-{
-    uint32_t *slots = calloc(nslots, sizeof(*slots));
-
-    if (!slots)
-        return -ENOMEM;
-    for (size_t k = 0; k < pp->n_str; k++) {
-        size_t i = pp->str_hash[k] & (nslots - 1);
-
-        while (slots[i])
-            i = (i + 1) & (nslots - 1);
-        slots[i] = (uint32_t)k + 1;
-    }
-    free(pp->str_slots);
-    pp->str_slots = slots;
-    pp->n_str_slots = nslots;
-    return 0;
+    return strcmp(((const char *const *)ctx)[index], key) == 0;
 }
 
 /* The string table index of s (borrowed; NULL is ""); -1 when out of memory. */
 static int64_t str_index(struct pprof *pp, const char *s)
 {
-    uint64_t h;
-    size_t i;
+    uint64_t k;
+    int r;
 
     if (!s)
         s = "";
-    h = str_hash(s);
-    if ((pp->n_str + 1) * 2 > pp->n_str_slots &&
-        str_rehash(pp, pp->n_str_slots ? pp->n_str_slots * 2 : 1024) < 0)
+    /* Room first, so that a string the map adds is in the table at once. */
+    if (FLEETPROF_GROW(pp->str, pp->cap_str, pp->n_str + 1) < 0)
         return -1;
-    for (i = h & (pp->n_str_slots - 1); pp->str_slots[i]; i = (i + 1) & (pp->n_str_slots - 1)) {
-        uint32_t k = pp->str_slots[i] - 1;
-
-        if (pp->str_hash[k] == h && strcmp(pp->str[k], s) == 0)
-            return k;
-    }
-    if (fleetprof_grow((void **)&pp->str, &pp->cap_str, pp->n_str + 1, sizeof(*pp->str)) < 0 ||
-        fleetprof_grow((void **)&pp->str_hash, &pp->cap_str_hash, pp->n_str + 1,
-                       sizeof(*pp->str_hash)) < 0)
+    r = fleetprof_map_intern(&pp->str_ids, fleetprof_fnv1a64_str(s), str_same, pp->str, s,
+                             pp->n_str, &k);
+    if (r < 0)
         return -1;
-    pp->str[pp->n_str] = s;
-    pp->str_hash[pp->n_str] = h;
-    pp->str_slots[i] = (uint32_t)pp->n_str + 1;
-    return (int64_t)pp->n_str++;
+    if (r == 1)
+        pp->str[pp->n_str++] = s;
+    return (int64_t)k;
 }
 
 /* The strings every profile has, interned first in this order (index 0 is ""). */
@@ -172,41 +144,52 @@ static int pprof_init(struct pprof *pp)
 static void pprof_done(struct pprof *pp)
 {
     free(pp->str);
-    free(pp->str_hash);
-    free(pp->str_slots);
+    fleetprof_map_free(&pp->str_ids);
     free(pp->func_name);
     free(pp->func_ids);
     free(pp->maps);
-    idmap_done(&pp->map_ids);
+    fleetprof_map_free(&pp->map_ids);
     free(pp->locs);
-    idmap_done(&pp->loc_ids);
+    fleetprof_map_free(&pp->loc_ids);
     free(pp->threads);
     free(pp->samples);
     free(pp->pool);
     memset(pp, 0, sizeof(*pp));
 }
 
+static bool mapping_same(const void *ctx, const void *key, uint64_t index)
+{
+    const struct pp_mapping *a = &((const struct pp_mapping *)ctx)[index], *b = key;
+
+    return a->start == b->start && a->filename == b->filename && a->build_id == b->build_id;
+}
+
 /* The mapping id (1-based) of a library; equal libraries of several processes (forked
  * workers share their parent's) are one mapping. 0 when out of memory. */
 static uint64_t pprof_mapping(struct pprof *pp, const struct pp_mapping *m)
 {
-    uint32_t k =
-            idmap_get(&pp->map_ids, m->start, (uint64_t)m->filename << 32 | (uint64_t)m->build_id,
-                      (uint32_t)pp->n_maps);
+    uint64_t k;
+    int r;
 
-    if (k == UINT32_MAX)
+    /* Room first, so that a mapping the map adds is in the table at once. */
+    if (FLEETPROF_GROW(pp->maps, pp->cap_maps, pp->n_maps + 1) < 0)
         return 0;
-    if (k < pp->n_maps) {
+    r = fleetprof_map_intern(
+            &pp->map_ids,
+            fleetprof_map_mix128(m->start, (uint64_t)m->filename << 32 | (uint64_t)m->build_id),
+            mapping_same, pp->maps, m, pp->n_maps, &k);
+    if (r < 0)
+        return 0;
+    if (r == 0) {
         const struct pp_mapping *old = &pp->maps[k];
 
         if (old->limit == m->limit && old->offset == m->offset)
             return k + 1;
-        k = (uint32_t)pp->n_maps; /* same start and file, another extent: its own */
+        /* Same start and file, another extent: a mapping of its own, which the map (that
+         * names the first) leaves out. */
     }
-    if (fleetprof_grow((void **)&pp->maps, &pp->cap_maps, pp->n_maps + 1, sizeof(*pp->maps)) < 0)
-        return 0;
     pp->maps[pp->n_maps++] = *m;
-    return k + 1;
+    return pp->n_maps;
 }
 
 /* ---- the walk over the profile ---------------------------------------------------------- */
@@ -316,25 +299,34 @@ static uint64_t func_id(struct exporter *x, uint32_t func)
     return pp->n_funcs;
 }
 
+static bool location_same(const void *ctx, const void *key, uint64_t index)
+{
+    const struct pp_location *a = &((const struct pp_location *)ctx)[index], *b = key;
+
+    return a->mapping_id == b->mapping_id && a->function_id == b->function_id && a->line == b->line;
+}
+
 /* The location id (1-based) of function func (a pstack id) at line; 0: out of memory. */
 static uint32_t location_id(struct exporter *x, uint32_t func, uint32_t line)
 {
     struct pprof *pp = x->pp;
-    uint64_t mapping = func_mapping(x, func), function = func_id(x, func);
-    uint32_t k;
+    uint64_t mapping = func_mapping(x, func), function = func_id(x, func), k;
+    struct pp_location key;
+    int r;
 
     if (mapping == UINT64_MAX || !function)
         return 0;
-    k = idmap_get(&pp->loc_ids, mapping << 32 | function, line, (uint32_t)pp->n_locs);
-    if (k == UINT32_MAX)
+    key = (struct pp_location){mapping, function, line};
+    /* Room first, so that a location the map adds is in the table at once. */
+    if (FLEETPROF_GROW(pp->locs, pp->cap_locs, pp->n_locs + 1) < 0)
         return 0;
-    if (k == pp->n_locs) {
-        if (fleetprof_grow((void **)&pp->locs, &pp->cap_locs, pp->n_locs + 1, sizeof(*pp->locs)) <
-            0)
-            return 0;
-        pp->locs[pp->n_locs++] = (struct pp_location){mapping, function, line};
-    }
-    return k + 1;
+    r = fleetprof_map_intern(&pp->loc_ids, fleetprof_map_mix128(mapping << 32 | function, line),
+                             location_same, pp->locs, &key, pp->n_locs, &k);
+    if (r < 0)
+        return 0;
+    if (r == 1)
+        pp->locs[pp->n_locs++] = key;
+    return (uint32_t)k + 1;
 }
 
 /* Adds a sample of thread th under the location ids locs (leaf first). */
@@ -436,15 +428,14 @@ static int export_thread(const struct pstack_process *proc, const struct pstack_
             goto out;
         /* A valid stack's prefix is valid and earlier: its canonical stack is known. */
         parent = t->prefix[s] == PSTACK_NONE ? 0 : x->stack_canon[t->prefix[s]] + 1;
+        /* Room first, so that a stack the map adds is in the table at once. */
+        if (FLEETPROF_GROW(x->canon, x->cap_canon, x->n_canon + 1) < 0)
+            goto out;
         k = idmap_get(&x->canon_ids, loc, parent, (uint32_t)x->n_canon);
         if (k == UINT32_MAX)
             goto out;
-        if (k == x->n_canon) {
-            if (fleetprof_grow((void **)&x->canon, &x->cap_canon, x->n_canon + 1,
-                               sizeof(*x->canon)) < 0)
-                goto out;
+        if (k == x->n_canon)
             x->canon[x->n_canon++] = (struct canon_stack){.loc = loc, .parent = parent};
-        }
         x->canon[k].samples += t->samples[s];
         x->canon[k].cpu_ns += t->cpu_ns[s];
         x->stack_canon[s] = k;

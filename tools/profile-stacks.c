@@ -17,35 +17,22 @@ static uint64_t func_hash(const char *name, size_t name_len, const char *lib, si
     return lib ? fleetprof_fnv1a64(lib, lib_len, h) : h;
 }
 
-static bool func_matches(const struct pstack_func *f, const char *name, size_t name_len,
-                         const char *lib, size_t lib_len)
+/* A function looked for: what fleetprof_map's `same` compares with v[id]. */
+struct func_key {
+    const char *name, *lib;
+    size_t name_len, lib_len;
+};
+
+static bool func_same(const void *ctx, const void *key, uint64_t id)
 {
-    if (f->name_len != name_len || memcmp(f->name, name, name_len) != 0)
+    const struct pstack_func *f = &((const struct pstack_func *)ctx)[id];
+    const struct func_key *k = key;
+
+    if (f->name_len != k->name_len || memcmp(f->name, k->name, k->name_len) != 0)
         return false;
-    if (!lib || !f->lib)
-        return !lib && !f->lib;
-    return f->lib_len == lib_len && !memcmp(f->lib, lib, lib_len);
-}
-
-static int funcs_grow(struct pstack_funcs *t)
-{
-    size_t nslots = t->nslots ? t->nslots * 2 : 1024;
-    uint32_t *slots = calloc(nslots, sizeof(*slots));
-
-    if (!slots)
-        return -ENOMEM;
-    for (size_t id = 0; id < t->n; id++) {
-        const struct pstack_func *f = &t->v[id];
-        size_t i = func_hash(f->name, f->name_len, f->lib, f->lib_len) & (nslots - 1);
-
-        while (slots[i])
-            i = (i + 1) & (nslots - 1);
-        slots[i] = (uint32_t)id + 1;
-    }
-    free(t->slots);
-    t->slots = slots;
-    t->nslots = nslots;
-    return 0;
+    if (!k->lib || !f->lib)
+        return !k->lib && !f->lib;
+    return f->lib_len == k->lib_len && !memcmp(f->lib, k->lib, k->lib_len);
 }
 
 static char *dup_bytes(const char *s, size_t len)
@@ -62,28 +49,26 @@ static char *dup_bytes(const char *s, size_t len)
 uint32_t pstack_func_intern(struct pstack_funcs *t, const char *name, size_t name_len,
                             const char *lib, size_t lib_len)
 {
+    const struct func_key key = {name, lib, name_len, lib_len};
+    uint64_t hash = func_hash(name, name_len, lib, lib_len), id;
     struct pstack_func *f;
-    size_t i;
 
-    if ((t->n + 1) * 2 > t->nslots && funcs_grow(t) < 0)
-        return PSTACK_NONE;
-    i = func_hash(name, name_len, lib, lib_len) & (t->nslots - 1);
-    for (; t->slots[i]; i = (i + 1) & (t->nslots - 1))
-        if (func_matches(&t->v[t->slots[i] - 1], name, name_len, lib, lib_len))
-            return t->slots[i] - 1;
+    if (fleetprof_map_find(&t->ids, hash, func_same, t->v, &key, &id))
+        return (uint32_t)id;
     if (FLEETPROF_GROW(t->v, t->cap, t->n + 1) < 0)
         return PSTACK_NONE;
     f = &t->v[t->n];
     f->name = dup_bytes(name, name_len);
     f->lib = lib ? dup_bytes(lib, lib_len) : NULL;
-    if (!f->name || (lib && !f->lib)) {
+    /* Into the map last: it names only complete functions. */
+    if (!f->name || (lib && !f->lib) ||
+        fleetprof_map_set(&t->ids, hash, func_same, t->v, &key, t->n) < 0) {
         free(f->name);
         free(f->lib);
         return PSTACK_NONE;
     }
     f->name_len = name_len;
     f->lib_len = lib_len;
-    t->slots[i] = (uint32_t)t->n + 1;
     return (uint32_t)t->n++;
 }
 
@@ -133,7 +118,7 @@ void pstack_funcs_done(struct pstack_funcs *t)
         free(t->v[i].lib);
     }
     free(t->v);
-    free(t->slots);
+    fleetprof_map_free(&t->ids);
     memset(t, 0, sizeof(*t));
 }
 

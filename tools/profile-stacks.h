@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/map.h"
 #include "tools/profile-read.h"
 
 struct json_doc;
@@ -40,8 +41,7 @@ struct pstack_func {
 struct pstack_funcs {
     struct pstack_func *v; /* owned */
     size_t n, cap;
-    uint32_t *slots; /* owned: open addressing, id + 1, 0 = empty; nslots a power of 2 */
-    size_t nslots;
+    struct fleetprof_map ids; /* (name, lib) -> id; the keys are v's */
 };
 
 /* The id of (name, lib) (lib may be NULL), added if new; PSTACK_NONE when out of memory. */
