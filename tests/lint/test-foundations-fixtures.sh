@@ -7,7 +7,8 @@ out=$(bash "$here/check-foundations.sh" "$here/fixtures/foundations-bad")
 rc=$?
 [[ $rc -ne 0 ]] || { echo "checker exited 0 on a tree with violations"; exit 1; }
 missing=0
-for want in "tools/bad.c:4:" "tools/bad.c:5:" "tools/bad.c:6:" "tools/hash.c:3:"; do
+for want in "tools/bad.c:4:" "tools/bad.c:5:" "tools/bad.c:6:" "tools/hash.c:3:" "tools/grow.c:3:" \
+    "tools/grow.c:4:" "tools/table.c:3:" "tools/table.c:4:"; do
     grep -q "^$want" <<<"$out" || { echo "violation $want not reported"; missing=1; }
 done
 if grep -q "common/" <<<"$out" || grep -q "tools/bad.c:3:" <<<"$out"; then
