@@ -651,6 +651,25 @@ void rt_sampler_wake(void)
     errno = saved_errno;
 }
 
+uint64_t rt_sampler_next_tick(uint64_t prev_ns, uint64_t now_ns, uint64_t interval_ns,
+                              unsigned skip, unsigned *ret_skipped)
+{
+    uint64_t next = prev_ns + interval_ns * (skip + 1);
+
+    if (next < now_ns) {
+        next = now_ns; /* we were late: restart the schedule rather than catch up */
+        skip = 0;
+    }
+    /* Ticks sit on a grid of whole intervals of the monotonic clock, shared by every
+     * profiled process: the kernel then expires all their sampler timers in one interrupt
+     * per CPU and tick, instead of one interrupt per process and tick. */
+    next -= next % interval_ns;
+    if (next <= now_ns)
+        next += interval_ns;
+    *ret_skipped = skip;
+    return next;
+}
+
 static void *sampler_main(void *arg)
 {
     uint64_t next = rt_now_ns();
@@ -669,18 +688,7 @@ static void *sampler_main(void *arg)
         int sig;
 
         skipped = ticks_to_skip(idle_wakes);
-        next += rt.cfg.interval_ns * (skipped + 1);
-        t0 = rt_now_ns();
-        if (next < t0) {
-            next = t0; /* we were late: restart the schedule rather than catch up */
-            skipped = 0;
-        }
-        /* Ticks sit on a grid of whole intervals of the monotonic clock, shared by every
-         * profiled process: the kernel then expires all their sampler timers in one
-         * interrupt per CPU and tick, instead of one interrupt per process and tick. */
-        next -= next % rt.cfg.interval_ns;
-        if (next <= t0)
-            next += rt.cfg.interval_ns;
+        next = rt_sampler_next_tick(next, rt_now_ns(), rt.cfg.interval_ns, skipped, &skipped);
         ts.tv_sec = (time_t)(next / 1000000000u);
         ts.tv_nsec = (long)(next % 1000000000u);
         sleep_until(&ts);
