@@ -114,6 +114,7 @@ struct rt_thread {
     clockid_t cpu_clock;
     uintptr_t stack_lo, stack_hi; /* the thread's stack, for frame-pointer walks */
     char name[RT_THREAD_NAME];
+    bool named; /* the program named it (fleetprof_register_thread): not the kernel's name */
     uint64_t register_ns, unregister_ns;
     /* Sampler-owned. */
     uint64_t last_cpu_ns;

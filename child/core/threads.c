@@ -150,8 +150,18 @@ int rt_threads_register(const char *name, bool is_main)
     size_t index;
     int r;
 
-    if (rt_self)
+    if (rt_self) {
+        /* Registered already (the pthread_create interposer registers every thread): the
+         * program's name for it is what the profile shows. */
+        if (name && *name) {
+            (void)pthread_mutex_lock(&rt.registry_lock);
+            (void)snprintf(rt_self->name, sizeof(rt_self->name), "%s", name);
+            rt_self->named = true;
+            (void)pthread_mutex_unlock(&rt.registry_lock);
+            atomic_fetch_add_explicit(&threads_generation, 1, memory_order_relaxed);
+        }
         return 0;
+    }
     t = calloc(1, sizeof(*t));
     if (!t)
         return -ENOMEM;
@@ -170,10 +180,12 @@ int rt_threads_register(const char *name, bool is_main)
         return -r;
     }
     stack_bounds(t->tid == (int32_t)getpid(), &t->stack_lo, &t->stack_hi);
-    if (name && *name)
+    if (name && *name) {
         (void)snprintf(t->name, sizeof(t->name), "%s", name);
-    else
+        t->named = true;
+    } else {
         read_comm(t->tid, t->name, sizeof(t->name));
+    }
     t->register_ns = rt_now_ns();
     t->probe_cpu_ns = UINT64_MAX;
     atomic_init(&t->capture.state, RT_CAPTURE_EMPTY);
@@ -211,7 +223,8 @@ void rt_threads_unregister(void)
     (void)pthread_mutex_lock(&rt.registry_lock);
     t->live = false;
     t->unregister_ns = rt_now_ns();
-    read_comm(t->tid, t->name, sizeof(t->name));
+    if (!t->named) /* the name it ends with, as the program may have renamed it */
+        read_comm(t->tid, t->name, sizeof(t->name));
     (void)pthread_mutex_unlock(&rt.registry_lock);
     atomic_fetch_add_explicit(&threads_generation, 1, memory_order_relaxed);
     (void)pthread_setspecific(exit_key, NULL);
@@ -234,7 +247,7 @@ int rt_threads_snapshot(struct prof_thread_info **ret_threads, size_t *ret_count
 
         if (!t)
             continue;
-        if (t->live) { /* the program may have renamed it since */
+        if (t->live && !t->named) { /* the program may have renamed it since */
             read_comm(t->tid, comm, sizeof(comm));
             if (comm[0])
                 memcpy(t->name, comm, sizeof(comm));

@@ -52,8 +52,8 @@ static void *worker_main(void *arg)
      * second registration is a no-op. */
     w->self_ok = t && t->tid == w->tid && t->live && !t->is_main &&
                  t->stack_lo <= (uintptr_t)&local && (uintptr_t)&local < t->stack_hi &&
-                 clock_gettime(t->cpu_clock, &ts) == 0 &&
-                 rt_threads_register("again", false) == 0 && rt_self == t;
+                 clock_gettime(t->cpu_clock, &ts) == 0 && rt_threads_register(NULL, false) == 0 &&
+                 rt_self == t;
     if (w->unregister_early) {
         rt_threads_unregister();
         w->self_still_set = rt_self != NULL;
@@ -299,6 +299,42 @@ static void test_the_snapshot_names_each_thread_as_it_is_named_now(void **state)
     assert_int_equal(rt_threads_generation(), g + 2);
 }
 
+/* The program's own name for a thread (fleetprof_register_thread) is what the profile shows:
+ * given at the first registration or to a thread registered already (as the pthread_create
+ * interposer registers every thread), and kept over the kernel's name, as it ends too. */
+static void test_a_name_the_program_gives_is_kept(void **state)
+{
+    struct worker w, late;
+    struct snapshot s;
+    uint64_t g;
+
+    (void)state;
+    worker_start(&w, "kernel-name", true);
+    w.reg_name = "given-name";
+    worker_run(&w);
+    assert_int_equal(w.registered, 0);
+    snap(&s);
+    assert_string_equal(find_tid(&s, w.tid)->name, "given-name");
+    snap_free(&s);
+    worker_end(&w);
+    snap(&s);
+    assert_string_equal(find_tid(&s, w.tid)->name, "given-name");
+    snap_free(&s);
+
+    /* Registered first without a name, then named by the program. */
+    worker_go(&late, "kernel-late", true);
+    g = rt_threads_generation();
+    assert_int_equal(rt_threads_register("main-named", true), 0); /* this thread: first time */
+    assert_int_equal(rt_threads_register("main-renamed", true), 0);
+    assert_int_equal(rt_threads_generation(), g + 2);
+    snap(&s);
+    assert_string_equal(find_tid(&s, (int32_t)gettid())->name, "main-renamed");
+    assert_string_equal(find_tid(&s, late.tid)->name, "kernel-late");
+    snap_free(&s);
+    worker_end(&late);
+    rt_threads_unregister();
+}
+
 /* The unregister time of the ended entry of slot i. */
 static uint64_t ended_at(size_t i)
 {
@@ -467,6 +503,7 @@ int main(void)
             cmocka_unit_test_setup(
                     test_the_generation_moves_when_a_thread_registers_and_when_it_ends, setup),
             cmocka_unit_test_setup(test_the_snapshot_names_each_thread_as_it_is_named_now, setup),
+            cmocka_unit_test_setup(test_a_name_the_program_gives_is_kept, setup),
             cmocka_unit_test_setup(
                     test_a_full_registry_reuses_the_slot_of_the_thread_that_ended_first, setup),
             cmocka_unit_test_setup(test_forget_all_leaves_a_forked_child_an_empty_registry, setup),
