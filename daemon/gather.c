@@ -21,13 +21,14 @@
  * profileGatheringLog closes the root and a libuv worker fsyncs the file and renames it over the
  * output. Any write error fails the capture: the temp file is removed, the previous output left as
  * it was. The file itself (writes at offsets, reserved regions, spools, blanking, separators, the
- * final sync and rename) is daemon/capture-file.c's; this file decides what goes where.
+ * final sync and rename) is daemon/capture-file.c's; what goes where (reserved, current, spooled,
+ * taken back) is daemon/capture-placement.h's, apart so that a fuzz target drives it without a
+ * daemon; this file decides who is asked, who is dropped and when the capture ends.
  *
  * Exit profiles count against the global limit as daemon-owned released chunks: the
  * controller evicts the oldest when the fleet needs room; a capture also expires those
  * received before the oldest data still alive in any child.
  */
-#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -37,29 +38,22 @@
 #include <unistd.h>
 
 #include "daemon/capture-file.h"
+#include "daemon/capture-placement.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "json/writer.h"
 #include "profile/gecko.h"
 
-#define PIECE_TOTAL_MAX (512u << 20) /* one child's JSON; beyond it is "too large" */
-
-/* One child asked for its profile. Its bytes are, at any time, either in the output (it is
- * the current child, or it completed there) or all of them in its spool file, never in
- * memory beyond the piece being handled. */
+/* One child asked for its profile. Where its bytes are is slot's (daemon/capture-placement.h):
+ * slot.len, the bytes received so far, is what progress polls compare. */
 struct pending {
     struct conn *conn; /* borrowed; NULL once the child is gone */
     int32_t pid;
     char name[64];
-    size_t len;        /* bytes received so far (progress polls compare it) */
-    uint64_t total;    /* announced size of its JSON; 0 = none (current or spool) */
-    uint64_t region;   /* with total: its element's offset in the output (separator first) */
-    int spool_fd;      /* owned: an unlinked file holding all len bytes; -1 when none */
-    bool complete;     /* its last piece is in the spool, waiting for its turn in the output */
+    struct capture_slot slot;
     uint32_t progress; /* last GatherProgress value (raw fixed point) */
     uint32_t asked_progress;
     size_t asked_len;
-    bool done;
 };
 
 struct gather {
@@ -74,13 +68,14 @@ struct gather {
     void *userdata;
     struct pending *pending;
     size_t count;
-    uint32_t done_count, exit_profiles, processes, given_up, recovered;
+    uint32_t done_count, exit_profiles, given_up, recovered;
     uint64_t bytes;
     /* The file being written beside path (daemon/capture-file.h): the worker's during the final
      * sync. Its failure is the capture's. */
     struct capture_file file;
-    struct pending *current;    /* the child streaming into the file, or NULL */
-    uint64_t current_start;     /* where current's element (separator first) begins in the file */
+    /* Where the children's bytes go in it (daemon/capture-placement.h); place.processes counts
+     * the complete elements, exit profiles included. */
+    struct capture_placement place;
     struct json_writer *events; /* profileGatheringLog events: an open array */
     uv_timer_t timer;
     unsigned rounds;
@@ -260,168 +255,41 @@ static void report_progress(struct gather *g)
     }
 }
 
-/* The output is daemon/capture-file.c's: these name the capture's uses of it. Its first
- * failure is the capture's (g->file.error, g->file.message), and ends it (the caller calls
- * finish()). */
-
-static void spool_close(struct pending *p)
-{
-    if (p->spool_fd >= 0)
-        (void)close(p->spool_fd);
-    p->spool_fd = -1;
-    p->complete = false;
-}
-
-/* Child JSON in the output. The output always ends inside the open processes array. Every
- * element starts with a separator byte (a space until capture_file_finish_elements()); the
- * elements not complete yet are reserved regions (anywhere) and the current child's (always
- * the last). */
-
-/* Counts a complete element whose separator byte is at offset. */
-static int add_element(struct gather *g, uint64_t offset)
-{
-    int r = capture_file_add_element(&g->file, offset);
-
-    if (r == 0)
-        g->processes++;
-    return r;
-}
-
-/* Reserves p's element for total bytes of JSON at the end of the output. No child is
- * current (its element must stay the last). */
-static int reserve_region(struct gather *g, struct pending *p, uint64_t total)
-{
-    int r;
-
-    assert(!g->current);
-    r = capture_file_reserve(&g->file, total, &p->region);
-    if (r == 0)
-        p->total = total;
-    return r;
-}
-
-/* p streams into the output from now on: its element starts here, with what it has spooled
- * so far. Called only when no child is current. */
-static int make_current(struct gather *g, struct pending *p)
-{
-    int r = 0;
-
-    assert(!g->current);
-    g->current = p;
-    r = capture_file_element_begin(&g->file, &g->current_start);
-    if (r == 0 && p->spool_fd >= 0)
-        r = capture_file_append_spool(&g->file, p->spool_fd, p->len);
-    spool_close(p);
-    return r;
-}
-
-/* Takes p's bytes back out of the capture: its element is cut off the output (separator
- * included) if nothing follows it, else blanked; its spool is closed. */
-static void drop_data(struct gather *g, struct pending *p)
-{
-    if (p->total) {
-        capture_file_withdraw(&g->file, p->region, 1 + p->total);
-        p->total = 0;
-    }
-    if (p == g->current) {
-        g->current = NULL;
-        capture_file_withdraw(&g->file, g->current_start, g->file.len - g->current_start);
-    }
-    spool_close(p);
-}
-
-/* With no child current, the output is at an element boundary: the spools of completed
- * children are appended (their order in processes is this one, not their arrival order),
- * then a child still sending becomes current so that its next pieces skip the spool. */
-static int flush_spools(struct gather *g)
-{
-    int r = 0;
-
-    assert(!g->current);
-    for (size_t i = 0; r == 0 && i < g->count; i++) {
-        struct pending *p = &g->pending[i];
-        uint64_t start;
-
-        if (!p->complete)
-            continue;
-        r = capture_file_element_begin(&g->file, &start);
-        if (r == 0)
-            r = capture_file_append_spool(&g->file, p->spool_fd, p->len);
-        spool_close(p);
-        if (r == 0)
-            r = add_element(g, start);
-    }
-    for (size_t i = 0; r == 0 && i < g->count; i++)
-        if (!g->pending[i].done && g->pending[i].spool_fd >= 0)
-            return make_current(g, &g->pending[i]);
-    return r;
-}
+/* The output is daemon/capture-file.c's, and where each child's bytes go in it
+ * daemon/capture-placement.h's. Its first failure is the capture's (g->file.error,
+ * g->file.message), and ends it (the caller calls finish()). */
 
 static void finish(struct gather *g);
 
 static void mark_done(struct gather *g, struct pending *p)
 {
-    p->done = true;
     g->done_count++;
-    if (!g->current && !g->file.error)
-        (void)flush_spools(g);
+    capture_placement_done(&g->place, &p->slot);
     report_progress(g);
     if (g->file.error || g->done_count == g->count)
         finish(g);
 }
 
-/* Puts one piece where p's bytes go: the output if p is (or can become) current, else its
- * spool. Returns 0 or a negative errno: when the output failed, g->file.error is set and
- * the capture must end; otherwise p's spool could not be made, and p alone is dropped. */
-static int store_piece(struct gather *g, struct pending *p, const char *data, size_t len,
-                       uint64_t total)
-{
-    int r;
-
-    if (p->total)
-        return capture_file_write_at(&g->file, p->region + 1 + p->len, data, len);
-    if (total && p->len == 0 && !g->current) {
-        r = reserve_region(g, p, total);
-        return r < 0 ? r : capture_file_write_at(&g->file, p->region + 1, data, len);
-    }
-    if (!g->current) {
-        r = make_current(g, p);
-        if (r < 0)
-            return r;
-    }
-    if (p == g->current)
-        return capture_file_append(&g->file, data, len);
-    if (p->spool_fd < 0) {
-        r = capture_file_spool_open(&g->file, &p->spool_fd);
-        if (r < 0)
-            return r;
-    }
-    return capture_file_spool_write(&g->file, p->spool_fd, data, len);
-}
-
 /* Whether a piece of n bytes fits p's stream: in order, within the size announced. */
 static bool piece_fits(const struct pending *p, const Fleetprof__ProfileData *m, size_t n)
 {
-    return m->offset == p->len && p->len + n <= PIECE_TOTAL_MAX && m->total <= PIECE_TOTAL_MAX &&
-           (!p->total || m->total == p->total) && !(m->last && m->total && p->len + n != m->total);
+    return capture_piece_fits(&p->slot, m->offset, n, m->total, m->last);
 }
 
-/* Stores n bytes of p's JSON (p->len of it received before). Returns false when p was
+/* Stores n bytes of p's JSON (p->slot.len of it received before). Returns false when p was
  * dropped (or the capture ended) instead. */
 static bool piece_store(struct gather *g, struct pending *p, const char *data, size_t n,
                         uint64_t total)
 {
-    int r;
+    int r = capture_placement_piece(&g->place, &p->slot, data, n, total);
 
-    /* Checked on the first byte, not after the last, so that no garbage is streamed. */
-    if (p->len == 0 && n > 0 && data[0] != '{') {
+    if (r == 1) {
         event(g, EV_DROPPED, EV_OF(p, .reason = "its profile is not a JSON object"),
               "child {pid} ({name}) dropped: {reason}");
-        drop_data(g, p);
+        capture_placement_drop(&g->place, &p->slot);
         mark_done(g, p);
         return false;
     }
-    r = n > 0 ? store_piece(g, p, data, n, total) : 0;
     if (r < 0 && g->file.error) {
         finish(g); /* the output is broken: the capture fails with the reason */
         return false;
@@ -429,35 +297,25 @@ static bool piece_store(struct gather *g, struct pending *p, const char *data, s
     if (r < 0) {
         event(g, EV_DROPPED, EV_OF(p, .reason = strerror(-r)),
               "child {pid} ({name}) dropped: no spool file for its profile: {reason}");
-        drop_data(g, p);
+        capture_placement_drop(&g->place, &p->slot);
         mark_done(g, p);
         return false;
     }
-    p->len += n;
     g->bytes += n;
     return true;
 }
 
-/* p's last piece is stored. */
 /* A child's whole profile is in hand (received or recovered): it becomes an element of the
  * output now if it can, else when the output reaches it. */
 static void profile_complete(struct gather *g, struct pending *p)
 {
-    if (p->total) {
-        p->total = 0; /* complete: no longer to be taken back */
-        (void)add_element(g, p->region);
-    } else if (p == g->current) {
-        g->current = NULL;
-        (void)add_element(g, g->current_start);
-    } else {
-        p->complete = true;
-    }
+    capture_placement_complete(&g->place, &p->slot);
     mark_done(g, p);
 }
 
 static void piece_complete(struct gather *g, struct pending *p)
 {
-    event(g, EV_ANSWERED, EV_OF(p, .bytes = p->len, .with_bytes = true),
+    event(g, EV_ANSWERED, EV_OF(p, .bytes = p->slot.len, .with_bytes = true),
           "received {bytes} bytes from child {pid} ({name})");
     profile_complete(g, p);
 }
@@ -469,32 +327,33 @@ void daemon__gather_on_profile_data(struct conn *c, const Fleetprof__ProfileData
     const char *data = (const char *)m->data.data;
     size_t n = m->data.len;
 
-    if (!p || m->request_id != g->id || p->done) {
+    if (!p || m->request_id != g->id || p->slot.done) {
         daemon__log(c->d, DAEMON_LOG_DEBUG, "late profile data from child %d dropped", (int)c->pid);
         return;
     }
     if (m->error && *m->error) {
         event(g, EV_DROPPED, EV_OF(p, .reason = m->error),
               "child {pid} ({name}) could not write its profile: {reason}");
-        drop_data(g, p);
+        capture_placement_drop(&g->place, &p->slot);
         mark_done(g, p);
         return;
     }
     if (!piece_fits(p, m, n)) {
         event(g, EV_DROPPED,
-              EV_OF(p, .reason = m->offset != p->len ? "profile pieces out of order"
-                                 : p->len + n > PIECE_TOTAL_MAX || m->total > PIECE_TOTAL_MAX
+              EV_OF(p, .reason = m->offset != p->slot.len ? "profile pieces out of order"
+                                 : p->slot.len + n > CAPTURE_PIECE_TOTAL_MAX ||
+                                                 m->total > CAPTURE_PIECE_TOTAL_MAX
                                          ? "profile too large"
                                          : "profile size not as announced"),
               "child {pid} ({name}) dropped: {reason}");
-        drop_data(g, p);
+        capture_placement_drop(&g->place, &p->slot);
         mark_done(g, p);
         return;
     }
-    if (p->len + n == 0 && m->last) {
+    if (p->slot.len + n == 0 && m->last) {
         event(g, EV_DROPPED, EV_OF(p, .reason = "its profile is not a JSON object"),
               "child {pid} ({name}) dropped: {reason}");
-        drop_data(g, p);
+        capture_placement_drop(&g->place, &p->slot);
         mark_done(g, p);
         return;
     }
@@ -515,7 +374,7 @@ bool daemon__gather_piece_begin(struct ipc_conn *ipc, const Fleetprof__ProfileDa
         (m->error && *m->error))
         return false;
     p = pending_of(g, c);
-    if (!p || p->done || !piece_fits(p, m, m->data.len))
+    if (!p || p->slot.done || !piece_fits(p, m, m->data.len))
         return false;
     c->piece_gather = g->id;
     c->piece_total = m->total;
@@ -533,7 +392,7 @@ static struct pending *piece_pending(struct conn *c)
     if (!c->piece_gather || !g || g->finishing || g->id != c->piece_gather)
         return NULL;
     p = pending_of(g, c);
-    return p && !p->done ? p : NULL;
+    return p && !p->slot.done ? p : NULL;
 }
 
 void daemon__gather_piece_bytes(struct ipc_conn *ipc, const uint8_t *data, size_t len,
@@ -563,7 +422,7 @@ void daemon__gather_on_progress(struct conn *c, const Fleetprof__GatherProgress 
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
 
-    if (!p || p->done || m->gather_id != g->id)
+    if (!p || p->slot.done || m->gather_id != g->id)
         return;
     p->progress = m->proportion;
     if (m->proportion != UINT32_MAX)
@@ -580,10 +439,8 @@ static bool answer_with(struct gather *g, struct pending *p, char *json, size_t 
 {
     int r;
 
-    drop_data(g, p);
-    g->bytes -= p->len < g->bytes ? p->len : g->bytes;
-    p->len = 0;
-    r = store_piece(g, p, json, len, len);
+    g->bytes -= p->slot.len < g->bytes ? p->slot.len : g->bytes;
+    r = capture_placement_answer(&g->place, &p->slot, json, len); /* p->slot.len: 0 or len */
     free(json);
     if (r < 0 && g->file.error) {
         finish(g);
@@ -592,11 +449,10 @@ static bool answer_with(struct gather *g, struct pending *p, char *json, size_t 
     if (r < 0) {
         event(g, EV_DROPPED, EV_OF(p, .reason = strerror(-r)),
               "child {pid} ({name}) dropped: no spool file for its %s profile: {reason}", what);
-        drop_data(g, p);
+        capture_placement_drop(&g->place, &p->slot);
         mark_done(g, p);
         return false;
     }
-    p->len = len;
     g->bytes += len;
     return true;
 }
@@ -606,8 +462,18 @@ bool daemon__gather_on_exit_profile(struct conn *c, char *json, size_t len, cons
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
 
-    if (!p || p->done)
+    if (!p || p->slot.done)
         return false;
+    /* The child's bytes: spliced, never parsed, so at least an object's first byte, as the
+     * store's rule (an empty answer became a stray comma, a string a non-object element). */
+    if (len == 0 || json[0] != '{') {
+        event(g, EV_DROPPED, EV_OF(p, .reason = "its exit profile is not a JSON object"),
+              "child {pid} ({name}) dropped: {reason}");
+        free(json);
+        capture_placement_drop(&g->place, &p->slot);
+        mark_done(g, p);
+        return true;
+    }
     /* Kept for the next capture instead, it would be missing from this one: the child goes
      * away next, and the capture would log it as gone without an answer. */
     if (!answer_with(g, p, json, len, "exit"))
@@ -629,13 +495,14 @@ void daemon__gather_on_child_gone(struct conn *c)
         return;
     /* A child that completed before going keeps its profile (possibly still spooled). */
     p->conn = NULL;
-    if (p->done)
+    if (p->slot.done)
         return;
     event(g, EV_DROPPED,
-          EV_OF(p, .reason = "went away during the capture", .bytes = p->len, .with_bytes = true),
+          EV_OF(p, .reason = "went away during the capture", .bytes = p->slot.len,
+                .with_bytes = true),
           "child {pid} ({name}) went away during the capture; its partial data ({bytes} "
           "bytes) was dropped");
-    drop_data(g, p);
+    capture_placement_drop(&g->place, &p->slot);
     mark_done(g, p);
 }
 
@@ -644,7 +511,7 @@ bool daemon__gather_on_recovered(struct conn *c, char *recovered, size_t len, co
     struct gather *g = c->d->gather;
     struct pending *p = g && !g->finishing ? pending_of(g, c) : NULL;
 
-    if (!p || p->done)
+    if (!p || p->slot.done)
         return false;
     /* It died mid-capture: what it sent so far goes, its chunks answer in its place. */
     if (!answer_with(g, p, recovered, len, "recovered"))
@@ -677,8 +544,8 @@ static void on_round(uv_timer_t *t)
         struct pending *p = &g->pending[i];
 
         /* The daemon's own workers building its profile: progress of ours, bounded. */
-        if (!p->done && (p->progress != p->asked_progress || p->len != p->asked_len ||
-                         (p->conn && p->conn->building)))
+        if (!p->slot.done && (p->progress != p->asked_progress || p->slot.len != p->asked_len ||
+                              (p->conn && p->conn->building)))
             progressed = true;
     }
     if (!progressed) {
@@ -686,7 +553,7 @@ static void on_round(uv_timer_t *t)
         for (size_t i = 0; i < g->count; i++) {
             struct pending *p = &g->pending[i];
 
-            if (p->done)
+            if (p->slot.done)
                 continue;
             used += (size_t)snprintf(pids + used, used < sizeof(pids) ? sizeof(pids) - used : 0,
                                      "%s%d (%s)", used ? ", " : "", (int)p->pid, p->name);
@@ -699,12 +566,12 @@ static void on_round(uv_timer_t *t)
         for (size_t i = 0; i < g->count; i++) {
             struct pending *p = &g->pending[i];
 
-            if (!p->done) {
+            if (!p->slot.done) {
                 event(g, EV_NO_PROGRESS, EV_OF(p, .reason = "no progress"),
                       "gave up on child {pid} ({name}): {reason}");
                 g->given_up++;
-                drop_data(g, p);
-                p->done = true;
+                capture_placement_drop(&g->place, &p->slot);
+                p->slot.done = true;
                 g->done_count++;
             }
         }
@@ -716,10 +583,10 @@ static void on_round(uv_timer_t *t)
         Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
         Fleetprof__GetGatherProfileProgress msg = FLEETPROF__GET_GATHER_PROFILE_PROGRESS__INIT;
 
-        if (p->done || !p->conn || p->conn->building)
+        if (p->slot.done || !p->conn || p->conn->building)
             continue;
         p->asked_progress = p->progress;
-        p->asked_len = p->len;
+        p->asked_len = p->slot.len;
         msg.id = ++g->d->next_id;
         msg.gather_id = g->id;
         env.msg_case = FLEETPROF__ENVELOPE__MSG_GET_GATHER_PROFILE_PROGRESS;
@@ -742,7 +609,7 @@ static void sync_file(uv_work_t *work)
 static void gather_free(struct gather *g)
 {
     for (size_t i = 0; i < g->count; i++)
-        spool_close(&g->pending[i]);
+        capture_slot_spool_close(&g->pending[i].slot);
     free(g->pending);
     capture_file_free(&g->file);
     json_writer_free(g->events);
@@ -785,7 +652,7 @@ static void complete(struct gather *g)
     res.message = error ? g->file.message : NULL;
     res.path = g->path;
     res.bytes = bytes;
-    res.processes = g->processes;
+    res.processes = g->place.processes;
     res.given_up = g->given_up;
     res.recovered = g->recovered;
     res.lost = g->lost_total;
@@ -793,7 +660,7 @@ static void complete(struct gather *g)
     res.lost_listed = g->lost_listed;
     daemon__log(g->d, error ? DAEMON_LOG_WARNING : DAEMON_LOG_INFO,
                 error ? "capture failed: %s" : "capture written to %s (%u processes)",
-                error ? g->file.message : g->path, g->processes);
+                error ? g->file.message : g->path, g->place.processes);
     if (g->done)
         g->done(g->userdata, &res);
     if (g->tool) {
@@ -803,7 +670,7 @@ static void complete(struct gather *g)
         msg.request_id = g->tool_request;
         msg.path = g->path;
         msg.bytes = bytes;
-        msg.processes = g->processes;
+        msg.processes = g->place.processes;
         Fleetprof__LostProcess lost[16], *lost_ptrs[16];
 
         msg.given_up = g->given_up;
@@ -878,15 +745,15 @@ static void finish(struct gather *g)
     uv_timer_stop(&g->timer);
     /* Every child is done unless the output failed: no one is current, spools complete. */
     if (!g->file.error)
-        (void)flush_spools(g);
+        (void)capture_placement_flush(&g->place);
     event(g, EV_NOTE, EV_NONE,
-          "capture complete: %u processes, %llu bytes from children, %u given up", g->processes,
-          (unsigned long long)g->bytes, g->given_up);
+          "capture complete: %u processes, %llu bytes from children, %u given up",
+          g->place.processes, (unsigned long long)g->bytes, g->given_up);
     if (!g->file.error)
         capture_file_finish_elements(&g->file);
     if (!g->file.error)
         write_trailer(g);
-    if (!g->file.error && g->processes == 0)
+    if (!g->file.error && g->place.processes == 0)
         (void)capture_file_fail(&g->file, -ENODATA,
                                 "nothing to write: no profiled process answered and no exit "
                                 "profile was stored");
@@ -1008,7 +875,7 @@ static int write_stored(struct gather *g)
         if (r == 0)
             r = capture_file_append(&g->file, e->json, e->len);
         if (r == 0)
-            r = add_element(g, start);
+            r = capture_placement_add_element(&g->place, start);
         if (r < 0)
             return r;
         g->exit_profiles++;
@@ -1185,7 +1052,7 @@ static int start(struct gather *g)
         p->conn = c;
         p->pid = c->pid;
         (void)snprintf(p->name, sizeof(p->name), "%s", c->name);
-        p->spool_fd = -1;
+        capture_placement_add_slot(&g->place, &p->slot);
         p->progress = p->asked_progress = UINT32_MAX;
         if (c->building) { /* it ended: its profile, being built, is its answer */
             event(g, EV_NOTE, EV_OF(p, .reason = NULL),
@@ -1200,7 +1067,7 @@ static int start(struct gather *g)
         if (ipc_conn_send(c->ipc, &env) < 0) {
             event(g, EV_DROPPED, EV_OF(p, .reason = "its connection is failing"),
                   "child {pid} ({name}) cannot be asked: {reason}");
-            p->done = true;
+            p->slot.done = true;
             g->done_count++;
         }
     }
@@ -1235,6 +1102,7 @@ static int capture_start(struct daemon *d, const char *output_path, const char *
     g->id = ++d->next_id;
     g->path = strdup(output_path);
     capture_file_init(&g->file, g->path);
+    capture_placement_init(&g->place, &g->file);
     g->product = product ? strdup(product) : NULL;
     g->progress = progress;
     g->done = done;

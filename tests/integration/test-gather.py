@@ -744,6 +744,51 @@ def test_a_failed_capture_keeps_what_it_held(tmp):
         d.stop()
 
 
+def test_an_exit_profile_that_is_not_an_object_is_dropped(tmp):
+    # A child that exits during a capture answers with its exit profile (ProfileData with
+    # exit and last set). Its bytes are spliced, never parsed: an empty one had become a
+    # stray comma in processes ("[ ,{...}]") and a JSON string an element that is not a
+    # process; each must be dropped with the reason, the file valid with the others whole.
+    def answers(data):
+        def behaviour(s, num, msg):
+            if num != GATHER:
+                return True
+            parts = [field(2, data)] if data is not None else []
+            s.sendall(frame(PROFILE_DATA, field(1, msg[1][0]), *parts, field(3, 1), field(5, 1)))
+            time.sleep(1)
+            return False
+        return behaviour
+
+    def good(s, num, msg):
+        if num == GATHER:
+            s.sendall(frame(PROFILE_DATA, field(1, msg[1][0]), field(2, minimal_process(os.getpid())),
+                            field(3, 1)))
+            return False
+        return True
+
+    d = Daemon(tmp, "--child-timeout", "5")
+    kids = []
+    try:
+        fine = scripted_child(d, good)
+        empty = scripted_child(d, answers(None))
+        string = scripted_child(d, answers(b'"not an object"'))
+        kids = [fine, empty, string]
+        connected(d, len(kids))
+        out = os.path.join(tmp, "exits.json")
+        result, error = capture(d.sock, out)
+        assert error is None, error
+        doc = checked(out)
+        assert process_pids(doc) == [fine], process_pids(doc)
+        events = [e[1] for e in gathering_log(doc)]
+        for kid in (empty, string):
+            expected = f"child {kid} (scripted) dropped: its exit profile is not a JSON object"
+            assert any(expected in e for e in events), (expected, events)
+    finally:
+        d.stop()
+        for kid in kids:
+            os.waitpid(kid, 0)
+
+
 taplib.run([
     test_a_failed_capture_keeps_what_it_held,
     test_a_removed_socket_is_made_again,
@@ -762,4 +807,5 @@ taplib.run([
     test_announced_sizes_place_children_in_any_order,
     test_large_pieces_are_written_as_they_arrive,
     test_write_error_fails_the_capture_and_the_daemon_goes_on,
+    test_an_exit_profile_that_is_not_an_object_is_dropped,
 ])

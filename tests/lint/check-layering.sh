@@ -173,7 +173,7 @@ calls_up daemon/server.c daemon/core.h $(ls daemon/*.c 2>/dev/null | grep -v '^d
 # departures.c), never a service; the bottom calls neither. The ways up are the hooks
 # server.c sets in struct daemon.
 daemon_services="daemon/gather.c daemon/recover.c daemon/census.c daemon/region-updates.c daemon/symbols-service.c"
-daemon_foundations="daemon/budget.c daemon/departures.c daemon/region.c daemon/capture-file.c daemon/workers.c"
+daemon_foundations="daemon/budget.c daemon/departures.c daemon/region.c daemon/capture-placement.c daemon/capture-file.c daemon/workers.c"
 daemon_bottom="daemon/core.c daemon/controller.c daemon/groups.c daemon/pace.c"
 for svc in $daemon_services; do
     calls_up "$svc" "a hook server.c sets" $daemon_services $daemon_foundations $daemon_bottom
