@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -187,6 +189,127 @@ struct conn *fx_connect(struct fx *f, struct fx_client *cl, const char *name)
     if (!fx_run_until(f, client_ready, cl) || !cl->welcomed)
         return NULL;
     return daemon__child_by_pid(f->d, getpid());
+}
+
+static int send_fd(int sock, int fd)
+{
+    char byte = 'c', cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct cmsghdr *cm;
+
+    memset(cbuf, 0, sizeof(cbuf));
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof(cbuf);
+    cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    return sendmsg(sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+static int recv_fd(int sock)
+{
+    char byte, cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct cmsghdr *cm;
+    int fd = -1;
+    ssize_t n;
+
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof(cbuf);
+    do
+        n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n != 1)
+        return -1;
+    cm = CMSG_FIRSTHDR(&msg);
+    if (cm && cm->cmsg_type == SCM_RIGHTS)
+        memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    return fd;
+}
+
+/* In the forked helper: connects to path and hands the socket to the parent through sock. */
+static void helper_connect(int sock, const char *path, pid_t parent)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t len = strlen(path);
+    int s;
+
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent || len >= sizeof(sa.sun_path))
+        _exit(1);
+    /* The parent's descriptors (the daemon's sockets, other clients') must end when the parent
+     * closes them: none stays open here. */
+    if (sock > 3)
+        (void)close_range(3, (unsigned)sock - 1, 0);
+    (void)close_range((unsigned)sock + 1, ~0u, 0);
+    memcpy(sa.sun_path, path, len + 1);
+    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || send_fd(sock, s) < 0)
+        _exit(1);
+    /* Its copy goes first: the parent's close must end the connection. The parent reads on
+     * until sock ends, so it goes on only then. */
+    (void)close(s);
+    (void)close(sock);
+    for (;;)
+        (void)pause();
+}
+
+struct conn *fx_connect_forked(struct fx *f, struct fx_client *cl, const char *name, pid_t *ret_pid)
+{
+    static const struct ipc_conn_callbacks cbs = {.on_message = on_client_message,
+                                                  .on_close = on_client_close};
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Hello hello = FLEETPROF__HELLO__INIT;
+    pid_t parent = getpid(), pid;
+    int sv[2], fd;
+
+    *cl = (struct fx_client){0};
+    *ret_pid = 0;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return NULL;
+    pid = fork();
+    if (pid == 0)
+        helper_connect(sv[1], f->path, parent);
+    (void)close(sv[1]);
+    fd = pid > 0 ? recv_fd(sv[0]) : -1;
+    if (fd >= 0) { /* until the helper let its copy of the socket go */
+        char byte;
+
+        while (read(sv[0], &byte, 1) < 0 && errno == EINTR) {
+        }
+    }
+    (void)close(sv[0]);
+    if (pid < 0)
+        return NULL;
+    *ret_pid = pid;
+    if (fd < 0 ||
+        ipc_conn_adopt(&f->loop, fd, f->path, geteuid(), NULL, &cbs, cl, NULL, 0, &cl->ipc) < 0)
+        return NULL;
+    hello.id = 1;
+    hello.version = FLEETPROF_PROTOCOL_VERSION;
+    hello.pid = pid;
+    hello.ppid = parent;
+    hello.name = (char *)name;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
+    env.hello = &hello;
+    if (ipc_conn_send(cl->ipc, &env) < 0)
+        return NULL;
+    if (!fx_run_until(f, client_ready, cl) || !cl->welcomed)
+        return NULL;
+    return daemon__child_by_pid(f->d, pid);
+}
+
+int fx_client_open(struct fx *f, struct fx_client *cl)
+{
+    static const struct ipc_conn_callbacks cbs = {.on_message = on_client_message,
+                                                  .on_close = on_client_close};
+
+    *cl = (struct fx_client){0};
+    return ipc_conn_connect(&f->loop, f->path, NULL, &cbs, cl, NULL, 0, &cl->ipc);
 }
 
 static bool client_closed(void *arg)

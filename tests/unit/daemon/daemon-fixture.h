@@ -74,6 +74,17 @@ void fx_child_free(struct fx *f, struct conn *c);
 /* Connects a client to the daemon's socket and says Hello as name: returns the daemon's child
  * connection for this process (NULL on failure). */
 struct conn *fx_connect(struct fx *f, struct fx_client *cl, const char *name);
+/* The same for a client of another process: a forked helper connects to the daemon's socket,
+ * hands the connected socket over (SCM_RIGHTS) and waits until killed, holding nothing else of
+ * this process's; this process speaks for it. The daemon takes the helper for the child (its
+ * pid is SO_PEERCRED's, taken at connect): a test gets as many children as it needs. Returns
+ * the daemon's child connection (NULL on failure); *ret_pid is the helper (0 if none), for
+ * fx_kill_reap() once the client is closed. */
+struct conn *fx_connect_forked(struct fx *f, struct fx_client *cl, const char *name,
+                               pid_t *ret_pid);
+/* Connects a client that says nothing yet: a tool once it sends its request. Returns 0 or a
+ * negative errno. */
+int fx_client_open(struct fx *f, struct fx_client *cl);
 /* Closes the client (the daemon sees its connection end) and waits for both ends. */
 void fx_client_close(struct fx *f, struct fx_client *cl);
 /* The n-th message of kind msg_case the client received, or NULL. */
