@@ -106,7 +106,7 @@ struct child {
     uint64_t wrong;  /* the total it announces in mode 2 */
     size_t sent;     /* bytes it sent so far (its offset), as it sees it */
     char pad;        /* its pad byte: 'A' + its index */
-    char marker[16]; /* "\"child\":I," */
+    char marker[32]; /* "\"child\":I," (room for any size_t: -Wformat-truncation) */
     enum fate fate;
     const char *answer; /* with ANSWERED: the bytes that must be its element */
     size_t answer_len;
