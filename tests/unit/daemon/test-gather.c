@@ -370,7 +370,8 @@ static void on_done(void *userdata, const struct daemon_capture_result *r)
     res->given_up = r->given_up;
     res->lost = r->lost;
     res->lost_listed = r->lost_listed < 8 ? r->lost_listed : 8;
-    memcpy(res->lost_list, r->lost_list, res->lost_listed * sizeof(*res->lost_list));
+    if (res->lost_listed) /* lost_list may be NULL then */
+        memcpy(res->lost_list, r->lost_list, res->lost_listed * sizeof(*res->lost_list));
     if (r->error)
         dir_names(res->e->out_dir, res->names_at_done, sizeof(res->names_at_done));
 }

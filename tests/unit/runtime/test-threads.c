@@ -40,7 +40,8 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     const struct rt_thread *t;
     struct timespec ts;
-    int local = 0;
+    /* The frame, not a local's address: ASan may keep locals on a heap "fake stack". */
+    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
 
     if (w->comm[0])
         (void)pthread_setname_np(pthread_self(), w->comm);
@@ -50,10 +51,9 @@ static void *worker_main(void *arg)
     /* What the sampler and the signal handler read of it: this thread's tid, a stack that
      * holds its frames (frame-pointer walks stop at its bounds), a CPU clock that reads. A
      * second registration is a no-op. */
-    w->self_ok = t && t->tid == w->tid && t->live && !t->is_main &&
-                 t->stack_lo <= (uintptr_t)&local && (uintptr_t)&local < t->stack_hi &&
-                 clock_gettime(t->cpu_clock, &ts) == 0 && rt_threads_register(NULL, false) == 0 &&
-                 rt_self == t;
+    w->self_ok = t && t->tid == w->tid && t->live && !t->is_main && t->stack_lo <= frame &&
+                 frame < t->stack_hi && clock_gettime(t->cpu_clock, &ts) == 0 &&
+                 rt_threads_register(NULL, false) == 0 && rt_self == t;
     if (w->unregister_early) {
         rt_threads_unregister();
         w->self_still_set = rt_self != NULL;
@@ -202,7 +202,8 @@ static void test_the_generation_moves_when_a_thread_registers_and_when_it_ends(v
     struct worker w;
     struct snapshot s;
     uint64_t g0 = rt_threads_generation(), g1;
-    int local = 0;
+    /* The frame, not a local's address: ASan may keep locals on a heap "fake stack". */
+    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
 
     (void)state;
     worker_go(&w, "rt-gen", true); /* registers twice: the second is a no-op */
@@ -225,7 +226,7 @@ static void test_the_generation_moves_when_a_thread_registers_and_when_it_ends(v
     assert_int_equal(rt_threads_generation(), g1 + 2);
     assert_non_null(rt_self);
     assert_int_equal(rt_self->tid, getpid());
-    assert_true(rt_self->stack_lo <= (uintptr_t)&local && (uintptr_t)&local < rt_self->stack_hi);
+    assert_true(rt_self->stack_lo <= frame && frame < rt_self->stack_hi);
     snap(&s);
     assert_int_equal(s.count, 2);
     assert_true(find_tid(&s, getpid())->is_main);
