@@ -497,7 +497,8 @@ static void on_exit_piece(struct conn *c, const Fleetprof__ProfileData *m)
                     (int)c->pid);
         goto reset;
     }
-    memcpy(c->exit_data + c->exit_len, m->data.data, n);
+    if (n) /* an empty piece: exit_data may still be NULL */
+        memcpy(c->exit_data + c->exit_len, m->data.data, n);
     c->exit_len += n;
     if (!m->last)
         return;
