@@ -191,7 +191,7 @@ struct conn *fx_connect(struct fx *f, struct fx_client *cl, const char *name)
     return daemon__child_by_pid(f->d, getpid());
 }
 
-static int send_fd(int sock, int fd)
+int fx_send_fd(int sock, int fd)
 {
     char byte = 'c', cbuf[CMSG_SPACE(sizeof(int))];
     struct iovec iov = {&byte, 1};
@@ -209,7 +209,7 @@ static int send_fd(int sock, int fd)
     return sendmsg(sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
 }
 
-static int recv_fd(int sock)
+int fx_recv_fd(int sock)
 {
     char byte, cbuf[CMSG_SPACE(sizeof(int))];
     struct iovec iov = {&byte, 1};
@@ -248,7 +248,7 @@ static void helper_connect(int sock, const char *path, pid_t parent)
     (void)close_range((unsigned)sock + 1, ~0u, 0);
     memcpy(sa.sun_path, path, len + 1);
     s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || send_fd(sock, s) < 0)
+    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fx_send_fd(sock, s) < 0)
         _exit(1);
     /* Its copy goes first: the parent's close must end the connection. The parent reads on
      * until sock ends, so it goes on only then. */
@@ -275,7 +275,7 @@ struct conn *fx_connect_forked(struct fx *f, struct fx_client *cl, const char *n
     if (pid == 0)
         helper_connect(sv[1], f->path, parent);
     (void)close(sv[1]);
-    fd = pid > 0 ? recv_fd(sv[0]) : -1;
+    fd = pid > 0 ? fx_recv_fd(sv[0]) : -1;
     if (fd >= 0) { /* until the helper let its copy of the socket go */
         char byte;
 

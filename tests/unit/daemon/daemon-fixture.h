@@ -129,4 +129,9 @@ struct buf_region;
 struct buf_region *fx_region_new(uint32_t chunk_bytes);
 int fx_region_dup(struct buf_region *r);
 
+/* A descriptor through a Unix socket (SCM_RIGHTS), as a forked helper hands one back: 0 or
+ * -1; the received descriptor (close-on-exec), or -1. */
+int fx_send_fd(int sock, int fd);
+int fx_recv_fd(int sock);
+
 #endif /* FLEETPROF_TESTS_UNIT_DAEMON_DAEMON_FIXTURE_H */

@@ -39,42 +39,6 @@ enum {
     RC_EXIT = 1 << 5,       /* exits at once (else waits to be killed) */
 };
 
-static int send_fd(int sock, int fd)
-{
-    char byte = 'r', cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {&byte, 1};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    struct cmsghdr *cm;
-
-    memset(cbuf, 0, sizeof(cbuf));
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof(cbuf);
-    cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    return sendmsg(sock, &msg, 0) == 1 ? 0 : -1;
-}
-
-static int recv_fd(int sock)
-{
-    char byte, cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {&byte, 1};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    struct cmsghdr *cm;
-    int fd = -1;
-
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof(cbuf);
-    if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1)
-        return -1;
-    cm = CMSG_FIRSTHDR(&msg);
-    if (cm && cm->cmsg_type == SCM_RIGHTS)
-        memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-    return fd;
-}
-
 /* The description a child publishes as it ends (Welcome.exit_in_region). */
 static int publish_end(struct buf_region *r)
 {
@@ -159,7 +123,7 @@ static pid_t spawn_region_child(unsigned flags, int unprofiled, int *ret_fd)
         if (getppid() != parent)
             _exit(1);
         (void)close(sv[0]);
-        if (make_region(flags, unprofiled, &r) < 0 || send_fd(sv[1], buf_region_fd(r)) < 0)
+        if (make_region(flags, unprofiled, &r) < 0 || fx_send_fd(sv[1], buf_region_fd(r)) < 0)
             _exit(1);
         if (flags & RC_EXIT)
             _exit(0);
@@ -167,7 +131,7 @@ static pid_t spawn_region_child(unsigned flags, int unprofiled, int *ret_fd)
             (void)pause();
     }
     (void)close(sv[1]);
-    *ret_fd = recv_fd(sv[0]);
+    *ret_fd = fx_recv_fd(sv[0]);
     (void)close(sv[0]);
     assert_true(*ret_fd >= 0);
     return pid;
