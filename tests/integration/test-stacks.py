@@ -116,6 +116,11 @@ def test_a_sample_without_stack_says_why(tmp):
     # thread's 312 samples).
     assert 0 < log["handlerCaptures"] <= main_real + real, (log, main_real, real)
     blocked = reasons.pop("(no stack: blocked since the thread started)", 0)
+    # As the program ends, the reader wakes from its read() and ends: a capture asked of it
+    # then (its CPU moved) is still pending when it is gone, and that one tick says so. Once
+    # at the most (CI beside two hogs: 1).
+    ended = reasons.pop("(no stack: the thread ended before its first sample)", 0)
+    assert ended <= 1, f"{ended} reader samples say it ended"
     assert not reasons, f"reader samples without a stack or a known reason: {reasons}"
     assert blocked >= 100, f"only {blocked} reader samples say it was blocked ({real} real)"
     cats = doc["meta"]["categories"]
