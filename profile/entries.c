@@ -151,6 +151,7 @@ int prof_entry_put_sample(struct buf_chunked_buffer *b, const struct prof_sample
 struct same_sample {
     int32_t tid;
     uint64_t time_ns;
+    uint64_t cpu_delta_ns;
 };
 
 static void encode_same_sample(struct enc *e, const void *entry)
@@ -161,11 +162,19 @@ static void encode_same_sample(struct enc *e, const void *entry)
     enc_bytes(e, &kind, 1);
     enc_i(e, s->tid);
     enc_u(e, s->time_ns);
+    if (s->cpu_delta_ns) /* optional: a block that ends after the time has none */
+        enc_u(e, s->cpu_delta_ns);
 }
 
 int prof_entry_put_same_sample(struct buf_chunked_buffer *b, int32_t tid, uint64_t time_ns)
 {
-    struct same_sample s = {tid, time_ns};
+    return prof_entry_put_same_sample_cpu(b, tid, time_ns, 0);
+}
+
+int prof_entry_put_same_sample_cpu(struct buf_chunked_buffer *b, int32_t tid, uint64_t time_ns,
+                                   uint64_t cpu_delta_ns)
+{
+    struct same_sample s = {tid, time_ns, cpu_delta_ns};
 
     return put(b, encode_same_sample, &s);
 }
@@ -487,6 +496,8 @@ int prof_entry_decode(struct buf_entry_reader *reader, struct prof_entry *ret)
         ret->u.sample = (struct prof_sample){.frames = ret->frames, .labels = ret->labels};
         ret->u.sample.tid = dec_i32(&d);
         ret->u.sample.time_ns = dec_u(&d);
+        if (buf_entry_reader_remaining(reader) > 0)
+            ret->u.sample.cpu_delta_ns = dec_u(&d);
         break;
     case BUF_ENTRY_MARKER:
         decode_marker(&d, &ret->u.marker);

@@ -10,7 +10,9 @@
  *                (name, category, native_depth, stack_address, code_address)*
  *                                                        frames innermost first,
  *                                                        labels outermost first
- *   SAME_SAMPLE  tid, time_ns                            thread did not run: repeat stack
+ *   SAME_SAMPLE  tid, time_ns[, cpu_delta_ns]            repeat the thread's last stack
+ *                                                        (cpu_delta_ns absent: 0, it did
+ *                                                        not run)
  *   MARKER       tid, category, phase, start_ns, end_ns, name, payload_kind, payload,
  *                nframes, frame*                         (a captured stack, may be 0)
  *   COUNTER      counter_id, time_ns, delta (signed), number
@@ -49,6 +51,12 @@
 /* No frames: the thread ended before the sampling signal sent to it ran, and no stack of it
  * was captured before. */
 #define PROF_SAMPLE_ENDED_UNSAMPLED     (1u << 4)
+/* No frames: the kernel gave the thread no CPU timer (profilingLog says why). */
+#define PROF_SAMPLE_NO_TIMER            (1u << 5)
+/* No frames: the thread blocked the sampling signal while it ran. */
+#define PROF_SAMPLE_SIGNAL_BLOCKED      (1u << 6)
+/* No frames: the thread ran less than one sampling period in all (its CPU is here). */
+#define PROF_SAMPLE_BELOW_PERIOD        (1u << 7)
 
 enum prof_marker_phase {
     PROF_PHASE_INSTANT = 0,
@@ -147,6 +155,10 @@ struct prof_overhead {
  * frames beyond PROF_MAX_FRAMES dropped. Return 0 or the buffer's negative errno. */
 int prof_entry_put_sample(struct buf_chunked_buffer *b, const struct prof_sample *s);
 int prof_entry_put_same_sample(struct buf_chunked_buffer *b, int32_t tid, uint64_t time_ns);
+/* The same stack again, with the CPU the thread used since its previous entry (a sample
+ * that stands for several intervals is written as one sample and same-samples). */
+int prof_entry_put_same_sample_cpu(struct buf_chunked_buffer *b, int32_t tid, uint64_t time_ns,
+                                   uint64_t cpu_delta_ns);
 int prof_entry_put_marker(struct buf_chunked_buffer *b, const struct prof_marker *m);
 int prof_entry_put_counter(struct buf_chunked_buffer *b, const struct prof_counter_sample *c);
 int prof_entry_put_pause(struct buf_chunked_buffer *b, bool paused, uint64_t time_ns);

@@ -533,6 +533,13 @@ static const char *no_stack_reason(const struct prof_sample *s, uint32_t *ret_ca
     }
     if (s->flags & PROF_SAMPLE_ENDED_UNSAMPLED)
         return "(no stack: the thread ended before its first sample)";
+    if (s->flags & PROF_SAMPLE_NO_TIMER)
+        return "(no stack: the kernel gave the thread no CPU timer (RLIMIT_SIGPENDING or perf "
+               "limits): see profilingLog)";
+    if (s->flags & PROF_SAMPLE_SIGNAL_BLOCKED)
+        return "(no stack: the thread blocks SIGPROF)";
+    if (s->flags & PROF_SAMPLE_BELOW_PERIOD)
+        return "(no stack: the thread ran less than one sampling period)";
     if (s->flags & PROF_SAMPLE_NO_NATIVE)
         return "(no stack: interrupted in the dynamic loader)";
     if (s->flags & PROF_SAMPLE_UNWIND_FAIL)
@@ -686,7 +693,7 @@ static int add_sample(struct gecko *g, const struct prof_sample *s, bool same)
         t->last_stack = stack;
         g->samples++;
     }
-    return write_sample_row(g, t, stack, s->time_ns, same ? 0 : s->cpu_delta_ns);
+    return write_sample_row(g, t, stack, s->time_ns, s->cpu_delta_ns);
 }
 
 /* intern_string() for marker names, remembering the last one of the thread. */

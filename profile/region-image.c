@@ -391,6 +391,14 @@ static int exit_info(const struct recovered_info *ri, struct exit_symbols *es)
             .handler_p99_ns = rs->handler_p99_ns,
             .descriptor_checks = rs->descriptor_checks,
             .descriptor_checks_skipped = rs->descriptor_checks_skipped,
+            .sampling_timer = rs->sampling_timer,
+            .sampling_timer_why = rs->sampling_timer_why,
+            .timer_failure = rs->timer_failure,
+            .threads_perf_timer = rs->threads_perf_timer,
+            .threads_thread_timer = rs->threads_thread_timer,
+            .threads_tick = rs->threads_tick,
+            .threads_no_timer = rs->threads_no_timer,
+            .captures_dropped = rs->captures_dropped,
             .built_from_region = true,
     };
     prof_runtime_log_format(es->out, es->out_size, &es->log);
@@ -414,7 +422,7 @@ static int build_image(const uint8_t *mem, size_t len, const char *how,
     const uint8_t *meta = NULL;
     size_t meta_len = 0;
     uint64_t exec_ns;
-    char log[2800];
+    char log[3500];
     int r;
 
     if (len < sizeof(h))

@@ -1,7 +1,7 @@
 /* profile/runtime-log.h - profilingLog[pid].runtime: the runtime's own counters, as one
  * JSON object, written by the one function both writers of an exit profile use: the runtime
- * (child/lifecycle/runtime.c) and the daemon when it builds a short-lived child's exit profile from the
- * child's chunk region (daemon/recover.c), from the numbers the child left in its description.
+ * (child/lifecycle/runtime.c) and the daemon when it builds a short-lived child's exit profile from
+ * the child's chunk region (daemon/recover.c), from the numbers the child left in its description.
  * libc only; no state.
  */
 #ifndef FLEETPROF_PROFILE_RUNTIME_LOG_H
@@ -33,11 +33,17 @@ struct prof_runtime_log {
     const char *descriptors_given_up;
     /* What it gave up when the program reached its process limit, NULL or "" = none. */
     const char *threads_given_up;
+    /* What makes the samples: the timer kind ("perf-task-clock", "thread-cpu-timer",
+     * "tick", "none"), why, the first failure to arm one (NULL or "" = none), threads by
+     * kind, captures dropped by a full ring (their CPU went to the next). */
+    const char *sampling_timer, *sampling_timer_why, *timer_failure;
+    uint64_t threads_perf_timer, threads_thread_timer, threads_tick, threads_no_timer;
+    uint64_t captures_dropped;
 };
 
 /* Formats l as a JSON object into out (NUL-terminated, cut at size: size must hold at least
- * 1536 bytes for every field to fit, 2048 with daemon_untrusted, 2400 with
- * descriptors_given_up too, 2700 with threads_given_up). Strings are copied without the
+ * 2300 bytes for every field to fit, 2800 with daemon_untrusted, 3100 with
+ * descriptors_given_up too, 3400 with threads_given_up). Strings are copied without the
  * characters a JSON string would need escaped, so that text from another process cannot break the
  * object. */
 void prof_runtime_log_format(char *out, size_t size, const struct prof_runtime_log *l);

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -103,7 +104,7 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
     /* The new thread inherits a full mask: the program's signals, ours included, are
      * never delivered to the profiler's threads. */
     (void)sigfillset(&all);
-    (void)pthread_sigmask(SIG_SETMASK, &all, &old);
+    (void)rt_sigmask_raw(SIG_SETMASK, &all, &old);
     creating_internal = 1;
     {
         pthread_create_fn first;
@@ -114,7 +115,7 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
         r = (first ? first : real_pthread_create)(thread, &attr, internal_start, ts);
     }
     creating_internal = 0;
-    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    (void)rt_sigmask_raw(SIG_SETMASK, &old, NULL);
     (void)pthread_attr_destroy(&attr);
     if (r != 0)
         free(ts);
@@ -462,4 +463,14 @@ RT_NO_TSAN int rt_real_sigaction(int sig, const struct sigaction *act, struct si
             return first(sig, act, old);
     }
     return rt_libc_sigaction(sig, act, old);
+}
+
+int rt_sigmask_raw(int how, const sigset_t *set, sigset_t *old)
+{
+    int saved_errno = errno, r = 0;
+
+    if (syscall(SYS_rt_sigprocmask, how, set, old, (size_t)(_NSIG / 8)) < 0)
+        r = errno;
+    errno = saved_errno;
+    return r;
 }

@@ -97,4 +97,10 @@ void rt_fds_captured(int fds[2]);
 int rt_libc_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 int rt_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
+/* The calling thread's signal mask changed by the system call itself, past the program's
+ * view of it (preload.c's pthread_sigmask() stops and restarts the thread's CPU timer): for
+ * the runtime's own brief changes, which it undoes itself. 0 or an errno, like
+ * pthread_sigmask(); async-signal-safe. */
+int rt_sigmask_raw(int how, const sigset_t *set, sigset_t *old);
+
 #endif /* FLEETPROF_CHILD_BASE_FDS_H */

@@ -102,6 +102,19 @@ void rt_config_from_env(struct rt_config *cfg)
         else
             complain("FLEETPROF_STACKWALK", v, "fp, dwarf or copy");
     }
+    v = getenv("FLEETPROF_TIMER");
+    if (v && *v) {
+        if (strcmp(v, "auto") == 0)
+            cfg->timer = RT_TIMER_AUTO;
+        else if (strcmp(v, "perf") == 0)
+            cfg->timer = RT_TIMER_PERF;
+        else if (strcmp(v, "thread") == 0)
+            cfg->timer = RT_TIMER_THREAD_CPU;
+        else if (strcmp(v, "tick") == 0)
+            cfg->timer = RT_TIMER_TICK;
+        else
+            complain("FLEETPROF_TIMER", v, "auto, perf, thread or tick");
+    }
     v = getenv("FLEETPROF_SYMBOLIZE");
     if (v && *v) {
         if (strcmp(v, "daemon") == 0)

@@ -25,6 +25,7 @@
 #include "child/base/clock.h"
 #include "child/base/fds.h"
 #include "child/base/log.h"
+#include "child/base/wake.h"
 #include "child/core/groups.h"
 #include "profile/entries.h"
 #include "profile/gecko.h"
@@ -45,11 +46,28 @@
  * share of a 20 ms spin's ticks drawn at its stack fell from 95-98 % to 84-88 %. */
 #define RT_IDLE_SLEEP_NS     (4 * 1000 * 1000)
 #define RT_SAMPLE_SIGNAL     SIGPROF
+/* Captures a thread's timer can make before the sampler empties them; the handler wakes the
+ * sampler when half are full. */
+#define RT_CAPTURE_RING      8
+/* How often the sampler empties the rings, writes idle time and counters, and serves the
+ * daemon while some thread ran; and while none did. Every thread's samples are timed by
+ * its own timer: these only bound how late they reach the buffer. */
+#define RT_DRAIN_NS          (10 * 1000 * 1000)
+#define RT_IDLE_DRAIN_NS     (50 * 1000 * 1000)
 
 enum rt_stackwalk {
     RT_STACKWALK_FP,
     RT_STACKWALK_DWARF,
     RT_STACKWALK_COPY,
+};
+
+/* What makes a thread's samples (cpu-timer.c). */
+enum rt_timer_kind {
+    RT_TIMER_AUTO,       /* config only: the default (thread CPU timers) */
+    RT_TIMER_PERF,       /* a perf task-clock event per thread, its signal to the thread */
+    RT_TIMER_THREAD_CPU, /* a POSIX timer on the thread's CPU clock (SIGEV_THREAD_ID) */
+    RT_TIMER_TICK,       /* the sampler's wall-clock tick and tgkill (the old way) */
+    RT_TIMER_NONE,       /* the kernel gave the thread no timer: no samples, said why */
 };
 
 struct rt_config {
@@ -58,7 +76,8 @@ struct rt_config {
     bool buffer_set; /* FLEETPROF_BUFFER_MB was given: a daemon's larger limit leaves it */
     uint32_t chunk_bytes;
     enum rt_stackwalk stackwalk;
-    char output[4096]; /* FLEETPROF_OUTPUT, "" = none */
+    enum rt_timer_kind timer; /* FLEETPROF_TIMER */
+    char output[4096];        /* FLEETPROF_OUTPUT, "" = none */
     bool startup;
     bool debug;
     char socket[4096];      /* FLEETPROF_SOCKET, "" = none */
@@ -95,7 +114,8 @@ struct rt_capture {
     _Atomic int state;     /* enum rt_capture_state */
     uint64_t time_ns;      /* the handler's entry */
     uint64_t handler_ns;   /* time in the handler */
-    uint64_t cpu_delta_ns; /* set by the sampler when it requests */
+    uint64_t cpu_delta_ns; /* set by the sampler when it requests; by the handler (timers) */
+    uint64_t cpu_ns;       /* timers: the thread's CPU clock at the capture */
     uint32_t flags;        /* PROF_SAMPLE_* */
     bool in_syscall;       /* caught asleep in a system call (restarted, or cut short) */
     uint32_t frame_count;
@@ -127,10 +147,36 @@ struct rt_thread {
     uint64_t request_ns;
     uint32_t deferred_ticks;
     uint64_t deferred_first_ns, deferred_last_ns;
-    uint64_t last_entry_ns; /* time of the thread's last sample or same-sample */
+    uint64_t last_entry_ns;     /* time of the thread's last sample or same-sample */
+    bool tail_written;          /* its CPU after its last capture is written (it ended) */
+    uint64_t timer_interval_ns; /* the interval its timer was last set to (sampler) */
     _Atomic uint32_t label_depth;
     struct rt_label labels[RT_MAX_LABELS];
-    struct rt_capture capture;
+    struct rt_capture capture; /* RT_TIMER_TICK: the sampler's request */
+    /* Its CPU timer (cpu-timer.c): which kind, and the kernel's handle of it (a perf
+     * event's descriptor, or a POSIX timer's id); set before the timer is armed, cleared
+     * after it is gone. */
+    _Atomic int timer_kind; /* enum rt_timer_kind */
+    int timer_fd;
+    int timer_id;
+    bool timer_paused;     /* the thread blocks the signal: its timer stopped meanwhile */
+    bool no_timer;         /* the kernel gave it none (RT_TIMER_NONE at its arm) */
+    uint64_t timer_cpu_ns; /* handler-owned: the thread's CPU clock at its last capture */
+    uint64_t final_cpu_ns; /* its CPU clock when it unregistered (the clock goes with it) */
+    /* The captures its timer's signals made: the handler fills ring[ring_head], the
+     * sampler empties ring[ring_tail], each slot handed over by its state word (EMPTY,
+     * FULL). A full ring drops the capture, not its CPU: the next one carries it. */
+    uint32_t ring_head; /* handler-owned */
+    uint32_t ring_tail; /* sampler-owned */
+    struct rt_capture ring[RT_CAPTURE_RING];
+    /* Its blocking call in progress (waits.c): written by the thread, read by the sampler. */
+    struct {
+        _Atomic uint32_t seq; /* odd while it waits */
+        struct rt_regs regs;  /* the caller's, at the call */
+        uint64_t leaf;        /* the function called (the C library's) */
+        uint64_t since_ns;
+    } wait;
+    uint32_t wait_written_seq; /* sampler: the wait whose stack it wrote last (0: none) */
 };
 
 struct rt_counter {
@@ -154,13 +200,14 @@ struct rt {
     _Atomic int running; /* 1 between a successful init and shutdown */
     _Atomic int paused;
     _Atomic int stop_sampler;
-    _Atomic int exit_signal;       /* a fatal signal to re-raise after writing the profile */
-    _Atomic int32_t exiting_tid;   /* the thread in the program's exit (exit, _exit), or 0 */
-    _Atomic int exec_pending;      /* execs under way: send no sampling signal */
-    _Atomic int signals_in_flight; /* the sampler is between reading exec_pending and its
-                                    * tgkill returning (the exec handshake, preload.c) */
-    _Atomic int exec_failed;       /* an exec failed: re-signal captures in flight */
-    _Atomic int fork_start;        /* a forked child's deferred start (enum rt_fork_start) */
+    _Atomic int exit_signal;           /* a fatal signal to re-raise after writing the profile */
+    _Atomic int32_t exiting_tid;       /* the thread in the program's exit (exit, _exit), or 0 */
+    _Atomic int exec_pending;          /* execs under way: send no sampling signal */
+    _Atomic int signals_in_flight;     /* the sampler is between reading exec_pending and its
+                                        * tgkill returning (the exec handshake, preload.c) */
+    _Atomic int exec_failed;           /* an exec failed: re-signal captures in flight */
+    _Atomic int fork_start;            /* a forked child's deferred start (enum rt_fork_start) */
+    _Atomic uint64_t captures_dropped; /* by a thread's full ring (handler.c) */
     struct rt_config cfg;
     int32_t pid;
     bool forked; /* this process is a fork of its parent's image (not exec'd since) */
@@ -200,6 +247,9 @@ enum rt_fork_start {
 
 /* The calling thread's registry entry, or NULL (initial-exec TLS: safe in signal handlers). */
 extern __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
+/* > 0 while the calling thread runs the sampling signal's handler (handler.c): the mask
+ * changes libunwind makes there are not the program's. */
+extern __thread int rt_in_handler __attribute__((tls_model("initial-exec")));
 /* > 0 while the calling thread is inside the dynamic loader (dlopen, dl_iterate_phdr...). */
 extern __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
 /* The runtime's own entries into the loader and libunwind pass this gate, which a fork
@@ -214,6 +264,46 @@ void rt_loader_gate_leave(void);
 /* Once, at load (before any fork the runtime must survive): the gate's fork handlers. */
 void rt_loader_gate_install(void);
 
+/* cpu-timer.c: each thread's CPU-time timer. Arm chooses the kind (the process's preferred
+ * one, else the other, else the sampler's tick, else none) and sets t->timer_kind; any
+ * thread may arm or disarm another's. Pause stops and restarts it in place (the thread
+ * itself, while it blocks the signal). */
+enum rt_timer_kind rt_cpu_timer_arm(struct rt_thread *t);
+void rt_cpu_timer_disarm(struct rt_thread *t);
+void rt_cpu_timer_pause(struct rt_thread *t, bool pause);
+void rt_cpu_timer_set_interval(struct rt_thread *t, uint64_t ns);
+/* Every live thread's timer (sampling stopped for good). Registry lock NOT held. */
+void rt_cpu_timer_disarm_all(void);
+/* In a forked child: the parent's timer of t is dropped (its descriptor closed), the
+ * counts start again. */
+void rt_cpu_timer_forget_after_fork(struct rt_thread *t);
+void rt_cpu_timer_after_fork(void);
+const char *rt_cpu_timer_kind_name(int kind);
+/* The program took fd, a thread's perf event: that thread gets a POSIX timer instead (the
+ * number is not closed). False if fd is no perf event of ours. Registry lock NOT held. */
+bool rt_cpu_timer_yield_fd(int fd);
+/* The program ran out of descriptors: every perf event gives way to a POSIX timer, and no
+ * new one is made. Whether there was one. Registry lock NOT held. */
+bool rt_cpu_timer_give_up_fds(void);
+/* For profilingLog and status: the process's kind and why, the first failure to arm one
+ * (NULL if none), threads armed by kind (enum rt_timer_kind). */
+struct rt_cpu_timer_report {
+    const char *engine, *why, *failure;
+    uint32_t threads[RT_TIMER_NONE + 1];
+};
+void rt_cpu_timer_report(struct rt_cpu_timer_report *r);
+
+/* waits.c: a blocking call of the program's, from its interposer (preload-waits.c): frame
+ * is the interposer's own frame address, return_address its return address, leaf the
+ * function it calls. Async-signal-safe; errno untouched. */
+void rt_wait_begin(uintptr_t frame, uintptr_t return_address, uintptr_t leaf);
+void rt_wait_end(void);
+/* Sampler: the stack of thread t where it waits now (a capture of the sampler's, valid until
+ * the next call), its wait's sequence number and start; -EAGAIN if it does not wait (or
+ * stopped waiting meanwhile). */
+int rt_wait_stack(struct rt_thread *t, uint32_t *ret_seq, uint64_t *ret_since_ns,
+                  struct rt_capture **ret);
+
 /* threads.c */
 int rt_threads_register(const char *name, bool is_main);
 void rt_threads_unregister(void);
@@ -221,6 +311,9 @@ void rt_threads_unregister(void);
 int rt_threads_snapshot(struct prof_thread_info **ret_threads, size_t *ret_count);
 void rt_threads_snapshot_free(struct prof_thread_info *threads, size_t count);
 void rt_threads_forget_all(void);
+/* Whether sp is the alternate signal stack the runtime gave the calling thread (the
+ * sigaltstack() interposer shows the program none). */
+bool rt_threads_altstack_is_ours(const void *sp);
 /* Moves each time a thread is registered or ends: the region describes its threads again
  * when it changed. */
 uint64_t rt_threads_generation(void);
@@ -281,7 +374,6 @@ int rt_sampler_start(const struct rt_sampler_hooks *hooks);
 uint64_t rt_sampler_next_tick(uint64_t prev_ns, uint64_t now_ns, uint64_t interval_ns,
                               unsigned skip, unsigned *ret_skipped);
 void rt_sampler_stop(void);
-void rt_sampler_wake(void);
 /* In a forked child, after rt_fds_forget(): closes the copy of the parent's statm. */
 void rt_sampler_forget_after_fork(void);
 /* The statm descriptor: whether fd is it, and giving it up (opened again when next read). */
@@ -307,10 +399,19 @@ struct rt_handler_stats rt_sampler_handler_stats(void);
 /* The sampler's checks of its descriptors and of the resident size (every 10 ms): made, and
  * skipped because no other thread of the process ran since the last one made. */
 void rt_sampler_check_stats(uint64_t *ret_made, uint64_t *ret_skipped);
+/* Captures the threads' timers made while their ring was full (their CPU went to the next). */
+uint64_t rt_sampler_captures_dropped(void);
 /* The program's own action for the sampling signal: *old gets it, act (if not NULL) replaces it. */
 void rt_handler_program_action(const struct sigaction *act, struct sigaction *old);
+/* The program is about to replace the sampling signal's action with a raw rt_sigaction
+ * system call (through syscall(), interposed): sampling stops for good first, so that no
+ * timer of ours signals its action. */
+void rt_handler_before_raw_sigaction(void);
 /* Stops sampling for good if a raw rt_sigaction replaced our handler. */
 void rt_handler_check(void);
+/* Whether a sampling signal taken from the calling thread's pending set is one of ours
+ * (its timer's, or the sampler's tgkill). */
+bool rt_handler_signal_is_ours(const siginfo_t *info);
 /* Discards the instances of the signal pending on any thread. */
 void rt_handler_discard_pending(void);
 

@@ -76,7 +76,7 @@ static void crash_handler(int sig, siginfo_t *info, void *ucontext)
     if (info->si_code <= 0 || sig == SIGABRT) {
         (void)sigemptyset(&self);
         (void)sigaddset(&self, sig);
-        (void)pthread_sigmask(SIG_UNBLOCK, &self, NULL);
+        (void)rt_sigmask_raw(SIG_UNBLOCK, &self, NULL);
         (void)syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
     }
 }
@@ -94,7 +94,7 @@ static void default_action_now(int sig)
     (void)rt_real_sigaction(sig, &dfl, NULL);
     (void)sigemptyset(&self);
     (void)sigaddset(&self, sig);
-    (void)pthread_sigmask(SIG_UNBLOCK, &self, NULL);
+    (void)rt_sigmask_raw(SIG_UNBLOCK, &self, NULL);
     (void)syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
 }
 

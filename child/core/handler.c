@@ -4,10 +4,12 @@
  * the program's: it may only read and write its own thread's capture slot, and it calls
  * nothing but these (all async-signal-safe):
  *   rt_now_ns()              the vDSO clock (child/base/clock.h);
+ *   clock_gettime()          the thread's CPU clock, for a timer's capture (a system call);
+ *   rt_sampler_wake()        a futex wake, when half of the thread's ring waits;
  *   rt_stackwalk_capture()   the stack, by frame pointers or libunwind (stackwalk.c);
  *   caught_in_syscall()      whether the thread was asleep in a system call;
  *   chain()                  the program's own action, for a signal that is not ours;
- *   memcpy, pthread_sigmask  (chain() only, as the kernel would have set the mask).
+ *   memcpy, rt_sigmask_raw   (chain() only, as the kernel would have set the mask).
  * Beside it: installing our action, noticing a program that replaced it with a raw system
  * call, and keeping the program's own action for the signal (its sigaction() calls land
  * here, through child/entry/preload.c).
@@ -89,13 +91,13 @@ static void chain(int sig, siginfo_t *info, void *ucontext)
      * under SA_NODEFER (sysv_signal) the signal itself left open unless sa_mask holds it.
      * Returning from our handler restores the interrupted mask, as it would have. */
     if (!sigisemptyset(&pa.sa_mask))
-        (void)pthread_sigmask(SIG_BLOCK, &pa.sa_mask, NULL);
+        (void)rt_sigmask_raw(SIG_BLOCK, &pa.sa_mask, NULL);
     if ((pa.sa_flags & SA_NODEFER) && !sigismember(&pa.sa_mask, sig)) {
         sigset_t self;
 
         (void)sigemptyset(&self);
         (void)sigaddset(&self, sig);
-        (void)pthread_sigmask(SIG_UNBLOCK, &self, NULL);
+        (void)rt_sigmask_raw(SIG_UNBLOCK, &self, NULL);
     }
     if (pa.sa_flags & SA_SIGINFO)
         pa.sa_sigaction(sig, info, ucontext);
@@ -119,32 +121,91 @@ static bool caught_in_syscall(const void *ucontext)
     return g[REG_RAX] == -EINTR && (ip & 4095) >= 2 && code[-2] == 0x0f && code[-1] == 0x05;
 }
 
+/* Fills capture c from the interrupted context: the handler's entry time, the thread's
+ * labels, its stack. */
+static void capture(struct rt_capture *c, struct rt_thread *t, void *ucontext, uint64_t time_ns)
+{
+    uint32_t depth = atomic_load_explicit(&t->label_depth, memory_order_relaxed);
+
+    atomic_signal_fence(memory_order_acquire);
+    c->time_ns = time_ns;
+    if (depth > RT_MAX_LABELS)
+        depth = RT_MAX_LABELS;
+    memcpy(c->labels, t->labels, depth * sizeof(c->labels[0]));
+    c->label_count = depth;
+    c->in_syscall = caught_in_syscall(ucontext);
+    rt_stackwalk_capture(c, t, ucontext);
+    /* The capture's own cost, for the profile's overhead figures: one more clock read. */
+    c->handler_ns = rt_now_ns() - time_ns;
+}
+
+/* Whether the signal is the expiry of thread t's own CPU timer: a POSIX timer's carries t
+ * as its value, a perf event's names its descriptor. */
+static bool from_own_timer(const siginfo_t *info, const struct rt_thread *t)
+{
+    int kind = atomic_load_explicit(&t->timer_kind, memory_order_relaxed);
+
+    if (info->si_code == SI_TIMER)
+        return kind == RT_TIMER_THREAD_CPU && info->si_value.sival_ptr == t;
+    return info->si_code > 0 && kind == RT_TIMER_PERF && info->si_fd == t->timer_fd;
+}
+
+bool rt_handler_signal_is_ours(const siginfo_t *info)
+{
+    const struct rt_thread *t = rt_self;
+
+    if (info->si_code == SI_TKILL && info->si_pid == rt.pid)
+        return true; /* the sampler's tick (or the program's raise(): they look the same) */
+    return t && from_own_timer(info, t);
+}
+
+/* Thread t's CPU timer expired: a capture into its ring, weighted by the thread's CPU since
+ * the last one. With the ring full (the sampler is late) the capture is dropped and its CPU
+ * goes to the next one. */
+static void on_timer(struct rt_thread *t, void *ucontext)
+{
+    uint32_t head = t->ring_head;
+    struct rt_capture *c = &t->ring[head % RT_CAPTURE_RING];
+    uint64_t now = rt_now_ns(), cpu;
+    struct timespec ts;
+
+    if (atomic_load_explicit(&c->state, memory_order_acquire) != RT_CAPTURE_EMPTY) {
+        atomic_fetch_add_explicit(&rt.captures_dropped, 1, memory_order_relaxed);
+        return;
+    }
+    cpu = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0
+                  ? (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec
+                  : t->timer_cpu_ns;
+    c->cpu_delta_ns = cpu > t->timer_cpu_ns ? cpu - t->timer_cpu_ns : 0;
+    c->cpu_ns = cpu;
+    t->timer_cpu_ns = cpu;
+    capture(c, t, ucontext, now);
+    atomic_store_explicit(&c->state, RT_CAPTURE_FULL, memory_order_release);
+    t->ring_head = head + 1;
+    /* Half the ring waits: the sampler empties it now rather than at its next drain. */
+    if (atomic_load_explicit(&t->ring[(head + RT_CAPTURE_RING / 2 + 1) % RT_CAPTURE_RING].state,
+                             memory_order_relaxed) == RT_CAPTURE_FULL)
+        rt_sampler_wake();
+}
+
 static void on_sample_signal(int sig, siginfo_t *info, void *ucontext)
 {
     int saved_errno = errno;
     struct rt_thread *t = rt_self;
 
-    /* Ours come from the sampler's tgkill; anything else (the program's ITIMER_PROF, a
-     * kill) is the program's. */
-    if (info->si_code != SI_TKILL || info->si_pid != rt.pid) {
+    rt_in_handler++;
+    if (t && from_own_timer(info, t)) {
+        on_timer(t, ucontext);
+    } else if (info->si_code != SI_TKILL || info->si_pid != rt.pid) {
+        /* Not ours (the program's ITIMER_PROF, its own timers, a kill): the program's. */
         chain(sig, info, ucontext);
     } else if (t && atomic_load_explicit(&t->capture.state, memory_order_acquire) ==
                             RT_CAPTURE_REQUESTED) {
-        struct rt_capture *c = &t->capture;
-        uint32_t depth = atomic_load_explicit(&t->label_depth, memory_order_relaxed);
-
-        atomic_signal_fence(memory_order_acquire);
-        c->time_ns = rt_now_ns();
-        if (depth > RT_MAX_LABELS)
-            depth = RT_MAX_LABELS;
-        memcpy(c->labels, t->labels, depth * sizeof(c->labels[0]));
-        c->label_count = depth;
-        c->in_syscall = caught_in_syscall(ucontext);
-        rt_stackwalk_capture(c, t, ucontext);
-        /* The capture's own cost, for the profile's overhead figures: one more clock read. */
-        c->handler_ns = rt_now_ns() - c->time_ns;
-        atomic_store_explicit(&c->state, RT_CAPTURE_FULL, memory_order_release);
+        /* The sampler's tgkill (threads without a timer: RT_TIMER_TICK). */
+        capture(&t->capture, t, ucontext, rt_now_ns());
+        atomic_store_explicit(&t->capture.state, RT_CAPTURE_FULL, memory_order_release);
     }
+    rt_in_handler--;
     errno = saved_errno;
 }
 
@@ -165,8 +226,12 @@ static void our_action(struct sigaction *sa)
 {
     memset(sa, 0, sizeof(*sa));
     sa->sa_sigaction = on_sample_signal;
-    /* SA_RESTART: the program's blocking calls resume instead of failing with EINTR. */
-    sa->sa_flags = SA_SIGINFO | SA_RESTART;
+    /* SA_RESTART: a blocking call the signal would interrupt resumes instead of failing
+     * with EINTR (a CPU timer fires only while the thread runs, so only the sampler's tick
+     * can find one waiting). SA_ONSTACK: on the thread's alternate stack where it has one
+     * (threads.c gives every thread ours), so that a program deep in its own stack limit
+     * does not overflow it in our handler. */
+    sa->sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     (void)sigemptyset(&sa->sa_mask);
 }
 
@@ -221,6 +286,19 @@ static void lose_handler(void)
     atomic_store(&stopped_ns, rt_now_ns());
     atomic_store(&stopped_reason, "the program replaced the SIGPROF handler (rt_sigaction "
                                   "system call): no samples since");
+    /* Its own timer at once (the calling thread's: async-signal-safe); the sampler stops
+     * the others as it wakes (after_handler_lost()). */
+    if (rt_self && !rt_self->timer_paused)
+        rt_cpu_timer_pause(rt_self, true);
+    rt_sampler_wake();
+}
+
+void rt_handler_before_raw_sigaction(void)
+{
+    if (!atomic_load(&handler_installed))
+        return;
+    lose_handler();
+    rt_cpu_timer_disarm_all();
 }
 
 /* Whether our handler is still installed; if a raw rt_sigaction replaced it, sampling stops

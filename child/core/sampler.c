@@ -19,7 +19,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,9 +50,6 @@ static _Atomic uint64_t checks_skipped;
  * step 3; sampler-owned, reset when the sampler starts (a forked child's starts anew). */
 static uint64_t counter_row_ns[RT_MAX_COUNTERS];
 static uint64_t counters_prev_ns;
-/* Futex word: 1 when the sampler must stop sleeping (stop, or an exit signal to handle).
- * A plain sleep made every exit wait for the current tick: up to a whole interval. */
-static _Atomic uint32_t wake_word;
 
 /* On the sampler, at its first tick after the handler was lost: a sample of ours still
  * pending on some thread (its capture REQUESTED: the thread blocks the signal, or has not
@@ -66,6 +62,10 @@ static void after_handler_lost(void)
         if (rt.threads[i] && atomic_load_explicit(&rt.threads[i]->capture.state,
                                                   memory_order_acquire) == RT_CAPTURE_REQUESTED)
             in_flight = true;
+    /* No timer of ours may signal the program's action from now on. */
+    (void)pthread_mutex_unlock(&rt.registry_lock);
+    rt_cpu_timer_disarm_all();
+    (void)pthread_mutex_lock(&rt.registry_lock);
     if (in_flight)
         rt_handler_discard_pending();
     rt_debug("the program replaced the SIGPROF handler (rt_sigaction system call): sampling "
@@ -177,14 +177,12 @@ static void drop_capture(struct rt_thread *t)
  * runs another instruction), so that stack is also the one of every tick that came in the
  * meantime. On a busy machine a runnable thread can wait many ticks for a CPU; giving those
  * ticks its previous stack, or none before its first, misplaced them. */
-static void write_sample(struct rt_thread *t)
+/* A sample of thread t at time_ns with the stack and labels of capture c (unwound). */
+static void put_stack_sample(struct rt_thread *t, const struct rt_capture *c, uint64_t time_ns)
 {
-    struct rt_capture *c = &t->capture;
     struct prof_label labels[RT_MAX_LABELS];
     struct prof_sample s = {0};
 
-    if (rt.cfg.stackwalk == RT_STACKWALK_COPY)
-        rt_stackwalk_unwind_copy(c);
     for (uint32_t i = 0; i < c->label_count; i++) {
         labels[i].name.data = c->labels[i].name;
         labels[i].name.len = c->labels[i].name ? strlen(c->labels[i].name) : 0;
@@ -193,11 +191,9 @@ static void write_sample(struct rt_thread *t)
         labels[i].code_address = c->labels[i].code_address;
         labels[i].native_depth = label_native_depth(c, c->labels[i].code_address);
     }
-    count_handler_time(c->handler_ns);
-    t->signal_woke_it = c->in_syscall;
     s.tid = t->tid;
-    s.time_ns = t->request_ns;
-    t->last_entry_ns = t->request_ns;
+    s.time_ns = time_ns;
+    t->last_entry_ns = time_ns;
     s.cpu_delta_ns = c->cpu_delta_ns;
     s.flags = c->flags;
     s.frames = c->frames;
@@ -206,6 +202,22 @@ static void write_sample(struct rt_thread *t)
     s.label_count = c->label_count;
     (void)prof_entry_put_sample(rt.buffer, &s);
     t->sampled = true;
+}
+
+static void write_capture(struct rt_thread *t, struct rt_capture *c, uint64_t time_ns)
+{
+    if (rt.cfg.stackwalk == RT_STACKWALK_COPY)
+        rt_stackwalk_unwind_copy(c);
+    count_handler_time(c->handler_ns);
+    t->signal_woke_it = c->in_syscall;
+    put_stack_sample(t, c, time_ns);
+}
+
+static void write_sample(struct rt_thread *t)
+{
+    struct rt_capture *c = &t->capture;
+
+    write_capture(t, c, t->request_ns);
     put_deferred_ticks(t, 0);
     /* A capture of the runtime's own start-up is not where the program is: a thread that
      * blocks right after it (a sleeper, a server's main waiting for work) must not have every
@@ -337,10 +349,204 @@ static bool may_signal(bool *checked)
     return !rt_handler_stopped_reason(NULL);
 }
 
+/* ---- threads sampled by their own CPU timer ------------------------------------------
+ *
+ * The handler fills the thread's ring; here each capture becomes entries on the interval
+ * grid of the thread's track: the wall time since the thread's previous entry is cut into
+ * intervals, the last ones (as many as the capture's CPU fills, at least one) get the
+ * capture's stack and share its CPU, the ones before get the stack of the previous sample
+ * (the thread did not run then: it waited, or waited for a CPU) with none. Between
+ * captures, time a thread spends off its CPU is written the same way at each drain. */
+
+/* `count` idle entries for thread t, one interval apart after its last entry. */
+static void put_idle_entries(struct rt_thread *t, uint64_t count, uint32_t why)
+{
+    uint64_t iv = rt.cfg.interval_ns;
+
+    for (uint64_t k = 0; k < count; k++)
+        put_idle_tick(t, t->last_entry_ns + iv, why);
+}
+
+/* `count` idle entries for thread t, at the stack where it waits if it waits in one of the
+ * program's blocking calls (walked once per call, from a copy: waits.c), else at its last
+ * stack. The entries before that call began keep the last stack. */
+static void put_wait_entries(struct rt_thread *t, uint64_t count, uint32_t why)
+{
+    uint64_t iv = rt.cfg.interval_ns, since, before;
+    uint32_t seq = atomic_load_explicit(&t->wait.seq, memory_order_acquire);
+    struct rt_capture *c;
+
+    if (count > 0 && t->live && (seq & 1u) && seq != t->wait_written_seq &&
+        rt_wait_stack(t, &seq, &since, &c) == 0) {
+        before = since > t->last_entry_ns ? (since - t->last_entry_ns) / iv : 0;
+        if (before > count - 1)
+            before = count - 1;
+        put_idle_entries(t, before, why);
+        put_stack_sample(t, c, t->last_entry_ns + iv);
+        t->wait_written_seq = seq;
+        count -= before + 1;
+    }
+    put_idle_entries(t, count, why);
+}
+
+/* Capture c of thread t's timer, written as entries (see above). */
+static void write_timer_capture(struct rt_thread *t, struct rt_capture *c)
+{
+    uint64_t iv = rt.cfg.interval_ns, last = t->last_entry_ns, at = c->time_ns;
+    uint64_t cpu = c->cpu_delta_ns, n, busy, step, share;
+    bool stack_written;
+
+    t->last_cpu_ns = c->cpu_ns;
+    if (t->tid == rt.start_tid) {
+        uint64_t done = atomic_load(&rt.start_done_ns);
+
+        /* The runtime's own start-up on this thread: not the program (see write_sample). */
+        if (!done || at <= done)
+            return;
+    }
+    if (at <= last)
+        at = last + 1; /* harvested late, after idle time was written past it */
+    n = (at - last + iv / 2) / iv;
+    busy = (cpu + iv / 2) / iv;
+    if (n < 1)
+        n = 1;
+    busy = busy < 1 ? 1 : busy > n ? n : busy;
+    share = cpu / busy;
+    stack_written = !t->sampled && n > busy;
+    if (stack_written) {
+        /* Its first capture: what came before is the stack it was found at (it was made
+         * runnable at its start and waited for a CPU, or its tail idle time said it was
+         * blocked already), not a stack it never had. */
+        c->cpu_delta_ns = 0;
+        write_capture(t, c, last + iv);
+        for (uint64_t k = 1; k < n - busy; k++)
+            (void)prof_entry_put_same_sample_cpu(rt.buffer, t->tid, last + (k + 1) * iv, 0);
+        t->last_entry_ns = last + (n - busy) * iv;
+    } else {
+        put_idle_entries(t, n - busy, PROF_SAMPLE_BLOCKED_SINCE_START);
+    }
+    /* The busy entries end at the capture, an interval apart (closer if the idle ones left
+     * less room), each with an equal share of the CPU. */
+    step = busy > 1 ? (at - t->last_entry_ns) / busy : 0;
+    if (step > iv)
+        step = iv;
+    if (!stack_written) {
+        c->cpu_delta_ns = share + cpu % busy;
+        write_capture(t, c, at - (busy - 1) * step);
+    } else {
+        (void)prof_entry_put_same_sample_cpu(rt.buffer, t->tid, at - (busy - 1) * step,
+                                             share + cpu % busy);
+        t->last_entry_ns = at - (busy - 1) * step;
+    }
+    for (uint64_t k = 1; k < busy; k++) {
+        uint64_t time = at - (busy - 1 - k) * step;
+
+        (void)prof_entry_put_same_sample_cpu(rt.buffer, t->tid, time, share);
+        t->last_entry_ns = time;
+    }
+}
+
+/* The samples of thread t that cannot be taken (no timer, or it blocks the signal): one
+ * entry per interval, saying why, the first with the CPU it used since the last. */
+static void put_unsampled(struct rt_thread *t, uint64_t until, uint64_t cpu, uint32_t why)
+{
+    uint64_t iv = rt.cfg.interval_ns, count = (until - t->last_entry_ns) / iv;
+    struct prof_sample s = {0};
+
+    if (count == 0 || cpu < t->last_cpu_ns)
+        return;
+    s.tid = t->tid;
+    s.flags = why;
+    for (uint64_t k = 0; k < count; k++) {
+        s.time_ns = t->last_entry_ns + iv;
+        s.cpu_delta_ns = k == 0 ? cpu - t->last_cpu_ns : 0;
+        (void)prof_entry_put_sample(rt.buffer, &s);
+        t->last_entry_ns = s.time_ns;
+    }
+    t->last_cpu_ns = cpu;
+}
+
+/* Thread t's timer captures since the last drain, then its time off the CPU up to now (or
+ * to its end); `last` (the sampler is stopping) or a thread that ended also writes the CPU
+ * it used since its last capture, on its last stack. Returns whether it made a capture.
+ * Registry lock held. */
+static bool drain_timer_thread(struct rt_thread *t, uint64_t now, bool paused, bool last)
+{
+    bool captured = false;
+    uint64_t end, cpu, ran, iv = rt.cfg.interval_ns;
+
+    if (!t->last_entry_ns)
+        t->last_entry_ns = t->register_ns;
+    for (;;) {
+        struct rt_capture *c = &t->ring[t->ring_tail % RT_CAPTURE_RING];
+
+        if (atomic_load_explicit(&c->state, memory_order_acquire) != RT_CAPTURE_FULL)
+            break;
+        if (paused)
+            t->last_cpu_ns = c->cpu_ns;
+        else
+            write_timer_capture(t, c);
+        atomic_store_explicit(&c->state, RT_CAPTURE_EMPTY, memory_order_release);
+        t->ring_tail++;
+        captured = true;
+    }
+    if (t->tail_written)
+        return captured;
+    end = t->live ? now : t->unregister_ns;
+    cpu = t->live ? thread_cpu_ns(t->cpu_clock) : t->final_cpu_ns;
+    if (paused || end <= t->last_entry_ns) {
+        if (paused) { /* paused time is no one's */
+            t->last_entry_ns = end > t->last_entry_ns ? end : t->last_entry_ns;
+            t->last_cpu_ns = cpu;
+        }
+        return captured;
+    }
+    if (t->live && t->no_timer) {
+        put_unsampled(t, end, cpu, PROF_SAMPLE_NO_TIMER);
+        return captured;
+    }
+    if (t->live && t->timer_paused) {
+        put_unsampled(t, end, cpu, PROF_SAMPLE_SIGNAL_BLOCKED);
+        return captured;
+    }
+    ran = cpu > t->last_cpu_ns ? cpu - t->last_cpu_ns : 0;
+    /* Off the CPU since the last entry: what wall time its CPU does not cover. A thread
+     * running now leaves that to its next capture; so does one not sampled yet that waits
+     * for a CPU (its first capture gives that time its stack), asked of /proc only when its
+     * CPU moved since it was last found blocked, and only on the sampler's thread (the
+     * last drain runs on the thread that stops it, whose close() would wait for its own
+     * /proc read). */
+    if (end - t->last_entry_ns > ran &&
+        (t->sampled || !t->live || last || t->probe_cpu_ns == cpu || !sample_idle_thread(t, cpu)))
+        put_wait_entries(t, (end - t->last_entry_ns - ran) / iv, PROF_SAMPLE_BLOCKED_SINCE_START);
+    if ((last || !t->live) && ran > 0) {
+        uint64_t at = end > t->last_entry_ns ? end : t->last_entry_ns + 1;
+
+        if (t->sampled) {
+            (void)prof_entry_put_same_sample_cpu(rt.buffer, t->tid, at, ran);
+        } else {
+            struct prof_sample s = {.tid = t->tid, .time_ns = at, .cpu_delta_ns = ran};
+
+            s.flags = t->timer_paused ? PROF_SAMPLE_SIGNAL_BLOCKED : PROF_SAMPLE_BELOW_PERIOD;
+            (void)prof_entry_put_sample(rt.buffer, &s);
+        }
+        t->last_entry_ns = at;
+        t->last_cpu_ns = cpu;
+    }
+    if (last || !t->live)
+        t->tail_written = true;
+    return captured;
+}
+
+/* Whether the last tick found a live thread sampled by the tick (RT_TIMER_TICK): then the
+ * sampler wakes every interval; else only to drain (sampler-owned). */
+static bool tick_threads;
+
 /* Steps 1 and 2 of a tick, which comes after `skipped` ticks slept through. Returns true if
  * some thread ran (was signalled, or still has a capture pending). Registry lock held. */
 static bool sample_threads(uint64_t now, unsigned skipped)
 {
+    tick_threads = false;
     bool busy = false, checked = false;
     bool paused = atomic_load(&rt.paused);
     bool stopped = rt_handler_stopped_reason(NULL) != NULL;
@@ -361,6 +567,21 @@ static bool sample_threads(uint64_t now, unsigned skipped)
 
         if (!t)
             continue;
+        if (atomic_load_explicit(&t->timer_kind, memory_order_acquire) != RT_TIMER_TICK &&
+            t->capture.state == RT_CAPTURE_EMPTY) {
+            /* Sampled by its own timer: its captures wait in its ring. */
+            if (drain_timer_thread(
+                        t, now,
+                        paused || stopped ||
+                                atomic_load_explicit(&rt.exec_pending, memory_order_relaxed),
+                        false))
+                busy = true;
+            if (t->live && t->timer_interval_ns != rt.cfg.interval_ns) {
+                rt_cpu_timer_set_interval(t, rt.cfg.interval_ns); /* the daemon's Welcome */
+                t->timer_interval_ns = rt.cfg.interval_ns;
+            }
+            continue;
+        }
         state = atomic_load_explicit(&t->capture.state, memory_order_acquire);
         if (state == RT_CAPTURE_FULL) {
             write_sample(t);
@@ -375,6 +596,7 @@ static bool sample_threads(uint64_t now, unsigned skipped)
         if (!t->live || paused || stopped ||
             atomic_load_explicit(&rt.exec_pending, memory_order_relaxed))
             continue;
+        tick_threads = true;
         put_skipped_ticks(t, now, skipped);
         if (state == RT_CAPTURE_REQUESTED) {
             /* The signal is still pending a whole tick later: the thread was not scheduled
@@ -457,6 +679,8 @@ static void harvest_last_captures(void)
             write_sample(t);
         else if (state == RT_CAPTURE_REQUESTED)
             drop_capture(t);
+        else if (atomic_load_explicit(&t->timer_kind, memory_order_acquire) != RT_TIMER_TICK)
+            (void)drain_timer_thread(t, rt_now_ns(), atomic_load(&rt.paused) != 0, true);
     }
     (void)pthread_mutex_unlock(&rt.registry_lock);
 }
@@ -531,25 +755,20 @@ static int64_t resident_bytes(void)
     return (int64_t)pages_resident * sysconf(_SC_PAGESIZE);
 }
 
-static int64_t rusage_cpu_us(const struct rusage *ru)
-{
-    return (int64_t)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec +
-           (int64_t)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec;
-}
-
 /* Whether any thread of the process but this one (the program's, registered or not: raw
  * clone, threads that began before us; the IPC thread; a profile writer) ran since the
  * last call that returned true. Nothing else can close or replace a descriptor of ours or
  * change the resident size much, so the checks that look for that are skipped while it
- * is false. Two getrusage() calls (~2 us here) against 3-8 fstat() and a pread of statm
- * (5-11 us). The test, from the process's totals less this thread's:
+ * is false. Two getrusage() calls and two clock reads (~3 us here) against 3-8 fstat() and
+ * a pread of statm (5-11 us). The test, from the process's totals less this thread's:
  *   - context switches: a thread that ran and then blocked, or was preempted, counts one,
  *     exactly (a thread that ran 1 us to close a descriptor and went back to sleep);
- *   - CPU: a thread still running, or one that ended without blocking. getrusage gives
- *     whole microseconds, each of user and system time truncated: a change of up to 2 us
- *     per side is rounding (CLOCK_PROCESS_CPUTIME_ID minus this thread's CPU clock was
- *     tried first: the process clock leaves out the running thread's time since its last
- *     accounting, which made the difference wander by +-68 us with nothing else running).
+ *   - CPU: a thread still running, or one that ended without blocking: the process's CPU
+ *     clock less this thread's, in whole microseconds (exact for the threads that are not
+ *     running; a running one's share lags by up to a tick, and is found at the next call).
+ *     getrusage()'s CPU was used first: split into user and system time by tick counts and
+ *     rescaled at each call, the difference of two such figures wandered by hundreds of
+ *     microseconds and hid a raw-clone thread that ran 30 us.
  * This thread's figures are read first, so a switch of ours between the two calls (a
  * preemption) shows as the others': a check too many, never one too few. */
 static bool others_ran(void)
@@ -557,9 +776,17 @@ static bool others_ran(void)
     struct rusage self, all;
     int64_t cpu, switches;
 
-    if (getrusage(RUSAGE_THREAD, &self) < 0 || getrusage(RUSAGE_SELF, &all) < 0)
+    struct timespec own, process;
+
+    if (getrusage(RUSAGE_THREAD, &self) < 0 || getrusage(RUSAGE_SELF, &all) < 0 ||
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &own) < 0 ||
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &process) < 0)
         return true; /* cannot tell: check */
-    cpu = rusage_cpu_us(&all) - rusage_cpu_us(&self);
+    /* The CPU from the clocks (getrusage's is split into user and system time by tick
+     * counts, rescaled at each call: the difference of two such figures wandered by
+     * hundreds of microseconds, and hid a thread that ran 30 us). */
+    cpu = ((int64_t)process.tv_sec - own.tv_sec) * 1000000 +
+          ((int64_t)process.tv_nsec - own.tv_nsec) / 1000;
     switches = (all.ru_nvcsw + all.ru_nivcsw) - (self.ru_nvcsw + self.ru_nivcsw);
     /* The baseline moves only when a check is made: activity below the rounding adds up
      * until it shows. */
@@ -569,6 +796,11 @@ static bool others_ran(void)
     others_switches = switches;
     others_known = true;
     return true;
+}
+
+uint64_t rt_sampler_captures_dropped(void)
+{
+    return atomic_load_explicit(&rt.captures_dropped, memory_order_relaxed);
 }
 
 void rt_sampler_check_stats(uint64_t *ret_made, uint64_t *ret_skipped)
@@ -627,30 +859,6 @@ static void sample_counters(uint64_t now, bool memory)
     counters_prev_ns = now;
 }
 
-/* Sleeps until the absolute CLOCK_MONOTONIC time ts (FUTEX_WAIT_BITSET takes an absolute
- * monotonic timeout, with the same timer slack as clock_nanosleep) or rt_sampler_wake(). */
-static void sleep_until(const struct timespec *ts)
-{
-    while (atomic_load(&wake_word) == 0) {
-        long r = syscall(SYS_futex, &wake_word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 0, ts, NULL,
-                         FUTEX_BITSET_MATCH_ANY);
-
-        if (r < 0 && errno == ETIMEDOUT)
-            break;
-    }
-    atomic_store(&wake_word, 0);
-}
-
-/* Async-signal-safe: called from the exit signals' handler. */
-void rt_sampler_wake(void)
-{
-    int saved_errno = errno;
-
-    atomic_store(&wake_word, 1);
-    (void)syscall(SYS_futex, &wake_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
-    errno = saved_errno;
-}
-
 uint64_t rt_sampler_next_tick(uint64_t prev_ns, uint64_t now_ns, uint64_t interval_ns,
                               unsigned skip, unsigned *ret_skipped)
 {
@@ -687,11 +895,20 @@ static void *sampler_main(void *arg)
         uint64_t t0, t1, t2, t3;
         int sig;
 
-        skipped = ticks_to_skip(idle_wakes);
-        next = rt_sampler_next_tick(next, rt_now_ns(), rt.cfg.interval_ns, skipped, &skipped);
+        if (tick_threads) {
+            skipped = ticks_to_skip(idle_wakes);
+            next = rt_sampler_next_tick(next, rt_now_ns(), rt.cfg.interval_ns, skipped, &skipped);
+        } else {
+            /* Every thread has its own timer: wake to drain their rings (or when a ring is
+             * half full, or to stop), on a grid every process shares. */
+            uint64_t period =
+                    idle_wakes >= 2 && atomic_load(&rt.running) ? RT_IDLE_DRAIN_NS : RT_DRAIN_NS;
+
+            next = rt_sampler_next_tick(next, rt_now_ns(), period, 0, &skipped);
+        }
         ts.tv_sec = (time_t)(next / 1000000000u);
         ts.tv_nsec = (long)(next % 1000000000u);
-        sleep_until(&ts);
+        rt_wake_sleep_until(&ts);
         if (atomic_load(&rt.stop_sampler))
             break;
         /* A forked child's deferred start (runtime.c): nothing to sample before it, nor
@@ -753,7 +970,7 @@ int rt_sampler_start(const struct rt_sampler_hooks *h)
     hooks = *h;
     loss_handled = false;
     atomic_store(&rt.stop_sampler, 0);
-    atomic_store(&wake_word, 0);
+    rt_wake_reset();
     /* Opened and protected before the thread runs, like the IPC descriptors. */
     (void)open_statm();
     r = rt_create_internal_thread(&rt.sampler, sampler_main, NULL);
@@ -778,6 +995,7 @@ void rt_sampler_stop(void)
     rt_sampler_wake();
     if (!self)
         (void)pthread_join(rt.sampler, NULL);
+    rt_cpu_timer_disarm_all(); /* no sample from here on */
     rt.sampler_started = false;
     harvest_last_captures();
     /* The counters' last deltas (a performance group charged since the last tick), so that

@@ -7,9 +7,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -24,6 +26,7 @@ struct rt rt = {
 
 __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
 __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
+__thread int rt_in_handler __attribute__((tls_model("initial-exec")));
 
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
@@ -106,9 +109,67 @@ static void stack_bounds(bool initial_thread, uintptr_t *ret_lo, uintptr_t *ret_
     }
 }
 
+/* The alternate signal stack we gave the calling thread (NULL: none of ours). Thread-local
+ * and initial-exec: a forked child's thread keeps its parent thread's, which its kernel
+ * state still points at. */
+static __thread void *our_altstack __attribute__((tls_model("initial-exec")));
+
+/* Room for the sampling handler (libunwind's walk) where the program's own stack may be at
+ * its limit; a guard page below. */
+#define RT_ALTSTACK_BYTES (64 * 1024)
+
+/* Gives the calling thread an alternate signal stack of ours, unless it has one (the
+ * program's, or ours from before a fork). Our handlers run there (SA_ONSTACK). */
+static void altstack_install(void)
+{
+    stack_t cur, ss;
+    void *p;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+    if (sigaltstack(NULL, &cur) < 0 || !(cur.ss_flags & SS_DISABLE))
+        return;
+    p = mmap(NULL, RT_ALTSTACK_BYTES + page, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (p == MAP_FAILED)
+        return;
+    (void)mprotect(p, page, PROT_NONE);
+    ss.ss_sp = (char *)p + page;
+    ss.ss_size = RT_ALTSTACK_BYTES;
+    ss.ss_flags = 0;
+    if (sigaltstack(&ss, NULL) < 0) {
+        (void)munmap(p, RT_ALTSTACK_BYTES + page);
+        return;
+    }
+    our_altstack = ss.ss_sp;
+}
+
+/* At the calling thread's end: ours goes (if the program replaced it, only the memory). */
+static void altstack_remove(void)
+{
+    stack_t cur, off = {.ss_flags = SS_DISABLE};
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+    if (!our_altstack)
+        return;
+    if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == our_altstack) {
+        if (cur.ss_flags & SS_ONSTACK)
+            return; /* unregistering from a handler running on it: leave it */
+        (void)sigaltstack(&off, NULL);
+    }
+    (void)munmap((char *)our_altstack - page, RT_ALTSTACK_BYTES + page);
+    our_altstack = NULL;
+}
+
+bool rt_threads_altstack_is_ours(const void *sp)
+{
+    return sp && sp == our_altstack;
+}
+
 static void free_thread(struct rt_thread *t)
 {
     free(t->capture.stack_copy);
+    for (size_t i = 0; i < RT_CAPTURE_RING; i++)
+        free(t->ring[i].stack_copy);
     free(t);
 }
 
@@ -151,6 +212,9 @@ int rt_threads_register(const char *name, bool is_main)
     int r;
 
     if (rt_self) {
+        /* Sampled again after a shutdown stopped its timer. */
+        if (atomic_load(&rt_self->timer_kind) == RT_TIMER_NONE && !rt_self->no_timer)
+            (void)rt_cpu_timer_arm(rt_self);
         /* Registered already (the pthread_create interposer registers every thread): the
          * program's name for it is what the profile shows. */
         if (name && *name) {
@@ -166,12 +230,17 @@ int rt_threads_register(const char *name, bool is_main)
     if (!t)
         return -ENOMEM;
     if (rt.cfg.stackwalk == RT_STACKWALK_COPY) {
-        t->capture.stack_copy = malloc(RT_STACK_COPY_BYTES);
-        if (!t->capture.stack_copy) {
-            free(t);
+        bool ok = (t->capture.stack_copy = malloc(RT_STACK_COPY_BYTES)) != NULL;
+
+        for (size_t i = 0; i < RT_CAPTURE_RING && ok; i++)
+            ok = (t->ring[i].stack_copy = malloc(RT_STACK_COPY_BYTES)) != NULL;
+        if (!ok) {
+            free_thread(t);
             return -ENOMEM;
         }
     }
+    atomic_init(&t->timer_kind, RT_TIMER_NONE);
+    t->timer_fd = t->timer_id = -1;
     t->tid = (int32_t)gettid();
     t->is_main = is_main;
     r = pthread_getcpuclockid(pthread_self(), &t->cpu_clock);
@@ -206,6 +275,16 @@ int rt_threads_register(const char *name, bool is_main)
         return r;
     }
     rt_self = t;
+    altstack_install();
+    /* Last: its first signal finds the thread registered. A thread born with the signal
+     * blocked (its creator's mask) has its timer stopped until it unblocks it. */
+    (void)rt_cpu_timer_arm(t);
+    {
+        sigset_t cur;
+
+        if (pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && sigismember(&cur, RT_SAMPLE_SIGNAL) == 1)
+            rt_cpu_timer_pause(t, true);
+    }
     atomic_fetch_add_explicit(&threads_generation, 1, memory_order_relaxed);
     (void)pthread_once(&exit_key_once, make_exit_key);
     (void)pthread_setspecific(exit_key, t); /* runs on_thread_exit when the thread ends */
@@ -218,8 +297,13 @@ void rt_threads_unregister(void)
 
     if (!t)
         return;
+    /* The timer first: no signal of ours comes after this. Then the CPU the thread used,
+     * while its clock still reads: its last samples' weights come to it. */
+    rt_cpu_timer_disarm(t);
+    t->final_cpu_ns = thread_cpu_ns(t->cpu_clock);
     rt_self = NULL;
     atomic_signal_fence(memory_order_seq_cst); /* the handler now sees NULL */
+    altstack_remove();
     (void)pthread_mutex_lock(&rt.registry_lock);
     t->live = false;
     t->unregister_ns = rt_now_ns();
@@ -283,10 +367,14 @@ void rt_threads_forget_all(void)
      * that is gone, so it is re-created rather than taken. */
     (void)pthread_mutex_init(&rt.registry_lock, NULL);
     for (size_t i = 0; i < rt.thread_count; i++) {
-        if (rt.threads[i])
+        if (rt.threads[i]) {
+            rt_cpu_timer_forget_after_fork(rt.threads[i]);
             free_thread(rt.threads[i]);
+        }
         rt.threads[i] = NULL;
     }
+    rt_cpu_timer_after_fork();
+    atomic_store(&rt.captures_dropped, 0);
     rt.thread_count = 0;
     rt_self = NULL;
 }

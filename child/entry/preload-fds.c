@@ -256,25 +256,37 @@ FLEETPROF_EXPORT int dup3(int oldfd, int newfd, int flags)
     return r;
 }
 
-FLEETPROF_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
+/* The program's waits are marked where they are (child/core/waits.c, preload-waits.c). */
+FLEETPROF_EXPORT __attribute__((noinline)) int epoll_wait(int epfd, struct epoll_event *events,
+                                                          int max, int timeout)
 {
     int r, old;
 
-    if (!rt_thread_cancels_in_poll())
-        return CALL_REAL(real_epoll_wait, epfd, events, max, timeout);
+    if (!rt_thread_cancels_in_poll()) {
+        rt_wait_begin((uintptr_t)__builtin_frame_address(0), (uintptr_t)__builtin_return_address(0),
+                      (uintptr_t)real_epoll_wait);
+        r = CALL_REAL(real_epoll_wait, epfd, events, max, timeout);
+        rt_wait_end();
+        return r;
+    }
     (void)pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
     r = CALL_REAL(real_epoll_wait, epfd, events, max, timeout);
     (void)pthread_setcancelstate(old, NULL);
     return r;
 }
 
-FLEETPROF_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout,
-                                 const sigset_t *mask)
+FLEETPROF_EXPORT __attribute__((noinline)) int
+epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout, const sigset_t *mask)
 {
     int r, old;
 
-    if (!rt_thread_cancels_in_poll())
-        return CALL_REAL(real_epoll_pwait, epfd, events, max, timeout, mask);
+    if (!rt_thread_cancels_in_poll()) {
+        rt_wait_begin((uintptr_t)__builtin_frame_address(0), (uintptr_t)__builtin_return_address(0),
+                      (uintptr_t)real_epoll_pwait);
+        r = CALL_REAL(real_epoll_pwait, epfd, events, max, timeout, mask);
+        rt_wait_end();
+        return r;
+    }
     (void)pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
     r = CALL_REAL(real_epoll_pwait, epfd, events, max, timeout, mask);
     (void)pthread_setcancelstate(old, NULL);

@@ -437,6 +437,113 @@ RT_NO_TSAN FLEETPROF_EXPORT int sigaction(int sig, const struct sigaction *act,
     return 0;
 }
 
+/* syscall(): glibc's generic system call, made here with the same result convention (-1 and
+ * errno), so that a program's raw rt_sigaction for the sampling signal through it stops
+ * our timers before it replaces our handler (they would signal its action). Our own code
+ * calls it too, and from signal handlers: no lock, no lookup. Only x86-64's convention. */
+static long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+    long r;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return r;
+}
+
+FLEETPROF_EXPORT long syscall(long nr, ...)
+{
+    long a[6], r;
+    va_list ap;
+
+    va_start(ap, nr);
+    for (size_t i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (nr == SYS_rt_sigaction && a[0] == RT_SAMPLE_SIGNAL && a[1] != 0)
+        rt_handler_before_raw_sigaction();
+    r = raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+    if ((unsigned long)r > -4096ul) {
+        errno = (int)-r;
+        return -1;
+    }
+    return r;
+}
+
+/* The signal mask: a thread that blocks the sampling signal gets no signal of ours
+ * meanwhile (its timer stops first, so that none is left pending for the program's
+ * sigpending(), signalfd or sigwait to find), and its timer runs again once it unblocks it.
+ * Made with the system call, as glibc does (leaving its two internal signals alone): both
+ * functions are async-signal-safe, and must stay so here (no lookup, no lock). */
+#define GLIBC_SIGCANCEL 32
+#define GLIBC_SIGSETXID 33
+
+static int set_mask(int how, const sigset_t *set, sigset_t *old)
+{
+    sigset_t copy;
+    const sigset_t *use = set;
+    struct rt_thread *t = rt_self;
+    bool block = false, unblock = false;
+    long r;
+
+    if (set) {
+        bool has = sigismember(set, RT_SAMPLE_SIGNAL) == 1;
+
+        copy = *set;
+        (void)sigdelset(&copy, GLIBC_SIGCANCEL);
+        (void)sigdelset(&copy, GLIBC_SIGSETXID);
+        use = &copy;
+        block = has && (how == SIG_BLOCK || how == SIG_SETMASK);
+        unblock = (has && how == SIG_UNBLOCK) || (!has && how == SIG_SETMASK);
+    }
+    if (rt_in_handler) /* libunwind's, in our handler: the kernel restores the mask */
+        t = NULL;
+    if (t && block && !rt_is_internal_thread())
+        rt_cpu_timer_pause(t, true);
+    r = raw_syscall6(SYS_rt_sigprocmask, how, (long)use, (long)old, _NSIG / 8, 0, 0);
+    if (r == 0 && t && unblock && t->timer_paused && !rt_handler_stopped_reason(NULL))
+        rt_cpu_timer_pause(t, false);
+    return (int)-r;
+}
+
+FLEETPROF_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
+{
+    return set_mask(how, set, old);
+}
+
+FLEETPROF_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
+{
+    int r = set_mask(how, set, old);
+
+    if (r != 0) {
+        errno = r;
+        return -1;
+    }
+    return 0;
+}
+
+/* The alternate signal stack the runtime gave a thread (threads.c) is not the program's: it
+ * reads back none, as without us. */
+FLEETPROF_EXPORT int sigaltstack(const stack_t *ss, stack_t *old)
+{
+    long r = raw_syscall6(SYS_sigaltstack, (long)ss, (long)old, 0, 0, 0, 0);
+
+    if ((unsigned long)r > -4096ul) {
+        errno = (int)-r;
+        return -1;
+    }
+    if (old && rt_threads_altstack_is_ours(old->ss_sp) && !(old->ss_flags & SS_ONSTACK)) {
+        old->ss_sp = NULL;
+        old->ss_size = 0;
+        old->ss_flags = SS_DISABLE;
+    }
+    return 0;
+}
+
 /* glibc's signal-style functions call its internal __sigaction, not ours: each is
  * interposed for the sampling signal and sets the program's action with the flags glibc
  * would have used; the others pass through. A raw rt_sigaction system call cannot be
@@ -616,6 +723,7 @@ struct exec_state {
     bool fork_start; /* a forked child's deferred start was cancelled, to put back */
     bool counted;    /* exec_pending was raised */
     bool ignored;    /* SIGPROF set to SIG_IGN, ours to put back */
+    bool timer;      /* the thread's CPU timer was stopped, to restart */
     int census_fd;   /* a vfork child's connection (vfork_child_says_here()), or -1 */
 };
 
@@ -661,8 +769,8 @@ static void drain_own_samples(void)
     /* The system call: glibc's sigtimedwait() reports SI_TKILL as SI_USER. */
     while (syscall(SYS_rt_sigtimedwait, &prof, &info, &now, (size_t)(_NSIG / 8)) ==
            RT_SAMPLE_SIGNAL) {
-        if (info.si_code == SI_TKILL && info.si_pid == rt.pid)
-            continue; /* ours (or the program's raise(): they look the same) */
+        if (rt_handler_signal_is_ours(&info))
+            continue;
         program = info;
         keep = true;
     }
@@ -677,7 +785,7 @@ static void before_exec(struct exec_state *st, const char *into)
     sigset_t prof, mask;
     int saved_errno = errno;
 
-    st->fork_start = st->counted = st->ignored = false;
+    st->fork_start = st->counted = st->ignored = st->timer = false;
     st->census_fd = -1;
     if (atomic_load(&rt.running) && (int32_t)syscall(SYS_getpid) != rt.pid)
         st->census_fd = vfork_child_says_here();
@@ -691,10 +799,18 @@ static void before_exec(struct exec_state *st, const char *into)
         st->counted = true;
         rt_region_before_exec(into);
         wait_for_sampler_signals();
+        /* The thread's own timer: no signal of its may be pending across the exec. Those
+         * of the other threads go to them, and they end with the exec. (Not in a vfork
+         * child: the timer, and a perf event behind a copied descriptor, are the
+         * parent's.) */
+        if (rt_self && !rt_self->timer_paused) {
+            rt_cpu_timer_pause(rt_self, true);
+            st->timer = true;
+        }
     }
     (void)sigemptyset(&prof);
     (void)sigaddset(&prof, RT_SAMPLE_SIGNAL);
-    (void)pthread_sigmask(SIG_BLOCK, &prof, &mask);
+    (void)rt_sigmask_raw(SIG_BLOCK, &prof, &mask);
     if (st->counted)
         drain_own_samples();
     rt_handler_program_action(NULL, &pa);
@@ -706,7 +822,7 @@ static void before_exec(struct exec_state *st, const char *into)
         (void)sigemptyset(&ignore.sa_mask);
         st->ignored = rt_real_sigaction(RT_SAMPLE_SIGNAL, &ignore, NULL) == 0;
     }
-    (void)pthread_sigmask(SIG_SETMASK, &mask, NULL);
+    (void)rt_sigmask_raw(SIG_SETMASK, &mask, NULL);
     errno = saved_errno;
 }
 
@@ -720,6 +836,8 @@ static void after_failed_exec(const struct exec_state *st)
         rt_fork_start_restore();
     if (st->ignored)
         rt_handler_restore();
+    if (st->timer && rt_self)
+        rt_cpu_timer_pause(rt_self, false);
     if (st->counted) {
         rt_region_after_failed_exec();
         atomic_fetch_sub(&rt.exec_pending, 1);

@@ -146,6 +146,14 @@ int rt_ipc_pack_description(const struct prof_process_info *in, uint8_t **ret_by
         runtime.handler_p99_ns = log->handler_p99_ns;
         runtime.descriptor_checks = log->descriptor_checks;
         runtime.descriptor_checks_skipped = log->descriptor_checks_skipped;
+        runtime.sampling_timer = or_empty(log->sampling_timer);
+        runtime.sampling_timer_why = or_empty(log->sampling_timer_why);
+        runtime.timer_failure = or_empty(log->timer_failure);
+        runtime.threads_perf_timer = log->threads_perf_timer;
+        runtime.threads_thread_timer = log->threads_thread_timer;
+        runtime.threads_tick = log->threads_tick;
+        runtime.threads_no_timer = log->threads_no_timer;
+        runtime.captures_dropped = log->captures_dropped;
         d.runtime = &runtime;
     }
 

@@ -304,13 +304,14 @@ struct write_symbols {
     struct rt_symbolizer sym;
     struct buf_chunked_buffer_state state;
     uint64_t symbolize_ns; /* time spent in the symbolizer */
-    char log[2700];
+    char log[3400];
 };
 
 /* The runtime's own numbers for profilingLog[pid].runtime (symbolization's are the writer's). */
 static void runtime_log_fill(struct prof_runtime_log *l, const struct buf_chunked_buffer_state *st)
 {
     struct rt_handler_stats handler = rt_sampler_handler_stats();
+    struct rt_cpu_timer_report timers;
     uint64_t stopped_ns = 0;
 
     *l = (struct prof_runtime_log){0};
@@ -330,6 +331,15 @@ static void runtime_log_fill(struct prof_runtime_log *l, const struct buf_chunke
     l->handler_p99_ns = handler.p99_ns;
     rt_sampler_check_stats(&l->descriptor_checks, &l->descriptor_checks_skipped);
     l->daemon_untrusted = rt_ipc_untrusted_reason();
+    rt_cpu_timer_report(&timers);
+    l->sampling_timer = timers.engine;
+    l->sampling_timer_why = timers.why;
+    l->timer_failure = timers.failure;
+    l->threads_perf_timer = timers.threads[RT_TIMER_PERF];
+    l->threads_thread_timer = timers.threads[RT_TIMER_THREAD_CPU];
+    l->threads_tick = timers.threads[RT_TIMER_TICK];
+    l->threads_no_timer = timers.threads[RT_TIMER_NONE];
+    l->captures_dropped = rt_sampler_captures_dropped();
 }
 
 static void format_runtime_log(struct write_symbols *ws)
@@ -408,7 +418,7 @@ static void hold_sigxfsz(sigset_t *ret_old, bool *ret_was_pending)
 
     (void)sigemptyset(&xfsz);
     (void)sigaddset(&xfsz, SIGXFSZ);
-    (void)pthread_sigmask(SIG_BLOCK, &xfsz, ret_old);
+    (void)rt_sigmask_raw(SIG_BLOCK, &xfsz, ret_old);
     *ret_was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ);
 }
 
@@ -422,7 +432,7 @@ static void release_sigxfsz(const sigset_t *old, bool was_pending)
     if (!was_pending)
         while (sigtimedwait(&xfsz, NULL, &now) == SIGXFSZ)
             ;
-    (void)pthread_sigmask(SIG_SETMASK, old, NULL);
+    (void)rt_sigmask_raw(SIG_SETMASK, old, NULL);
 }
 
 int rt_write_profile_to(const char *pattern, uint64_t shutdown_ns)
@@ -606,6 +616,10 @@ void rt_fd_yield(int fd)
                  r < 0 ? strerror(-r) : "reconnecting");
     } else if (rt_sampler_owns_fd(fd)) {
         rt_sampler_release_statm();
+    } else if (rt_cpu_timer_yield_fd(fd)) {
+        rt_debug("the program took descriptor %d of a thread's perf event: a CPU-clock timer "
+                 "instead",
+                 fd);
     } else {
         /* libunwind's memory-probe pipe: libunwind keeps its numbers, so it must not unwind
          * again here (it would read and write the program's files through them). */
@@ -645,7 +659,7 @@ bool rt_fds_give_up(void)
 {
     struct rlimit rl;
     size_t unwind;
-    bool ipc, region;
+    bool ipc, region, perf;
 
     if (rt_is_internal_thread() || starting || !atomic_load(&rt.running) ||
         atomic_exchange(&fds_give_up_started, 1))
@@ -654,15 +668,17 @@ bool rt_fds_give_up(void)
      * takes a descriptor (glibc aborts the process when it cannot). */
     region = rt_region_give_up_fd();
     rt_sampler_give_up_statm();
+    perf = rt_cpu_timer_give_up_fds();
     unwind = rt_stackwalk_release_libunwind();
     ipc = rt_ipc_connected();
     (void)rt_ipc_give_up(); /* also a connection still to be made: none is */
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         rl.rlim_cur = 0;
     (void)snprintf(fds_given_up_text, sizeof(fds_given_up_text),
-                   "the program ran out of descriptors (limit %llu): gave up %s%s%sthe memory "
-                   "counter",
+                   "the program ran out of descriptors (limit %llu): gave up %s%s%s%sthe "
+                   "memory counter",
                    (unsigned long long)rl.rlim_cur, ipc ? "the daemon connection, " : "",
+                   perf ? "the perf events (CPU-clock timers from now on), " : "",
                    region ? "the chunk region's growth, " : "",
                    unwind ? "libunwind (frame-pointer stacks from now on), " : "");
     atomic_store(&fds_given_up_set, true);
