@@ -2,8 +2,10 @@
 # Installs the Debian packages fleetprof needs to build and test, only those missing.
 # Uses sudo when not root. Prints nothing and changes nothing when all are present.
 # With --with-servers (CI), also the real servers some tests profile when they are installed
-# (nginx-light and ab: the privilege-drop test); Debian starts nginx's service on install
-# unless policy-rc.d forbids it, so a developer's ./run test does not ask for them.
+# (nginx-light and ab: the privilege-drop test; postgresql-15, its initdb and pgbench: the
+# benchmark 'real'); Debian starts nginx's and PostgreSQL's services (a cluster 15/main on
+# port 5432) on install unless policy-rc.d forbids it, so a developer's ./run test does not
+# ask for them.
 set -euo pipefail
 
 # binutils: the symbol tests strip and re-link debug files (objcopy, strip, readelf).
@@ -19,7 +21,7 @@ packages=(
     zlib1g-dev protobuf-compiler
 )
 if [[ ${1:-} == --with-servers ]]; then
-    packages+=(nginx-light apache2-utils)
+    packages+=(nginx-light apache2-utils postgresql-15)
 fi
 
 missing=()

@@ -458,8 +458,10 @@ def test_every_process_evicted_by_the_limit_is_named(tmp):
     the file or named as evicted, and the summary counts them."""
     n = 40
     out = os.path.join(tmp, "limited.json")
+    # 120 ms each: a sample with its stack every tick of the kernel's (CPU-clock timers), the
+    # chunks of 40 such children are more than 1M.
     r = record(tmp, "--global-limit", "1M", "--no-summary", "-o", out, "--", SHORTLIVED, str(n),
-               "30")
+               "120")
     assert r.returncode == 0, r.stderr
     doc = check_file(out)
     in_file = {process_pid(p) for p in processes(doc)}

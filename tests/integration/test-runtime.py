@@ -612,7 +612,15 @@ def test_exports_only_api_and_interposed_functions(tmp):
                   "signal", "bsd_signal", "ssignal", "sysv_signal", "__sysv_signal", "sigset",
                   "sigignore", "siginterrupt", "dup2", "dup3", "epoll_create", "epoll_create1",
                   "eventfd", "socket", "epoll_wait", "epoll_pwait", "posix_spawn", "posix_spawnp",
-                  "open", "open64", "openat", "openat64", "dup", "accept", "accept4", "chroot", "fork"}
+                  "open", "open64", "openat", "openat64", "dup", "accept", "accept4", "chroot", "fork",
+                  # signal masks, the alternate stack, raw system calls (child/core/cpu-timer.c)
+                  "syscall", "pthread_sigmask", "sigprocmask", "sigaltstack",
+                  # blocking calls, drawn where they wait (child/entry/preload-waits.c)
+                  "nanosleep", "clock_nanosleep", "usleep", "sleep", "pause", "poll", "ppoll",
+                  "select", "pselect", "waitpid", "wait", "wait4", "waitid", "sigsuspend",
+                  "sigwait", "sigwaitinfo", "sigtimedwait", "read", "recv", "recvfrom", "recvmsg",
+                  "pthread_join", "sem_wait", "sem_timedwait", "pthread_cond_wait",
+                  "pthread_cond_timedwait"}
     stray = {n for n in names if not n.startswith("fleetprof_")} - interposed
     assert not stray, f"libfleetprof.so exports more than its API: {sorted(stray)}"
     assert {"fleetprof_init", "fleetprof_marker", "fleetprof_counter_add"} <= names

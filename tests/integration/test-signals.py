@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Programs that use SIGPROF themselves see what they would see without the profiler:
 their own handler by every route, a blocked SIGPROF, and the disposition and mask an exec'd
-program starts with. Each case runs tests/workloads/wl-signals twice, without and with
-LD_PRELOAD=libfleetprof.so, and compares what it reports; the counts asserted are exact
-(handler calls while the program sends itself none, kill() calls, signals from a tgkill),
-never rates.
+program starts with; nor do programs that block every signal, take SIGPROF from a signalfd
+or sigtimedwait, recurse deep under a small stack limit, run under RLIMIT_SIGPENDING of 1 or
+make a user namespace see a signal of ours. Each case runs tests/workloads/wl-signals twice,
+without and with LD_PRELOAD=libfleetprof.so, and compares what it reports; the counts
+asserted are exact (handler calls while the program sends itself none, kill() calls, signals
+from a tgkill), never rates.
 
 Usage: test-signals.py BUILD_DIR   (meson passes it; output is TAP)
 """
 import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -22,13 +25,28 @@ LIB = os.path.join(BUILD, "child", "libfleetprof.so")
 WL = os.path.join(BUILD, "tests", "workloads", "wl-signals")
 
 
-def run(tmp, argv, preload=True, timeout=60):
+def run(tmp, argv, preload=True, timeout=60, ulimit=None):
+    """Runs the workload; with ulimit (say "-s 1024"), under a shell that sets that limit and
+    execs it. The shell execs env, which adds LD_PRELOAD: the shell itself is not profiled
+    (the profile would be its, the exec's)."""
     e = {k: v for k, v in os.environ.items()
          if k != "LD_PRELOAD" and not k.startswith("FLEETPROF_")}
+    cmd = [WL] + argv
     if preload:
-        e.update({"LD_PRELOAD": LIB, "FLEETPROF_STARTUP": "1",
-                  "FLEETPROF_OUTPUT": os.path.join(tmp, "p-%p.json")})
-    return subprocess.run([WL] + argv, env=e, capture_output=True, text=True, timeout=timeout)
+        e.update({"FLEETPROF_STARTUP": "1", "FLEETPROF_OUTPUT": os.path.join(tmp, "p-%p.json")})
+        if ulimit:
+            cmd = ["env", f"LD_PRELOAD={LIB}"] + cmd
+        else:
+            e["LD_PRELOAD"] = LIB
+    if ulimit:
+        # dash (/bin/sh on Debian) has no `ulimit -i`; bash has every limit.
+        shell = "sh"
+        if ulimit.startswith("-i"):
+            shell = shutil.which("bash")
+            if not shell:
+                raise taplib.Skip(f"no bash here for `ulimit {ulimit}`")
+        cmd = [shell, "-c", f'ulimit {ulimit} && exec "$0" "$@"'] + cmd
+    return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
 
 
 def lines(r, kind):
@@ -43,11 +61,11 @@ def counts(r):
     return out
 
 
-def both(tmp, argv):
+def both(tmp, argv, ulimit=None):
     """Runs argv without, then with the profiler; asserts the same exit and reports."""
-    plain = run(tmp, argv, preload=False)
+    plain = run(tmp, argv, preload=False, ulimit=ulimit)
     assert plain.returncode == 0, f"{argv} fails even without the profiler: {plain.stderr}"
-    prof = run(tmp, argv)
+    prof = run(tmp, argv, ulimit=ulimit)
     assert prof.returncode == 0, \
         f"{argv} with the profiler ended with {prof.returncode} (-27: killed by SIGPROF): " \
         f"{prof.stderr}\n{prof.stdout}"
@@ -200,6 +218,112 @@ def test_a_failed_exec_changes_nothing_and_sampling_goes_on(tmp):
     assert samples_in(doc, "wl_after_failed_exec") > 0, "no samples after the failed exec"
 
 
+NO_STACK = "(no stack"
+ENDED_UNSAMPLED = "(no stack: the thread ended before its first sample)"
+
+
+def other_threads(doc):
+    """The program's threads but its main one."""
+    pid = doc["meta"]["fleetprof"]["pid"]
+    return [t for t in doc["threads"] if str(t["tid"]) != str(pid)]
+
+
+def stack_kinds(t):
+    """{"real": samples with a stack of the program, pseudo-frame text: samples without}."""
+    kinds = {}
+    for s in pc.sample_stacks(t):
+        key = s[0] if len(s) == 1 and s[0].startswith(NO_STACK) else "real"
+        kinds[key] = kinds.get(key, 0) + 1
+    return kinds
+
+
+def test_thread_blocking_every_signal_sees_none_of_ours(tmp):
+    # A thread blocks every signal and spins 1 s of its own CPU in blocked_spin, then asks
+    # sigpending(): before, a sample of ours waited there (pending_sigprof=1), and the
+    # thread, which ran the whole time, was said to have ended before its first sample.
+    both(tmp, ["block-all-thread", "1"])
+    doc = only_profile(tmp)
+    pid = str(doc["meta"]["fleetprof"]["pid"])
+    assert "runtime" in doc.get("profilingLog", {}).get(pid, {}), \
+        f"no profilingLog[{pid}].runtime: {sorted(doc.get('profilingLog', {}))}"
+    threads = other_threads(doc)
+    assert len(threads) == 1, f"threads besides the main one: {[t['name'] for t in threads]}"
+    kinds = stack_kinds(threads[0])
+    assert kinds, "the thread that spun 1 s has no samples"
+    wrong = {k: n for k, n in kinds.items() if k != "real" and "blocks" not in k}
+    assert not wrong, f"samples of the blocking thread without a stack, for a reason other " \
+        f"than its blocking the signal: {wrong} (all: {kinds})"
+
+
+def consumer(tmp, way):
+    # The program blocks SIGPROF and takes it itself (way: signalfd, sigtimedwait) while its
+    # ITIMER_PROF (10 ms) runs for 0.5 s of its CPU. Its timer's signals come with SI_KERNEL;
+    # a sample of ours (SI_TKILL) taken by it is counted as foreign.
+    plain, prof = both(tmp, [way, "0.5"])
+    assert "report: got_some=1" in lines(plain, "report"), \
+        f"its own ITIMER_PROF never reached it, even without the profiler: {plain.stdout}"
+
+
+def test_signalfd_reads_only_the_programs_own_sigprof(tmp):
+    consumer(tmp, "signalfd")
+
+
+def test_sigtimedwait_takes_only_the_programs_own_sigprof(tmp):
+    consumer(tmp, "sigtimedwait")
+
+
+def test_deep_recursion_under_a_small_stack_limit(tmp):
+    # 1,010 frames of ~700 bytes under `ulimit -s 1024`, the samples landing at the bottom:
+    # the program fits with room to spare, and a handler of ours on its stack must too.
+    plain, prof = both(tmp, ["deep-recursion", "0.3"], ulimit="-s 1024")
+    spare = counts(plain)["stack_spare_kib"]
+    assert spare >= 150, f"only {spare:.0f} KiB of the 1 MiB stack left at the bottom " \
+        "without the profiler: the test needs ~150"
+    assert "report: depth=1010" in lines(prof, "report"), prof.stdout
+    assert samples_in(only_profile(tmp), "wl_spin") > 0, \
+        "no samples at the bottom of the recursion: the case proved nothing"
+
+
+def test_rlimit_sigpending_of_one(tmp):
+    # `ulimit -i 1`: the user may have one signal queued with its siginfo. A second sample
+    # of ours in flight then arrives without one (si_code SI_USER, no pid), like a kill()
+    # of the program's. Two threads spin 0.5 s each in sigpending_spin.
+    both(tmp, ["rlimit-sigpending", "0.5"], ulimit="-i 1")
+    doc = only_profile(tmp)
+    threads = other_threads(doc)
+    assert len(threads) == 2, f"threads besides the main one: {[t['name'] for t in threads]}"
+    for t in threads:
+        kinds = stack_kinds(t)
+        assert ENDED_UNSAMPLED not in kinds, \
+            f"{t['name']} spun 0.5 s but is said to have ended before its first sample: {kinds}"
+        sampled = any("sigpending_spin" in s for s in pc.sample_stacks(t))
+        unexplained = {k: n for k, n in kinds.items()
+                       if k != "real" and "RLIMIT_SIGPENDING" not in k}
+        assert sampled or (kinds and not unexplained), \
+            f"{t['name']}: no sample in sigpending_spin, and samples without a stack that do " \
+            f"not name RLIMIT_SIGPENDING: {kinds}"
+
+
+UNSHARE_GAP = ("the runtime's threads make the process multithreaded: unshare(CLONE_NEWUSER) "
+               "fails with EINVAL until no thread is started before the program needs one "
+               "(documented)")
+
+
+def test_unshare_user_namespace(tmp):
+    # unshare(CLONE_NEWUSER) needs a single-threaded process. A known, documented gap.
+    plain = run(tmp, ["unshare-user"], preload=False)
+    assert plain.returncode == 0, plain.stderr
+    if lines(plain, "report") != ["report: unshare=0"]:
+        raise taplib.Skip(f"unshare(CLONE_NEWUSER) fails even without the profiler "
+                          f"({lines(plain, 'report')}): user namespaces are not allowed here")
+    prof = run(tmp, ["unshare-user"])
+    assert prof.returncode == 0, f"with the profiler: {prof.returncode}: {prof.stderr}"
+    if lines(prof, "report") == ["report: unshare=EINVAL"]:
+        raise taplib.Skip(UNSHARE_GAP)
+    assert lines(prof, "report") == lines(plain, "report"), \
+        f"with the profiler: {lines(prof, 'report')}, without: {lines(plain, 'report')}"
+
+
 taplib.run([
     test_own_handler_by_sigaction,
     test_own_handler_by_signal_bsd_signal_and_ssignal,
@@ -213,4 +337,10 @@ taplib.run([
     test_exec_ignored_stays_ignored,
     test_exec_blocked_mask_kept_and_no_sample_pending,
     test_a_failed_exec_changes_nothing_and_sampling_goes_on,
+    test_thread_blocking_every_signal_sees_none_of_ours,
+    test_signalfd_reads_only_the_programs_own_sigprof,
+    test_sigtimedwait_takes_only_the_programs_own_sigprof,
+    test_deep_recursion_under_a_small_stack_limit,
+    test_rlimit_sigpending_of_one,
+    test_unshare_user_namespace,
 ])

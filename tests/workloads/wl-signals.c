@@ -29,14 +29,36 @@
  *   wl-signals report               prints SIGPROF's disposition, whether it is blocked and
  *                                   pending (sigaction, sigprocmask, sigpending and
  *                                   /proc/self/status), then unblocks it and exits 0
+ *   wl-signals block-all-thread CPU_S
+ *                                   a thread blocks every signal, spins CPU_S of its own
+ *                                   CPU in blocked_spin, reports whether SIGPROF is pending
+ *                                   (pending_sigprof) and ends so; the main thread joins it
+ *   wl-signals signalfd CPU_S       blocks SIGPROF, reads it from a signalfd; runs its own
+ *   wl-signals sigtimedwait CPU_S   ITIMER_PROF (10 ms) for CPU_S of its CPU, taking every
+ *                                   pending SIGPROF (signalfd reads, or sigtimedwait with
+ *                                   no wait) after each 1 ms and at the end; reports
+ *                                   foreign (those with a code other than SI_KERNEL: not
+ *                                   from its timer) and got_some; count: received
+ *   wl-signals deep-recursion CPU_S recurses DEEP_FRAMES deep (DEEP_FRAME_BYTES of stack
+ *                                   each), spins CPU_S at the bottom in wl_spin; reports
+ *                                   depth; count: stack_spare_kib (RLIMIT_STACK left at
+ *                                   the bottom). Meant for `ulimit -s 1024`
+ *   wl-signals rlimit-sigpending CPU_S
+ *                                   two threads spin CPU_S each in sigpending_spin, then
+ *                                   report whether SIGPROF is pending (pending_sigprof).
+ *                                   Meant for `ulimit -i 1` (RLIMIT_SIGPENDING)
+ *   wl-signals unshare-user         reports unshare(CLONE_NEWUSER): 0 or the errno's name
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
@@ -450,6 +472,216 @@ static int exec_fail(double cpu_s)
     return 0;
 }
 
+NOINLINE void blocked_spin(double ms);
+NOINLINE void blocked_spin(double ms)
+{
+    wl_spin(ms);
+    sink++;
+}
+
+/* Whether SIGPROF is pending on the calling thread or the process. */
+static int sigprof_pending(void)
+{
+    sigset_t pending;
+
+    sigemptyset(&pending);
+    sigpending(&pending);
+    return sigismember(&pending, SIGPROF);
+}
+
+struct spinner {
+    const char *name;
+    double ms;
+    int pending; /* SIGPROF pending when it was done */
+};
+
+static void *all_blocked_spinner(void *arg)
+{
+    struct spinner *s = arg;
+    sigset_t all;
+
+    pthread_setname_np(pthread_self(), s->name);
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    blocked_spin(s->ms);
+    s->pending = sigprof_pending();
+    return NULL; /* ends with every signal blocked */
+}
+
+static int block_all_thread(double cpu_s)
+{
+    struct spinner s = {"wl-blocked-all", cpu_s * 1e3, -1};
+    pthread_t th;
+
+    if (pthread_create(&th, NULL, all_blocked_spinner, &s) != 0)
+        return 5;
+    pthread_join(th, NULL);
+    printf("report: pending_sigprof=%d\n", s.pending);
+    return 0;
+}
+
+struct received {
+    int all;
+    int foreign; /* a code other than SI_KERNEL: not from the program's ITIMER_PROF */
+};
+
+static void take_pending(int fd, const sigset_t *prof, struct received *got)
+{
+    if (fd >= 0) {
+        struct signalfd_siginfo si;
+
+        while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+            got->all++;
+            if (si.ssi_signo != SIGPROF || si.ssi_code != SI_KERNEL)
+                got->foreign++;
+        }
+    } else {
+        struct timespec zero = {0, 0};
+        siginfo_t info;
+
+        while (sigtimedwait(prof, &info, &zero) == SIGPROF) {
+            got->all++;
+            if (info.si_code != SI_KERNEL)
+                got->foreign++;
+        }
+    }
+}
+
+static int consume_sigprof(const char *way, double cpu_s)
+{
+    struct itimerval it = {{0, 10000}, {0, 10000}}, off = {{0, 0}, {0, 0}};
+    struct received got = {0, 0};
+    sigset_t prof;
+    int fd = -1;
+
+    sigemptyset(&prof);
+    sigaddset(&prof, SIGPROF);
+    if (pthread_sigmask(SIG_BLOCK, &prof, NULL) != 0)
+        return 5;
+    if (!strcmp(way, "signalfd")) {
+        fd = signalfd(-1, &prof, SFD_NONBLOCK | SFD_CLOEXEC);
+        if (fd < 0) {
+            perror("wl-signals: signalfd");
+            return 5;
+        }
+    }
+    setitimer(ITIMER_PROF, &it, NULL);
+    for (double ms = 0; ms < cpu_s * 1e3; ms++) {
+        wl_spin(1);
+        take_pending(fd, &prof, &got);
+    }
+    setitimer(ITIMER_PROF, &off, NULL);
+    take_pending(fd, &prof, &got);
+    if (fd >= 0)
+        close(fd);
+    printf("report: foreign=%d\nreport: got_some=%d\ncount: received=%d\n", got.foreign,
+           got.all >= 1, got.all);
+    return 0;
+}
+
+/* Deep enough, with frames big enough, that the bottom is within ~300 KiB of a 1 MiB
+ * RLIMIT_STACK: room for a handler, not for a careless one. */
+#define DEEP_FRAMES      1010
+#define DEEP_FRAME_BYTES 700
+
+static uintptr_t deep_bottom;
+
+NOINLINE int deep_recurse(int depth, double ms);
+NOINLINE int deep_recurse(int depth, double ms)
+{
+    volatile char frame[DEEP_FRAME_BYTES];
+    int reached;
+
+    frame[0] = (char)depth;
+    frame[DEEP_FRAME_BYTES - 1] = (char)depth;
+    if (depth < DEEP_FRAMES) {
+        reached = deep_recurse(depth + 1, ms);
+    } else {
+        deep_bottom = (uintptr_t)frame;
+        wl_spin(ms); /* the samples land at the deepest point */
+        reached = depth;
+    }
+    return reached + frame[0] - frame[DEEP_FRAME_BYTES - 1]; /* no tail call */
+}
+
+/* The top of the main thread's stack: the end of /proc/self/maps' [stack]. */
+static uintptr_t stack_top(void)
+{
+    char line[512];
+    FILE *f = fopen("/proc/self/maps", "r");
+    uintptr_t top = 0;
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, "[stack]"))
+            top = (uintptr_t)strtoull(strchr(line, '-') + 1, NULL, 16);
+    fclose(f);
+    return top;
+}
+
+static int deep_recursion(double cpu_s)
+{
+    uintptr_t top = stack_top();
+    struct rlimit rl;
+    int depth = deep_recurse(1, cpu_s * 1e3);
+
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && top)
+        printf("count: stack_spare_kib=%ld\n",
+               ((long)rl.rlim_cur - (long)(top - deep_bottom)) / 1024);
+    printf("report: depth=%d\n", depth);
+    return 0;
+}
+
+NOINLINE void sigpending_spin(double ms);
+NOINLINE void sigpending_spin(double ms)
+{
+    wl_spin(ms);
+    sink++;
+}
+
+static void *pending_spinner(void *arg)
+{
+    struct spinner *s = arg;
+
+    pthread_setname_np(pthread_self(), s->name);
+    sigpending_spin(s->ms);
+    s->pending = sigprof_pending();
+    return NULL;
+}
+
+static int rlimit_sigpending(double cpu_s)
+{
+    struct spinner s[2] = {{"wl-pending-0", cpu_s * 1e3, -1}, {"wl-pending-1", cpu_s * 1e3, -1}};
+    pthread_t th[2];
+
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&th[i], NULL, pending_spinner, &s[i]) != 0)
+            return 5;
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        printf("report: pending_sigprof=%d\n", s[i].pending);
+    }
+    return 0;
+}
+
+static int unshare_user(void)
+{
+    const char *name;
+
+    wl_spin(20); /* the runtime, if any, has started */
+    if (unshare(CLONE_NEWUSER) == 0) {
+        printf("report: unshare=0\n");
+        return 0;
+    }
+    name = strerrorname_np(errno);
+    if (name)
+        printf("report: unshare=%s\n", name);
+    else
+        printf("report: unshare=errno %d\n", errno);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -467,6 +699,16 @@ int main(int argc, char **argv)
         return exec_fail(atof(argv[2]));
     if (!strcmp(mode, "report"))
         return report();
+    if (!strcmp(mode, "block-all-thread") && argc > 2)
+        return block_all_thread(atof(argv[2]));
+    if ((!strcmp(mode, "signalfd") || !strcmp(mode, "sigtimedwait")) && argc > 2)
+        return consume_sigprof(mode, atof(argv[2]));
+    if (!strcmp(mode, "deep-recursion") && argc > 2)
+        return deep_recursion(atof(argv[2]));
+    if (!strcmp(mode, "rlimit-sigpending") && argc > 2)
+        return rlimit_sigpending(atof(argv[2]));
+    if (!strcmp(mode, "unshare-user"))
+        return unshare_user();
     fprintf(stderr, "wl-signals: unknown mode '%s' (see the file's header)\n", mode);
     return 2;
 }
