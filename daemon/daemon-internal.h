@@ -45,6 +45,7 @@ struct conn {
     int32_t pid; /* children: the peer's pid (SO_PEERCRED), authoritative */
     int32_t ppid;
     char name[64];
+    char sampling_timer[32], sampling_timer_why[320]; /* from Hello */
     uint64_t connect_ns;
     uint64_t poll_id;     /* outstanding AwaitNextChunkManagerUpdate, 0 = none */
     uint64_t unsolicited; /* updates that answered no poll */

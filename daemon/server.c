@@ -208,6 +208,10 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     c->ppid = h->ppid;
     c->start_epoch_ms = (double)h->start_epoch_ms;
     (void)snprintf(c->name, sizeof(c->name), "%s", h->name && *h->name ? h->name : "?");
+    (void)snprintf(c->sampling_timer, sizeof(c->sampling_timer), "%s",
+                   h->sampling_timer ? h->sampling_timer : "");
+    (void)snprintf(c->sampling_timer_why, sizeof(c->sampling_timer_why), "%s",
+                   h->sampling_timer_why ? h->sampling_timer_why : "");
     c->state = FLEETPROF__CHILD_STATE__CHILD_STATE_RUNNING;
     c->groups = fleet_groups_join(d->groups, c->pid, h->start_ns, c->name);
     {
@@ -441,6 +445,8 @@ static void on_status(struct conn *c, const Fleetprof__StatusRequest *req)
         it->destroy_requests = k->destroy_requests;
         it->region_evictions = k->region_evictions;
         it->region_updates = k->region_updates;
+        it->sampling_timer = k->sampling_timer;
+        it->sampling_timer_why = k->sampling_timer_why;
         ptrs[n++] = it;
     }
     ctl_get_totals(d->ctl, &t);

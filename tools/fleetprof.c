@@ -175,6 +175,8 @@ static void print_name_column(const char *name, int width)
 }
 
 /* The fleet's performance groups in a status report: a table, or a JSON array. */
+static void print_sampling_reasons(const Fleetprof__StatusReport *rep);
+
 static void print_status_groups(const Fleetprof__StatusReport *rep, bool json)
 {
     if (json) {
@@ -277,10 +279,14 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
             printf(",\"unreleased_bytes\":%" PRIu64 ",\"released_bytes\":%" PRIu64
                    ",\"chunks\":%u,\"last_update_age_ms\":%" PRIu64 ",\"state\":\"%s\""
                    ",\"destroy_requests\":%" PRIu64 ",\"region_evictions\":%" PRIu64
-                   ",\"region_updates\":%" PRIu64 "}",
+                   ",\"region_updates\":%" PRIu64 ",\"sampling_timer\":",
                    s->unreleased_bytes, s->released_bytes, s->chunks, s->last_update_age_ms,
                    state_name(s->state), s->destroy_requests, s->region_evictions,
                    s->region_updates);
+            json_string(s->sampling_timer);
+            printf(",\"sampling_timer_why\":");
+            json_string(s->sampling_timer_why);
+            printf("}");
         }
         printf("]");
         print_status_groups(rep, true);
@@ -290,15 +296,16 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
         uint64_t total =
                 rep->totals ? rep->totals->unreleased_bytes + rep->totals->released_bytes : 0;
 
-        printf("%8s %8s  %-20s %12s %12s %7s %12s\n", "PID", "PPID", "NAME", "UNRELEASED",
-               "RELEASED", "CHUNKS", "LAST UPDATE");
+        printf("%8s %8s  %-20s %12s %12s %7s %12s  %s\n", "PID", "PPID", "NAME", "UNRELEASED",
+               "RELEASED", "CHUNKS", "LAST UPDATE", "SAMPLED BY");
         for (size_t i = 0; i < rep->n_children; i++) {
             const Fleetprof__ChildStatus *s = rep->children[i];
 
             print_bytes(a, sizeof(a), s->unreleased_bytes);
             print_bytes(b, sizeof(b), s->released_bytes);
-            printf("%8d %8d  %-20.20s %12s %12s %7u %9.1f s\n", s->pid, s->ppid, s->name, a, b,
-                   s->chunks, (double)s->last_update_age_ms / 1000);
+            printf("%8d %8d  %-20.20s %12s %12s %7u %9.1f s  %s\n", s->pid, s->ppid, s->name, a, b,
+                   s->chunks, (double)s->last_update_age_ms / 1000,
+                   s->sampling_timer && *s->sampling_timer ? s->sampling_timer : "-");
         }
         print_bytes(a, sizeof(a), total);
         print_bytes(lim, sizeof(lim), rep->global_limit_bytes);
@@ -317,10 +324,34 @@ static int cmd_status(const char *socket_path, int argc, char **argv)
                    rep->totals->building, rep->totals->building == 1 ? "" : "s",
                    rep->totals->building == 1 ? "its" : "their");
         printf("\n");
+        print_sampling_reasons(rep);
         print_status_groups(rep, false);
     }
     fleetprof__envelope__free_unpacked(x.reply, NULL);
     return 0;
+}
+
+/* Each timer kind the processes use, once, with why (the first process's reason). */
+static void print_sampling_reasons(const Fleetprof__StatusReport *rep)
+{
+    for (size_t i = 0; i < rep->n_children; i++) {
+        const Fleetprof__ChildStatus *s = rep->children[i];
+        size_t n = 0;
+        bool seen = false;
+
+        if (!s->sampling_timer || !*s->sampling_timer)
+            continue;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = rep->children[j]->sampling_timer &&
+                   strcmp(rep->children[j]->sampling_timer, s->sampling_timer) == 0;
+        if (seen)
+            continue;
+        for (size_t j = i; j < rep->n_children; j++)
+            n += rep->children[j]->sampling_timer &&
+                 strcmp(rep->children[j]->sampling_timer, s->sampling_timer) == 0;
+        printf("sampled by %s (%zu process%s): %s\n", s->sampling_timer, n, n == 1 ? "" : "es",
+               s->sampling_timer_why && *s->sampling_timer_why ? s->sampling_timer_why : "");
+    }
 }
 
 static void usage(FILE *out)

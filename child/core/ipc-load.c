@@ -51,10 +51,15 @@ void *rt_dlopen_beside(const char *name, char *error, size_t size)
 
 static void hello_info(struct rt_hello_info *ret)
 {
+    struct rt_cpu_timer_report timers;
+
     ret->name = rt_program_name();
     ret->start_ns = rt.start_ns;
     ret->start_epoch_ms = atomic_load(&rt.start_epoch_ms);
     ret->slow_event_ns = rt.cfg.slow_event_ns;
+    rt_cpu_timer_report(&timers);
+    ret->sampling_timer = timers.engine;
+    ret->sampling_timer_why = timers.why;
 }
 
 static void apply_welcome(const struct rt_welcome *w)

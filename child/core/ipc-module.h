@@ -30,7 +30,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   8u
+#define RT_IPC_MODULE_ABI   9u
 
 struct json_writer;
 struct progress_logger;
@@ -55,6 +55,7 @@ struct rt_hello_info {
     uint64_t start_ns;
     double start_epoch_ms;
     uint64_t slow_event_ns; /* performance groups' threshold, for GroupStats */
+    const char *sampling_timer, *sampling_timer_why; /* rt_cpu_timer_report() */
 };
 
 /* One module and one address of a symbol batch (the daemon's Symbolize request). */

@@ -970,6 +970,8 @@ static void send_hello(void)
     h.region_evictions = region_fd >= 0; /* the core's tick reads them from that region */
     h.exit_in_region = region_fd >= 0;
     h.updates_in_region = region_fd >= 0; /* the core's tick publishes them in that region */
+    h.sampling_timer = (char *)(hi.sampling_timer ? hi.sampling_timer : "");
+    h.sampling_timer_why = (char *)(hi.sampling_timer_why ? hi.sampling_timer_why : "");
     env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
     env.hello = &h;
     /* The region's descriptor goes with the first frame; on a full socket it stays home

@@ -430,7 +430,42 @@ def short_bursts_are_all_counted(case):
     check(problems)
 
 
+CLI = os.path.join(BUILD, "tools", "fleetprof")
+BUSY = os.path.join(BUILD, "tests", "workloads", "workload")
+
+
+def test_status_says_what_samples_each_process(tmp):
+    # Under `fleetprof record`, a live workload and `fleetprof status --json` beside it: the
+    # status names each process's timer and why, as its Hello said; FLEETPROF_TIMER=perf
+    # reaches it too.
+    import json
+    for timer, expected in (("", "thread-cpu-timer"), ("perf", "perf-task-clock")):
+        status = os.path.join(tmp, f"status-{timer or 'default'}.json")
+        pidfile = os.path.join(tmp, f"pid-{timer or 'default'}")
+        script = (f'{BUSY} busy 1 & echo $! > {pidfile}; sleep 0.5; '
+                  f'{CLI} status --json --socket "$FLEETPROF_SOCKET" > {status}; wait')
+        e = {k: v for k, v in os.environ.items()
+             if k != "LD_PRELOAD" and not k.startswith("FLEETPROF_")}
+        if timer:
+            e["FLEETPROF_TIMER"] = timer
+        r = subprocess.run([CLI, "record", "--no-summary", "-o", os.path.join(tmp, "o.json"),
+                            "--", "sh", "-c", script], env=e, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        with open(pidfile) as f:
+            pid = int(f.read())
+        with open(status) as f:
+            children = {c["pid"]: c for c in json.load(f)["children"]}
+        assert pid in children, f"the workload {pid} is not in the status: {sorted(children)}"
+        got = children[pid]
+        if timer == "perf" and got["sampling_timer"] != expected and perf_task_clock_refusal():
+            continue  # not allowed here: the runtime fell back, as its why says
+        assert got["sampling_timer"] == expected and got["sampling_timer_why"], \
+            f"FLEETPROF_TIMER={timer!r}: status says {got}"
+
+
 taplib.run(
+    [test_status_says_what_samples_each_process] +
     per_timer(waits_are_not_interrupted_and_cpu_is_in_the_work)
     + per_timer(waits_cpu_adds_up_to_the_process_cpu)
     + per_timer(a_system_call_in_a_loop_is_not_the_leaf_of_most_samples)
