@@ -488,14 +488,17 @@ static int set_mask(int how, const sigset_t *set, sigset_t *old)
     const sigset_t *use = set;
     struct rt_thread *t = rt_self;
     bool block = false, unblock = false;
+    /* errno as the program left it: a successful call changes nothing it may read next (a
+     * server checks a failed select()'s errno after restoring its mask). */
+    int saved_errno = errno;
     long r;
 
     if (set) {
         bool has = sigismember(set, RT_SAMPLE_SIGNAL) == 1;
 
+        /* glibc's sigdelset() refuses its internal signals (EINVAL): their bits directly. */
         copy = *set;
-        (void)sigdelset(&copy, GLIBC_SIGCANCEL);
-        (void)sigdelset(&copy, GLIBC_SIGSETXID);
+        copy.__val[0] &= ~((1ul << (GLIBC_SIGCANCEL - 1)) | (1ul << (GLIBC_SIGSETXID - 1)));
         use = &copy;
         block = has && (how == SIG_BLOCK || how == SIG_SETMASK);
         unblock = (has && how == SIG_UNBLOCK) || (!has && how == SIG_SETMASK);
@@ -507,6 +510,7 @@ static int set_mask(int how, const sigset_t *set, sigset_t *old)
     r = raw_syscall6(SYS_rt_sigprocmask, how, (long)use, (long)old, _NSIG / 8, 0, 0);
     if (r == 0 && t && unblock && t->timer_paused && !rt_handler_stopped_reason(NULL))
         rt_cpu_timer_pause(t, false);
+    errno = saved_errno;
     return (int)-r;
 }
 

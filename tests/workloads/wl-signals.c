@@ -48,6 +48,9 @@
  *                                   report whether SIGPROF is pending (pending_sigprof).
  *                                   Meant for `ulimit -i 1` (RLIMIT_SIGPENDING)
  *   wl-signals unshare-user         reports unshare(CLONE_NEWUSER): 0 or the errno's name
+ *   wl-signals mask-errno           blocks every signal with sigprocmask, then
+ *                                   pthread_sigmask, unblocks them: reports each call's
+ *                                   result, errno after it, and the mask read back
  */
 #include <errno.h>
 #include <pthread.h>
@@ -665,6 +668,30 @@ static int rlimit_sigpending(double cpu_s)
     return 0;
 }
 
+/* errno after successful mask changes (a server reads a failed select()'s errno after it
+ * restored its mask), and the mask read back: every signal but glibc's own two and the
+ * two no one can block. */
+static int mask_errno(void)
+{
+    sigset_t all, got;
+    int blocked = 0;
+
+    (void)sigfillset(&all);
+    errno = 0;
+    printf("report: sigprocmask=%d errno=%d\n", sigprocmask(SIG_SETMASK, &all, NULL), errno);
+    errno = 0;
+    printf("report: pthread_sigmask=%d errno=%d\n", pthread_sigmask(SIG_SETMASK, &all, NULL),
+           errno);
+    (void)sigprocmask(SIG_SETMASK, NULL, &got);
+    for (int sig = 1; sig < NSIG; sig++)
+        blocked += sigismember(&got, sig) == 1;
+    printf("report: blocked=%d sigprof=%d\n", blocked, sigismember(&got, SIGPROF));
+    (void)sigemptyset(&all);
+    errno = 0;
+    printf("report: unblock=%d errno=%d\n", sigprocmask(SIG_SETMASK, &all, NULL), errno);
+    return 0;
+}
+
 static int unshare_user(void)
 {
     const char *name;
@@ -709,6 +736,8 @@ int main(int argc, char **argv)
         return rlimit_sigpending(atof(argv[2]));
     if (!strcmp(mode, "unshare-user"))
         return unshare_user();
+    if (!strcmp(mode, "mask-errno"))
+        return mask_errno();
     fprintf(stderr, "wl-signals: unknown mode '%s' (see the file's header)\n", mode);
     return 2;
 }
