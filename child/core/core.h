@@ -159,10 +159,11 @@ struct rt_thread {
     _Atomic int timer_kind; /* enum rt_timer_kind */
     int timer_fd;
     int timer_id;
-    bool timer_paused;     /* the thread blocks the signal: its timer stopped meanwhile */
-    bool no_timer;         /* the kernel gave it none (RT_TIMER_NONE at its arm) */
-    uint64_t timer_cpu_ns; /* handler-owned: the thread's CPU clock at its last capture */
-    uint64_t final_cpu_ns; /* its CPU clock when it unregistered (the clock goes with it) */
+    bool timer_paused;       /* the thread blocks the signal: its timer stopped meanwhile */
+    bool no_timer;           /* the kernel gave it none (RT_TIMER_NONE at its arm) */
+    uint64_t timer_cpu_ns;   /* handler-owned: the thread's CPU at its last expiry */
+    uint64_t dropped_cpu_ns; /* handler-owned: CPU of the expiries a full ring dropped */
+    uint64_t final_cpu_ns;   /* its CPU clock when it unregistered (the clock goes with it) */
     /* The captures its timer's signals made: the handler fills ring[ring_head], the
      * sampler empties ring[ring_tail], each slot handed over by its state word (EMPTY,
      * FULL). A full ring drops the capture, not its CPU: the next one carries it. */

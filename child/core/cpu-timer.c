@@ -71,19 +71,6 @@ static void note_failure(const char *what, int err)
     rt_debug("%s", failure);
 }
 
-static int paranoid_level(void)
-{
-    char buf[16] = "";
-    ssize_t n;
-    int fd = open("/proc/sys/kernel/perf_event_paranoid", O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0)
-        return 99;
-    n = read(fd, buf, sizeof(buf) - 1);
-    (void)close(fd);
-    return n > 0 ? atoi(buf) : 99;
-}
-
 static uint64_t interval_ns(void)
 {
     return atomic_load_explicit(&rt.cfg.interval_ns, memory_order_relaxed);
@@ -131,7 +118,7 @@ static int perf_open(int32_t tid)
 /* A POSIX timer on thread t's CPU clock, signalling t; its first expiry at a random point
  * of the first interval (as Go does: a thread that lives less than an interval is sampled
  * with the probability of its share of one, not never). The timer id, or -errno. */
-static int thread_timer_open(const struct rt_thread *t)
+static int thread_timer_open(struct rt_thread *t)
 {
     struct sigevent sev;
     struct itimerspec its;
@@ -146,6 +133,9 @@ static int thread_timer_open(const struct rt_thread *t)
     if (syscall(SYS_timer_create, t->cpu_clock, &sev, &id) < 0)
         return -errno;
     first = 1 + fleetprof_map_mix64(rt_now_ns() ^ (uint64_t)t->tid) % iv;
+    /* The handler counts whole intervals per expiry: the first stands for `first`. */
+    if (t->timer_cpu_ns + first >= iv)
+        t->timer_cpu_ns = t->timer_cpu_ns + first - iv;
     its.it_value.tv_sec = (time_t)(first / 1000000000u);
     its.it_value.tv_nsec = (long)(first % 1000000000u);
     its.it_interval.tv_sec = (time_t)(iv / 1000000000u);
@@ -157,14 +147,6 @@ static int thread_timer_open(const struct rt_thread *t)
         return -err;
     }
     return id;
-}
-
-static const char *paranoid_text(void)
-{
-    static char text[48];
-
-    (void)snprintf(text, sizeof(text), "perf_event_paranoid %d", paranoid_level());
-    return text;
 }
 
 /* The process's kind, decided once (a forked child keeps its parent's). */
@@ -189,11 +171,11 @@ static enum rt_timer_kind preferred(void)
         break;
     default:
         e = RT_TIMER_THREAD_CPU;
+        /* A constant: a start reads no file (a short-lived process pays for each). */
         (void)snprintf(engine_why, sizeof(engine_why),
                        "the default: CPU-clock timers, checked at the kernel's tick, each "
                        "sample weighted by the CPU it stands for (FLEETPROF_TIMER=perf for perf "
-                       "task-clock events, user time only; %s)",
-                       paranoid_text());
+                       "task-clock events, user time only)");
         break;
     }
     atomic_store(&engine, e);
