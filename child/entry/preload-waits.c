@@ -24,6 +24,10 @@
 #include "child/core/core.h"
 #include "child/include/fleetprof.h"
 
+/* Under TSan its interceptors of these calls must see every one (they carry its
+ * synchronisation model): none of this is built in, as in preload-fds.c. */
+#if !RT_TSAN
+
 /* Each wrapper: ret name(params), the real one's pointer, called with args. */
 #define WAITS(X)                                                                                 \
     X(int, nanosleep, (const struct timespec *req, struct timespec *rem), (req, rem))            \
@@ -133,3 +137,5 @@ pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, const struc
     rt_wait_end();
     return r;
 }
+
+#endif /* !RT_TSAN */

@@ -437,6 +437,7 @@ RT_NO_TSAN FLEETPROF_EXPORT int sigaction(int sig, const struct sigaction *act,
     return 0;
 }
 
+#if !RT_TSAN /* TSan intercepts these itself: its model must see each call */
 /* syscall(): glibc's generic system call, made here with the same result convention (-1 and
  * errno), so that a program's raw rt_sigaction for the sampling signal through it stops
  * our timers before it replaces our handler (they would signal its action). Our own code
@@ -547,6 +548,7 @@ FLEETPROF_EXPORT int sigaltstack(const stack_t *ss, stack_t *old)
     }
     return 0;
 }
+#endif /* !RT_TSAN */
 
 /* glibc's signal-style functions call its internal __sigaction, not ours: each is
  * interposed for the sampling signal and sets the program's action with the flags glibc

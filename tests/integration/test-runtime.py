@@ -244,15 +244,17 @@ def runtime_log(doc):
 
 
 def test_an_idle_process_skips_its_descriptor_and_memory_checks(tmp):
-    # Every 10 ms the sampler fstat()s its descriptors and reads statm, unless no thread but
-    # itself ran since the last check it made: a sleeping process pays for a few at its start
-    # (without the skip: one per 10 ms, ~50 here, and none skipped).
+    # At most every 10 ms the sampler fstat()s its descriptors and reads statm, unless no
+    # thread but itself ran since the last check it made: a sleeping process pays for one or
+    # two at its start (without the skip: one at each of the sampler's wakes, none skipped).
     r = run(tmp, [WORKLOAD, "idle", "0.5"])
     assert r.returncode == 0, r.stderr
     log = runtime_log(only_profile(tmp))
     made, skipped = log["descriptorChecks"], log["descriptorChecksSkipped"]
     assert made >= 1, log
-    assert made <= 8 and skipped >= 10, f"{made} checks made, {skipped} skipped: {log}"
+    # The sampler wakes every 50 ms while no thread runs (child/core/core.h, RT_IDLE_DRAIN_NS):
+    # about 10 checks due in the 0.5 s, nearly all skipped.
+    assert made <= 3 and skipped >= 5, f"{made} checks made, {skipped} skipped: {log}"
 
 
 def test_a_descriptor_closed_by_an_unknown_thread_while_idle_is_noticed(tmp):
