@@ -881,7 +881,9 @@ uint64_t rt_sampler_next_tick(uint64_t prev_ns, uint64_t now_ns, uint64_t interv
 
 static void *sampler_main(void *arg)
 {
-    uint64_t next = rt_now_ns();
+    /* The first drain a whole period after the start: a process that ends sooner wakes its
+     * sampler only to stop it. */
+    uint64_t next = rt_now_ns() + RT_DRAIN_NS;
     unsigned idle_wakes = 0, skipped = 0;
 
     (void)arg;

@@ -217,11 +217,11 @@ def test_child_dying_mid_stream_is_dropped_and_logged(tmp):
         d.stop()
 
 
-def churn(tmp, d, n):
+def churn(tmp, d, n, seconds="0.01"):
     pids = []
     running = []
     for _ in range(n):
-        running.append(subprocess.Popen([WORKLOAD, "busy", "0.01", "3"], env=env(d)))
+        running.append(subprocess.Popen([WORKLOAD, "busy", seconds, "3"], env=env(d)))
         pids.append(running[-1].pid)
         if len(running) >= 6:
             running.pop(0).wait()
@@ -255,7 +255,9 @@ def test_churn_keeps_every_exit_profile(tmp):
 def test_churn_under_a_small_limit_logs_every_missing_profile(tmp):
     d = Daemon(tmp, "--global-limit", "1M")
     try:
-        pids = churn(tmp, d, 60)
+        # 100 ms each: the chunks of 60 such exit profiles are more than 1M (a sample with its
+        # stack per kernel tick, same-samples of a few bytes between).
+        pids = churn(tmp, d, 60, "0.1")
         out = os.path.join(tmp, "churn-small.json")
         result, error = capture(d.sock, out)
         assert error is None, error
