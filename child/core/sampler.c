@@ -478,6 +478,24 @@ static bool drain_timer_thread(struct rt_thread *t, uint64_t now, bool paused, b
 
     if (!t->last_entry_ns)
         t->last_entry_ns = t->register_ns;
+    /* A capture the sampler asked for (below), landed: the stack, no CPU of its own. */
+    switch (atomic_load_explicit(&t->capture.state, memory_order_acquire)) {
+    case RT_CAPTURE_FULL:
+        if (!paused) {
+            t->capture.cpu_delta_ns = 0;
+            t->capture.cpu_ns = t->last_cpu_ns;
+            write_timer_capture(t, &t->capture);
+        }
+        atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+        captured = true;
+        break;
+    case RT_CAPTURE_REQUESTED:
+        if (!t->live || last) /* its handler can no longer run (rt_self cleared first) */
+            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+        break;
+    default:
+        break;
+    }
     for (;;) {
         struct rt_capture *c = &t->ring[t->ring_tail % RT_CAPTURE_RING];
 
@@ -502,12 +520,11 @@ static bool drain_timer_thread(struct rt_thread *t, uint64_t now, bool paused, b
         }
         return captured;
     }
-    if (t->live && t->no_timer) {
-        put_unsampled(t, end, cpu, PROF_SAMPLE_NO_TIMER);
-        return captured;
-    }
-    if (t->live && t->timer_paused) {
-        put_unsampled(t, end, cpu, PROF_SAMPLE_SIGNAL_BLOCKED);
+    /* Also for a thread that ended so: its samples up to its end say why. */
+    if (t->no_timer || t->timer_paused) {
+        put_unsampled(t, end, cpu, t->no_timer ? PROF_SAMPLE_NO_TIMER : PROF_SAMPLE_SIGNAL_BLOCKED);
+        if (last || !t->live)
+            t->tail_written = true;
         return captured;
     }
     ran = cpu > t->last_cpu_ns ? cpu - t->last_cpu_ns : 0;
@@ -520,6 +537,20 @@ static bool drain_timer_thread(struct rt_thread *t, uint64_t now, bool paused, b
     if (end - t->last_entry_ns > ran &&
         (t->sampled || !t->live || last || (atomic_load(&t->wait.seq) & 1u)))
         put_wait_entries(t, (end - t->last_entry_ns - ran) / iv, PROF_SAMPLE_BLOCKED_SINCE_START);
+    /* A thread that ran a tick's worth of intervals and was never caught by its timer (it
+     * may run only between the kernel's ticks: beside two CPU hogs, 1 short-lived child in
+     * 120 used its 20 ms and had no sample): one signal from here, as the tick path sends,
+     * only while /proc shows it running or runnable (a signal is taken before it runs on:
+     * no wait of its is cut short, but for one it enters in the microseconds between). */
+    if (t->live && !last && !t->sampled && ran >= 4 * iv && !(atomic_load(&t->wait.seq) & 1u) &&
+        atomic_load_explicit(&t->capture.state, memory_order_acquire) == RT_CAPTURE_EMPTY &&
+        !atomic_load(&rt.exec_pending) && thread_runnable(t->tid)) {
+        t->request_ns = now;
+        t->deferred_ticks = 0;
+        atomic_store_explicit(&t->capture.state, RT_CAPTURE_REQUESTED, memory_order_release);
+        if (signal_thread(t) != 0)
+            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+    }
     if ((last || !t->live) && ran > 0) {
         uint64_t at = end > t->last_entry_ns ? end : t->last_entry_ns + 1;
 
@@ -568,8 +599,7 @@ static bool sample_threads(uint64_t now, unsigned skipped)
 
         if (!t)
             continue;
-        if (atomic_load_explicit(&t->timer_kind, memory_order_acquire) != RT_TIMER_TICK &&
-            t->capture.state == RT_CAPTURE_EMPTY) {
+        if (atomic_load_explicit(&t->timer_kind, memory_order_acquire) != RT_TIMER_TICK) {
             /* Sampled by its own timer: its captures wait in its ring. */
             if (drain_timer_thread(
                         t, now,
@@ -675,13 +705,15 @@ static void harvest_last_captures(void)
 
         if (!t)
             continue;
+        if (atomic_load_explicit(&t->timer_kind, memory_order_acquire) != RT_TIMER_TICK) {
+            (void)drain_timer_thread(t, rt_now_ns(), atomic_load(&rt.paused) != 0, true);
+            continue;
+        }
         state = atomic_load_explicit(&t->capture.state, memory_order_acquire);
         if (state == RT_CAPTURE_FULL)
             write_sample(t);
         else if (state == RT_CAPTURE_REQUESTED)
             drop_capture(t);
-        else if (atomic_load_explicit(&t->timer_kind, memory_order_acquire) != RT_TIMER_TICK)
-            (void)drain_timer_thread(t, rt_now_ns(), atomic_load(&rt.paused) != 0, true);
     }
     (void)pthread_mutex_unlock(&rt.registry_lock);
 }
