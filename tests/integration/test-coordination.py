@@ -576,7 +576,12 @@ def test_held_updates_list_two_chunks(tmp):
             listed.append((len(u[1].get(5, [])), u[1].get(2, [0])[0]))
         assert listed[0][1] > 0, f"the first update tells of no unreleased memory: {listed}"
         later = [n for n, _ in listed if n]
-        assert len(later) >= 3 and all(n >= 2 for n in later), \
+        # Held ones list 2 chunks or more; one whose unreleased bytes rose over the last sent
+        # never waits (the buffer took a chunk: memory the daemon has not heard of), however
+        # few it lists (beside two hogs, the buffer's second chunk came with 1 released).
+        short = [(n, unrel) for (n, unrel), (_, before) in zip(listed[1:], listed)
+                 if n and n < 2 and unrel <= before]
+        assert len(later) >= 3 and not short, \
             f"updates listed {listed} (new chunks, unreleased bytes)"
     finally:
         fd.close()
