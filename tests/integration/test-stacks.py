@@ -228,7 +228,11 @@ def test_demo_fleet_runtime_frames_and_no_stack(tmp):
     print(f"# {through} samples in the runtime's code")
     for why in ("null", NO_STACK + ")"):
         assert why not in reasons, f"samples without a stack or a reason: {reasons}"
-    assert sum(reasons.values()) <= 0.005 * total, f"of {total} samples: {reasons}"
+    # 1 %: a short helper the kernel's tick never found running (CPU-clock timers) has its
+    # CPU in one sample that says so, and its life before it in samples saying it was
+    # blocked (beside two CPU hogs: 49 of 9,620, one helper). 0.5 % with the wall-clock
+    # sampler, which signalled every thread that ran.
+    assert sum(reasons.values()) <= 0.01 * total, f"of {total} samples: {reasons}"
 
 
 taplib.run([
