@@ -506,6 +506,9 @@ static int set_mask(int how, const sigset_t *set, sigset_t *old)
     }
     if (rt_in_handler) /* libunwind's, in our handler: the kernel restores the mask */
         t = NULL;
+    /* A vfork child shares our memory, not our timers: its mask is its own business. */
+    if (t && (block || unblock) && raw_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0) != rt.pid)
+        t = NULL;
     if (t && block && !rt_is_internal_thread())
         rt_cpu_timer_pause(t, true);
     r = raw_syscall6(SYS_rt_sigprocmask, how, (long)use, (long)old, _NSIG / 8, 0, 0);
