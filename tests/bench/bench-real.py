@@ -40,11 +40,20 @@ futex syscall that glibc inlines into its caller (sem_post's wake) counts under 
 Shares are medians over the repetitions of each repetition's share; tps is pgbench's
 (without the initial connection time).
 
+The truth each share is compared with: epoll-cpu-probe.so, preloaded into the server in all
+three configurations, reads each thread's CPU clock before and after every epoll_wait and
+writes, at each process's exit, the CPU spent inside the calls and the process's CPU. A
+profiler changes the truth it measures (perf's per-task events are switched out and in at
+every context switch, inside the wait), so each profiler is compared with the probe of its
+own run: error = its epoll_wait share over the probed processes - the probe's share, in
+points. The probe costs each call two clock reads, in every configuration alike.
+
 Prints a table per repetition, the medians, the top leaves of each profiler, then BENCH
 real.postgres_epoll_wait_cpu_share(_perf_record), real.postgres_futex_cpu_share(_perf_record),
-real.postgres_tps(_perf_record, _plain). Exit 77 (skipped) without PostgreSQL 15
-(/usr/lib/postgresql/15/bin: Debian's postgresql-15); a run that fails leaves its
-configuration unmeasured (FAILED, NOT MEASURED, exit 1), as does perf missing or not allowed.
+real.postgres_tps(_perf_record, _plain), real.postgres_epoll_wait_cpu_share_measured
+(_perf_record, _plain), real.postgres_epoll_wait_share_error(_perf_record). Exit 77 (skipped)
+without PostgreSQL 15 (/usr/lib/postgresql/15/bin: Debian's postgresql-15); a run that fails
+leaves its configuration unmeasured (FAILED, NOT MEASURED, exit 1), as does perf missing or not allowed.
 Every process started here is killed by pid on the way out.
 
 Usage: bench-real.py BUILD_DIR [REPS]   (default 3; FLEETPROF_BENCH_REPS too)
@@ -70,6 +79,7 @@ from figures import cell, div, med, print_figures  # noqa: E402
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "3"))
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
+PROBE = os.path.join(BUILD, "tests", "bench", "epoll-cpu-probe.so")
 CLI = os.path.join(BUILD, "tools", "fleetprof")
 PG_BIN = "/usr/lib/postgresql/15/bin"
 POSTGRES, INITDB, PGBENCH, PG_ISREADY = (os.path.join(PG_BIN, p) for p in
@@ -294,11 +304,12 @@ class Server:
             argv += ["-c", s]
         return argv
 
-    def start(self, argv, log):
+    def start(self, argv, log, extra_env=None):
         """Starts argv (the server, maybe under a profiler) in a session of its own and waits
         until it accepts connections. Returns (Popen, postmaster pid); raises RuntimeError."""
         with open(log, "w") as out:
-            p = subprocess.Popen(argv, env=self.env, cwd=self.tmp, stdin=subprocess.DEVNULL,
+            p = subprocess.Popen(argv, env=dict(self.env, **(extra_env or {})), cwd=self.tmp,
+                                 stdin=subprocess.DEVNULL,
                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         started.append(p)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -352,16 +363,41 @@ class Server:
 
 def new_shares():
     return {"cpu_ms": 0.0, "epoll_ms": 0.0, "futex_ms": 0.0, "leaves": collections.Counter(),
-            "pids": set(), "other_ms": 0.0}
+            "pids": set(), "other_ms": 0.0,
+            "by_pid": collections.defaultdict(lambda: [0.0, 0.0])}  # pid: [cpu_ms, epoll_ms]
 
 
-def add(res, leaf, name, ms):
+def add(res, pid, leaf, name, ms):
     res["cpu_ms"] += ms
     res["leaves"][leaf] += ms
+    res["by_pid"][pid][0] += ms
     if is_epoll(name):
         res["epoll_ms"] += ms
+        res["by_pid"][pid][1] += ms
     elif is_futex(name):
         res["futex_ms"] += ms
+
+
+def probe_dir(tmp, config, rep, user):
+    """A directory epoll-cpu-probe.so (as the server's user) writes its epoll.PID files to."""
+    d = os.path.join(tmp, f"probe-{config}-{rep}")
+    os.mkdir(d, 0o700)
+    if user:
+        os.chown(d, user[1], user[2])
+    return d
+
+
+def probe_results(d):
+    """What epoll-cpu-probe.so measured in the postgres processes: {pid: (cpu_ms, epoll_ms)}.
+    A process that never called epoll_wait, or ended without exit() (_exit, a kill), left no
+    file."""
+    got = {}
+    for name in os.listdir(d):
+        with open(os.path.join(d, name)) as f:
+            fields = f.read().split()
+        if len(fields) == 5 and fields[0] == "postgres":
+            got[int(fields[1])] = (int(fields[4]) / 1e6, int(fields[2]) / 1e6)
+    return got
 
 
 def fleetprof_shares(path):
@@ -388,10 +424,10 @@ def fleetprof_shares(path):
             ms = (row[sms["threadCPUDelta"]] or 0) / 1e6
             idx = row[sms["stack"]]
             if idx is None:
-                add(res, "(no stack)", "", ms)
+                add(res, t["pid"], "(no stack)", "", ms)
                 continue
             frame = stacks[idx][ss["frame"]]
-            add(res, locs[frame], names[frame], ms)
+            add(res, t["pid"], locs[frame], names[frame], ms)
     return res
 
 
@@ -421,7 +457,8 @@ def perf_shares(prefix, data, env, cwd):
         if comm != "postgres":
             res["other_ms"] += ms
             continue
-        res["pids"].add(int(head[at].split("/")[0]))
+        pid = int(head[at].split("/")[0])
+        res["pids"].add(pid)
         res["samples"] += 1
         leaf, name = "(no user frame)", ""
         for line in lines[1:]:
@@ -439,7 +476,7 @@ def perf_shares(prefix, data, env, cwd):
             name = base_name(sym)
             leaf = f"{name} ({os.path.basename(dso)})"
             break
-        add(res, leaf, name, ms)
+        add(res, pid, leaf, name, ms)
     return res
 
 
@@ -460,9 +497,11 @@ def run_once(server, config, rep, perf_prefix):
         perf = ["perf", "record", "-q", "-F", "1000", "-g", "-N", "-o", data, "--"]
         argv = perf_prefix + perf + (argv if perf_prefix else as_user(server.user, argv))
     res = {}
+    probe = probe_dir(tmp, config, rep, server.user)
     try:
         try:
-            p, pm = server.start(argv, log)
+            p, pm = server.start(argv, log, {"LD_PRELOAD": PROBE,
+                                             "FLEETPROF_BENCH_EPOLL_DIR": probe})
         except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
             return {"error": f"start: {e}"}
         try:
@@ -473,6 +512,12 @@ def run_once(server, config, rep, perf_prefix):
         if why:
             return {"error": why}
         res.update(tps=tps, tree_cpu=cpu)
+        truth = probe_results(probe)
+        if not truth:
+            return {"error": "epoll-cpu-probe.so measured no postgres process"}
+        res["probed"] = len(truth)
+        res["measured_pct"] = 100 * (sum(e for _, e in truth.values()) /
+                                     sum(c for c, _ in truth.values()))
         if config == "plain":
             return res
         try:
@@ -491,12 +536,20 @@ def run_once(server, config, rep, perf_prefix):
                              f"processes, {sh['other_ms']:.0f} ms of other processes)"}
         res.update(sh)
         res["epoll_pct"] = 100 * sh["epoll_ms"] / sh["cpu_ms"]
+        # The same share over the processes the probe measured, against what it measured.
+        seen = [sh["by_pid"][pid] for pid in truth if pid in sh["by_pid"]]
+        if len(seen) != len(truth) or sum(c for c, _ in seen) <= 0:
+            return {"error": f"{len(truth) - len(seen)} of the {len(truth)} processes the probe "
+                             "measured are not in the profile"}
+        res["probed_pct"] = 100 * sum(e for _, e in seen) / sum(c for c, _ in seen)
+        res["error_points"] = res["probed_pct"] - res["measured_pct"]
         res["futex_pct"] = 100 * sh["futex_ms"] / sh["cpu_ms"]
         return res
     finally:
         for f in (out, data):
             if os.path.exists(f):
                 os.unlink(f)
+        shutil.rmtree(probe, ignore_errors=True)
 
 
 def init_data(server):
@@ -524,7 +577,7 @@ def main():
         print(f"bench-real: skipped: PostgreSQL 15 is not installed ({', '.join(missing)} "
               "missing; Debian: postgresql-15, or tools/bootstrap.sh --with-servers)")
         return 77
-    for path in (LIB, CLI):
+    for path in (LIB, CLI, PROBE):
         if not os.path.exists(path):
             print(f"bench-real: {path} not built", file=sys.stderr)
             return 1
@@ -555,7 +608,8 @@ def main():
             env.update(USER=user[0], LOGNAME=user[0])
         server = Server(tmp, user, env)
         # The record command (as the user) must reach this build.
-        check = subprocess.run(as_user(user, ["test", "-x", CLI, "-a", "-r", LIB]), env=env,
+        check = subprocess.run(as_user(user, ["test", "-x", CLI, "-a", "-r", LIB, "-a", "-r",
+                                              PROBE]), env=env,
                                cwd=tmp, timeout=30)
         if check.returncode != 0:
             print(f"FAILED: {user[0] if user else 'this user'} cannot run {CLI} or read {LIB} "
@@ -597,7 +651,8 @@ def report(runs, errors, perf_ok, perf_note, user, load_start, total_s):
     print(f"   postgres ran as {user[0] if user else pwd.getpwuid(os.geteuid()).pw_name}; "
           f"perf-record: {perf_note}")
     print(f"   {'config':<12} {'rep':>3} {'tps':>9} {'tree cpu s':>10} {'pg cpu s':>9} "
-          f"{'pg procs':>8} {'epoll_wait %':>12} {'futex %':>8}")
+          f"{'pg procs':>8} {'epoll_wait %':>12} {'futex %':>8} {'probed':>6} "
+          f"{'measured %':>10} {'profiled %':>10} {'error':>6}")
     for c in CONFIGS:
         for rep, r in enumerate(runs[c]):
             if r is None:
@@ -607,7 +662,9 @@ def report(runs, errors, perf_ok, perf_note, user, load_start, total_s):
             procs = len(r["pids"]) if "pids" in r else None
             print(f"   {c:<12} {rep:>3} {r['tps']:9.0f} {cell(r['tree_cpu'], '10.2f')} "
                   f"{cell(pg, '9.2f')} {procs if procs is not None else '-':>8} "
-                  f"{cell(r.get('epoll_pct'), '12.1f')} {cell(r.get('futex_pct'), '8.2f')}")
+                  f"{cell(r.get('epoll_pct'), '12.1f')} {cell(r.get('futex_pct'), '8.2f')} "
+                  f"{r['probed']:>6} {cell(r['measured_pct'], '10.1f')} "
+                  f"{cell(r.get('probed_pct'), '10.1f')} {cell(r.get('error_points'), '+6.1f')}")
 
     def median(c, key):
         """Median over the reps; nan when a rep failed or the configuration did not run."""
@@ -621,9 +678,17 @@ def report(runs, errors, perf_ok, perf_note, user, load_start, total_s):
               f"{cell(median(c, 'tree_cpu'), '10.2f')} "
               f"{cell(div(median(c, 'cpu_ms'), 1e3) if c != 'plain' else None, '9.2f')} "
               f"{'':>8} {cell(median(c, 'epoll_pct') if c != 'plain' else None, '12.1f')} "
-              f"{cell(median(c, 'futex_pct') if c != 'plain' else None, '8.2f')}")
+              f"{cell(median(c, 'futex_pct') if c != 'plain' else None, '8.2f')} {'':>6} "
+              f"{cell(median(c, 'measured_pct'), '10.1f')} "
+              f"{cell(median(c, 'probed_pct') if c != 'plain' else None, '10.1f')} "
+              f"{cell(median(c, 'error_points') if c != 'plain' else None, '+6.1f')}")
     print("   tree cpu: the server's whole process tree (the profiler's own process included), "
           "from wait4; pg cpu: the CPU the profiler attributes to the postgres processes.")
+    print("   measured: the CPU spent inside epoll_wait, by each process's own thread CPU clock "
+          "around each call (epoll-cpu-probe.so, in every configuration), over the processes "
+          "it saw (probed: those that called epoll_wait and ended by exit); profiled: the "
+          "profiler's epoll_wait share over the same processes; error: profiled - measured, "
+          "in points.")
 
     for c in ("fleetprof", "perf-record"):
         good = [r for r in runs[c] if r]
@@ -652,6 +717,16 @@ def report(runs, errors, perf_ok, perf_note, user, load_start, total_s):
     figures["real.postgres_epoll_wait_cpu_share"] = (median("fleetprof", "epoll_pct"), "%", 1)
     figures["real.postgres_epoll_wait_cpu_share_perf_record"] = (
         median("perf-record", "epoll_pct"), "%", 1)
+    figures["real.postgres_epoll_wait_cpu_share_measured"] = (
+        median("fleetprof", "measured_pct"), "%", 1)
+    figures["real.postgres_epoll_wait_cpu_share_measured_perf_record"] = (
+        median("perf-record", "measured_pct"), "%", 1)
+    figures["real.postgres_epoll_wait_cpu_share_measured_plain"] = (
+        median("plain", "measured_pct"), "%", 1)
+    figures["real.postgres_epoll_wait_share_error"] = (
+        median("fleetprof", "error_points"), "points", 1)
+    figures["real.postgres_epoll_wait_share_error_perf_record"] = (
+        median("perf-record", "error_points"), "points", 1)
     figures["real.postgres_futex_cpu_share"] = (median("fleetprof", "futex_pct"), "%", 2)
     figures["real.postgres_futex_cpu_share_perf_record"] = (
         median("perf-record", "futex_pct"), "%", 2)
