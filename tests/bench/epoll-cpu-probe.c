@@ -64,8 +64,7 @@ int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
     return r;
 }
 
-int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout,
-                const sigset_t *mask)
+int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout, const sigset_t *mask)
 {
     static int (*real)(int, struct epoll_event *, int, int, const sigset_t *);
     if (!real)
