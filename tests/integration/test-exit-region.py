@@ -75,6 +75,40 @@ def diff(a, b, where="", out=None):
     return out
 
 
+def built_and_own(d, tmp, argv, name):
+    """Runs argv (a short-lived child named name) profiled under d, its own exit profile to
+    FLEETPROF_OUTPUT too. Returns (the exit profile the daemon built from the child's region,
+    as a capture holds it; the child's own write, from the same buffer at the same instant),
+    after checking what the logs say and that both tell the same profile, field by field
+    (but who symbolized)."""
+    own = os.path.join(tmp, "own.json")
+    p = subprocess.Popen(argv, env=env(d.sock, FLEETPROF_OUTPUT=own),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert p.wait(timeout=60) == 0, p.stderr.read()
+    pid = p.pid
+    # The daemon reads the Final after the child is gone; its workers build the profile
+    # (off the loop: the line may come after the child's "left").
+    wait_until(lambda: f"child {pid} ({name}) left" in d.log(), "the child's end")
+    wait_until(lambda: d.status()["building"] == 0, "the daemon's build")
+    assert f"child {pid} ({name}): exit profile built from its chunk region" in d.log(), \
+        f"no exit profile built from a region:\n{d.log()[-3000:]}"
+    doc = capture_doc(d, tmp)
+    proc = process(doc, pid)
+    assert proc["meta"]["fleetprof"].get("exit") is True, proc["meta"]["fleetprof"]
+    assert "recovered" not in proc["meta"]["fleetprof"], proc["meta"]["fleetprof"]
+    assert proc["meta"].get("shutdownTime"), proc["meta"]
+    assert runtime_log(proc).get("builtFromRegion") is True, runtime_log(proc)
+    assert any(f"added the exit profile of child {pid} ({name})" in e and
+               "built by the daemon from its shared chunks" in e for e in events(doc)), \
+        events(doc)
+    mine = pc.load_valid(own)
+    assert "builtFromRegion" not in runtime_log(mine), runtime_log(mine)
+    problems = diff(comparable(proc), comparable(mine))
+    assert not problems, "the daemon's build differs from the child's own:\n" + \
+        "\n".join(problems)
+    return proc, mine
+
+
 def test_short_child_exit_profile_is_built_by_the_daemon(tmp):
     """A short-lived child's exit profile is built by the daemon from its region: present,
     symbolized, complete, and the same profile as the one the child writes itself (to
@@ -82,33 +116,156 @@ def test_short_child_exit_profile_is_built_by_the_daemon(tmp):
     gathering log say so."""
     d = Daemon(tmp)
     try:
-        own = os.path.join(tmp, "own.json")
-        p = subprocess.Popen([WORKLOAD, "busy", "0.15"], env=env(d.sock, FLEETPROF_OUTPUT=own),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        assert p.wait(timeout=60) == 0, p.stderr.read()
-        pid = p.pid
-        # The daemon reads the Final after the child is gone; its workers build the profile
-        # (off the loop: the line may come after the child's "left").
-        wait_until(lambda: f"child {pid} (workload) left" in d.log(), "the child's end")
-        wait_until(lambda: d.status()["building"] == 0, "the daemon's build")
-        assert f"child {pid} (workload): exit profile built from its chunk region" in d.log(), \
-            f"no exit profile built from a region:\n{d.log()[-3000:]}"
-        doc = capture_doc(d, tmp)
-        proc = process(doc, pid)
-        assert proc["meta"]["fleetprof"].get("exit") is True, proc["meta"]["fleetprof"]
-        assert "recovered" not in proc["meta"]["fleetprof"], proc["meta"]["fleetprof"]
-        assert proc["meta"].get("shutdownTime"), proc["meta"]
-        assert runtime_log(proc).get("builtFromRegion") is True, runtime_log(proc)
+        proc, _ = built_and_own(d, tmp, [WORKLOAD, "busy", "0.15"], "workload")
         names = {n for t in proc["threads"] for n in pc.frame_names(t)}
         assert any(n.startswith("wl_hot_leaf") for n in names), sorted(names)[:40]
-        assert any(f"added the exit profile of child {pid} (workload)" in e and
-                   "built by the daemon from its shared chunks" in e for e in events(doc)), \
-            events(doc)
-        mine = pc.load_valid(own)
-        assert "builtFromRegion" not in runtime_log(mine), runtime_log(mine)
-        problems = diff(comparable(proc), comparable(mine))
-        assert not problems, "the daemon's build differs from the child's own:\n" + \
-            "\n".join(problems)
+    finally:
+        d.stop()
+
+
+# A short-lived child that uses the runtime's API on two threads (the main thread and
+# "py-worker"), through ctypes (the preloaded library's symbols): each thread does 4 rounds
+# of 10 ms of its CPU under a label, then records a typed marker of its own schema, a text
+# marker, a marker with its stack, a start/end pair and an interval, and adds 1 to a
+# counter; the main thread pauses the profiler once. A few hundred entries: its exit
+# profile goes through the region (no performance group, which would keep it out).
+API_ROUNDS = 4
+API_CHILD = """
+import ctypes
+import threading
+import time
+
+lib = ctypes.CDLL(None)
+
+
+class Field(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("label", ctypes.c_char_p),
+                ("format", ctypes.c_char_p), ("kind", ctypes.c_int)]
+
+
+class Value(ctypes.Structure):
+    class V(ctypes.Union):
+        _fields_ = [("i", ctypes.c_int64), ("u", ctypes.c_uint64), ("d", ctypes.c_double),
+                    ("s", ctypes.c_char_p)]
+    _fields_ = [("kind", ctypes.c_int), ("v", V)]
+
+
+APP, IO, UINT, STRING = 7, 3, 2, 4
+lib.fleetprof_now_ns.restype = ctypes.c_uint64
+lib.fleetprof_label_push.restype = ctypes.c_void_p
+lib.fleetprof_label_pop.argtypes = [ctypes.c_void_p]
+lib.fleetprof_marker_typed.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                       ctypes.c_uint64, ctypes.c_uint64,
+                                       ctypes.POINTER(Value), ctypes.c_size_t]
+lib.fleetprof_marker_interval.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64,
+                                          ctypes.c_uint64, ctypes.c_char_p]
+lib.fleetprof_counter_add.argtypes = [ctypes.c_int, ctypes.c_int64]
+FIELDS = (Field * 2)(Field(b"who", b"Who", b"unique-string", STRING),
+                     Field(b"round", b"Round", b"integer", UINT))
+SCHEMA = lib.fleetprof_marker_schema(b"PyRound", b"{marker.data.who}", FIELDS, 2)
+COUNTER = lib.fleetprof_counter_create(b"py-rounds", b"Other", b"rounds of the API")
+assert SCHEMA > 0 and COUNTER >= 0, (SCHEMA, COUNTER)
+LABELS = {"main": b"py-label-main", "worker": b"py-label-worker"}  # outlive their labels
+
+
+def spin(seconds):
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+def rounds(who):
+    for r in range(ROUNDS):
+        token = lib.fleetprof_label_push(LABELS[who], APP)
+        t0 = lib.fleetprof_now_ns()
+        spin(0.01)
+        values = (Value * 2)()
+        values[0].kind, values[0].v.s = STRING, who.encode()
+        values[1].kind, values[1].v.u = UINT, r
+        lib.fleetprof_marker_typed(SCHEMA, b"py-round", APP, t0, lib.fleetprof_now_ns(),
+                                   values, 2)
+        lib.fleetprof_marker(b"py-text", IO, b"round text")
+        lib.fleetprof_marker_with_stack(b"py-cause", IO, b"with stack")
+        lib.fleetprof_marker_start(b"py-span", IO)
+        spin(0.002)
+        lib.fleetprof_marker_end(b"py-span", IO)
+        lib.fleetprof_marker_interval(b"py-interval", IO, t0, lib.fleetprof_now_ns(), None)
+        if who == "main" and r == 1:
+            lib.fleetprof_pause()
+            spin(0.005)
+            lib.fleetprof_resume()
+        lib.fleetprof_counter_add(COUNTER, 1)
+        lib.fleetprof_label_pop(token)
+
+
+worker = threading.Thread(target=rounds, args=("worker",), name="py-worker")
+worker.start()
+rounds("main")
+worker.join()
+""".replace("ROUNDS", str(API_ROUNDS))
+
+
+def api_content(proc):
+    """What API_CHILD put in its profile, per thread with samples: (samples with a stack,
+    label frames in them, its py-round markers as (who, round), how many of its other
+    markers of each name, with their data as API_CHILD made it); and the py-rounds
+    counter's total."""
+    threads = {}
+    for t in proc["threads"]:
+        stacks = pc.sample_stacks(t)
+        if not stacks:
+            continue
+        ms = t["markers"]["schema"]
+        rounds, others = [], {}
+        for row in t["markers"]["data"]:
+            name, data = t["stringTable"][row[ms["name"]]], row[ms["data"]] or {}
+            if name == "py-round" and data.get("type") == "PyRound":
+                rounds.append((t["stringTable"][data["who"]], data["round"]))
+                continue
+            if (name == "py-text" and data.get("name") != "round text") or \
+                    (name == "py-cause" and not data.get("stack", {}).get("samples")):
+                continue
+            others[name] = others.get(name, 0) + 1
+        labels = {f for s in stacks for f in s if f.startswith("py-label-")}
+        threads[t["tid"]] = (len(stacks), labels, sorted(rounds), others)
+    (counter,) = [c for c in proc.get("counters") or [] if c["name"] == "py-rounds"]
+    cs = counter["samples"]["schema"]
+    return threads, sum(row[cs["count"]] for row in counter["samples"]["data"])
+
+
+def test_exit_profile_with_api_data_on_two_threads_is_built_the_same(tmp):
+    """The daemon's build of an exit profile from the child's region equals the child's own
+    write field by field also for what the API records: labels, typed markers with their
+    schema, text markers, markers with a stack, start/end and interval markers, a counter,
+    a paused range, on two threads with samples."""
+    d = Daemon(tmp)
+    try:
+        script = os.path.join(tmp, "api-child.py")
+        with open(script, "w") as f:
+            f.write(API_CHILD)
+        # The runtime names a process after its argv[0]'s last part.
+        proc, _ = built_and_own(d, tmp, [sys.executable, script],
+                                os.path.basename(sys.executable))
+        # The comparison above is not vacuous: the profile holds all of it.
+        schemas = {s["name"]: s for s in proc["meta"].get("markerSchema") or []}
+        assert "PyRound" in schemas, sorted(schemas)
+        assert [f["key"] for f in schemas["PyRound"]["data"]] == ["who", "round"], \
+            schemas["PyRound"]
+        threads, counted = api_content(proc)
+        assert counted == 2 * API_ROUNDS, f"py-rounds counter total {counted}"
+        pid = proc["meta"]["fleetprof"]["pid"]
+        main = threads.pop(pid, None)
+        workers = [w for w in threads.values() if w[1] == {"py-label-worker"}]
+        assert main and len(workers) == 1, f"main {main}, others {threads}"
+        # A start and an end are a marker each (phases 2 and 3).
+        n = API_ROUNDS
+        markers = {"py-text": n, "py-cause": n, "py-span": 2 * n, "py-interval": n}
+        for who, (samples, labels, rounds, others) in (("main", main), ("worker", workers[0])):
+            assert samples >= 5, f"{who}: {samples} samples with a stack"
+            assert labels == {f"py-label-{who}"}, f"{who}: labels {labels}"
+            assert rounds == [(who, r) for r in range(n)], f"{who}: markers {rounds}"
+            assert others == markers, f"{who}: markers {others}"
+        assert len(proc["pausedRanges"]) == 1, proc["pausedRanges"]
     finally:
         d.stop()
 
@@ -319,6 +476,7 @@ def test_hostile_exit_regions_never_hurt_the_daemon(tmp):
 
 taplib.run([
     test_short_child_exit_profile_is_built_by_the_daemon,
+    test_exit_profile_with_api_data_on_two_threads_is_built_the_same,
     test_a_large_exit_profile_is_still_sent_by_the_child,
     test_a_child_without_a_daemon_writes_its_profile_as_before,
     test_an_old_daemon_gets_the_exit_profile_as_json,

@@ -16,6 +16,10 @@
  *   workload exit-underscore SECONDS   busy, then _exit(3)
  *   workload wait-signal               spins until killed
  *   workload idle SECONDS              sleeps (samples without CPU)
+ *   workload fork-idle SECONDS         forks a child that sleeps SECONDS (nanosleep, no CPU)
+ *                                      and _exits 0; the master writes "child PID" as soon
+ *                                      as it forked, then waits for it; exits 1 if the
+ *                                      child did not exit 0
  *   workload pool N SECONDS            a pool of N threads that wait for work that never
  *                                      comes (a condition variable), SECONDS long; prints
  *                                      its peak RSS ("max_rss_kb=K") and CPU ("cpu_us=U")
@@ -944,6 +948,24 @@ int main(int argc, char **argv)
         /* A signal (the profiler's first sample) may interrupt the sleep: finish it. */
         while (nanosleep(&ts, &ts) != 0)
             ;
+    } else if (!strcmp(mode, "fork-idle")) {
+        struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+        pid_t pid = fork();
+        char line[32];
+        int n, status;
+
+        if (pid == 0) {
+            while (nanosleep(&ts, &ts) != 0) /* interrupted: finish the sleep */
+                ;
+            _exit(0);
+        }
+        if (pid < 0)
+            return 1;
+        /* write(2), not stdio: the line is out before the master does anything else. */
+        n = snprintf(line, sizeof(line), "child %d\n", (int)pid);
+        if (write(STDOUT_FILENO, line, (size_t)n) != n)
+            return 1;
+        return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     } else {
         fprintf(stderr, "workload: unknown mode %s\n", mode);
         return 2;
