@@ -49,6 +49,10 @@
 /* Captures a thread's timer can make before the sampler empties them; the handler wakes the
  * sampler when half are full. */
 #define RT_CAPTURE_RING      8
+/* Captures a process takes with step-by-step dwarf walks before the sampler warms libunwind
+ * for unw_backtrace() (stackwalk.c): about where the extra cost of those walks (10 µs or
+ * more a sample at bench-handler's depths, against ~6 µs) reaches the warm-up's ~270 µs. */
+#define RT_WARM_CAPTURES     16
 /* How often the sampler empties the rings, writes idle time and counters, and serves the
  * daemon while some thread ran; and while none did. Every thread's samples are timed by
  * its own timer: these only bound how late they reach the buffer (a ring half full wakes
@@ -325,6 +329,10 @@ uint64_t rt_threads_generation(void);
 /* stackwalk.c */
 int rt_stackwalk_init(enum rt_stackwalk mode);
 void rt_stackwalk_warm_thread(void);
+/* The sampler thread, once the process has taken RT_WARM_CAPTURES captures: makes
+ * libunwind's one-time set-up on itself, after which handlers use unw_backtrace(). True if
+ * it did it now. */
+bool rt_stackwalk_warm_process(void);
 /* In the signal handler: capture the interrupted context into c. Async-signal-safe. */
 void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void *ucontext);
 /* Dwarf samples taken inside the loader, downgraded to a frame-pointer walk. */

@@ -204,8 +204,13 @@ static void put_stack_sample(struct rt_thread *t, const struct rt_capture *c, ui
     t->sampled = true;
 }
 
+/* Captures written in this process (sampler-owned): past RT_WARM_CAPTURES the
+ * process is warmed for unw_backtrace (stackwalk.c). */
+static uint64_t captures_written;
+
 static void write_capture(struct rt_thread *t, struct rt_capture *c, uint64_t time_ns)
 {
+    captures_written++;
     if (rt.cfg.stackwalk == RT_STACKWALK_COPY)
         rt_stackwalk_unwind_copy(c);
     count_handler_time(c->handler_ns);
@@ -972,6 +977,8 @@ static void *sampler_main(void *arg)
         (void)pthread_mutex_unlock(&rt.registry_lock);
         t2 = rt_now_ns();
         sample_counters(t2, true);
+        if (captures_written >= RT_WARM_CAPTURES && rt_stackwalk_warm_process())
+            rt_debug("warmed libunwind after %llu captures", (unsigned long long)captures_written);
         rt_region_tick(t2);
         rt_process_title_tick(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);

@@ -89,28 +89,64 @@ static bool libunwind_key_is_static(void)
     return low;
 }
 
-void rt_stackwalk_warm_thread(void)
+/* libunwind's first backtrace on a thread makes its trace cache (256 KiB, 0.2-0.4 ms and
+ * here 64 page faults). The process's first one, outside any handler, also runs libunwind's
+ * one-time set-up (a pthread_once and its key), on which a handler that interrupted it
+ * would deadlock. So until the process is warmed, handlers walk with unw_init_local2() and
+ * unw_step() (step_walk(): no trace cache, no once; a few µs a sample instead of ~0.4), and
+ * the process is warmed by the sampler thread, on itself, once it has taken
+ * RT_WARM_CAPTURES captures: a short-lived process pays for its samples, not for a
+ * cache it would not use. After that the other threads' caches are made by their first
+ * sample's handler: a thread that is never sampled (an idle pool: 64 threads cost 18 MiB
+ * and 160 ms of CPU) pays nothing. That is safe as long as the cache's set-up in the
+ * handler takes nothing a signal could find held: libunwind blocks signals around its own
+ * pool's lock and maps its memory with mmap; only pthread_setspecific() could allocate, for
+ * a key above glibc's static ones, in which case each thread registered from then on is
+ * warmed as it registers, and the threads registered before keep walking step by step. */
+static void warm_this_thread(void)
 {
     void *frames[64];
 
-    /* libunwind's first backtrace on a thread makes its cache (256 KiB, 0.2-0.4 ms and here
-     * 64 page faults). The process's first one, outside any handler, also runs libunwind's
-     * one-time set-up (a pthread_once and its key), on which a handler that interrupted it
-     * would deadlock. The other threads' caches are made by their first sample's handler:
-     * a thread that is never sampled (an idle pool: 64 threads cost 18 MiB and 160 ms of
-     * CPU) pays nothing. That is safe as long as the cache's set-up in the handler takes
-     * nothing a signal could find held: libunwind blocks signals around its own pool's
-     * lock and maps its memory with mmap; only pthread_setspecific() could allocate, for a
-     * key above glibc's static ones, in which case every thread is warmed here as before. */
-    if (walk_mode != RT_STACKWALK_DWARF || warmed || atomic_load(&libunwind_stopped) ||
-        atomic_load(&lazy_threads))
-        return;
     rt_loader_gate_enter();
     (void)unw_backtrace(frames, 64);
     rt_loader_gate_leave();
     warmed = true;
-    if (!atomic_exchange(&process_warmed, true))
-        atomic_store(&lazy_threads, libunwind_key_is_static());
+}
+
+void rt_stackwalk_warm_thread(void)
+{
+    if (walk_mode != RT_STACKWALK_DWARF || warmed || atomic_load(&libunwind_stopped) ||
+        !atomic_load(&process_warmed) || atomic_load(&lazy_threads))
+        return;
+    warm_this_thread();
+}
+
+bool rt_stackwalk_warm_process(void)
+{
+    if (walk_mode != RT_STACKWALK_DWARF || atomic_load(&process_warmed) ||
+        atomic_load(&libunwind_stopped))
+        return false;
+    warm_this_thread();
+    atomic_store(&lazy_threads, libunwind_key_is_static());
+    atomic_store(&process_warmed, true);
+    return true;
+}
+
+/* A dwarf walk from the interrupted context without unw_backtrace's trace cache. */
+static int step_walk(uint64_t *frames, int max, void *ucontext)
+{
+    unw_cursor_t cursor;
+    unw_word_t ip;
+    int n = 0;
+
+    if (unw_init_local2(&cursor, (unw_context_t *)ucontext, UNW_INIT_SIGNAL_FRAME) < 0)
+        return 0;
+    do {
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0)
+            break;
+        frames[n++] = ip;
+    } while (n < max && unw_step(&cursor) > 0);
+    return n;
 }
 
 void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void *ucontext)
@@ -156,6 +192,18 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
             rt_loader_gate_leave();
             break;
         }
+        if (!warmed && !atomic_load_explicit(&lazy_threads, memory_order_relaxed)) {
+            n = step_walk(c->frames, PROF_MAX_FRAMES, ucontext);
+            rt_loader_gate_leave();
+            if (n > 0 && c->frames[0] == ip) {
+                c->frame_count = (uint32_t)n;
+                if (n == PROF_MAX_FRAMES)
+                    c->flags |= PROF_SAMPLE_TRUNCATED;
+                return;
+            }
+            c->flags |= PROF_SAMPLE_UNWIND_FAIL;
+            break;
+        }
         n = unw_backtrace((void **)c->frames, PROF_MAX_FRAMES);
         rt_loader_gate_leave();
         for (int i = 0; i < n; i++) {
@@ -188,8 +236,14 @@ uint32_t rt_stackwalk_crash(uint64_t *frames, uint32_t max, const struct rt_thre
     if (walk_mode == RT_STACKWALK_DWARF &&
         !atomic_load_explicit(&libunwind_stopped, memory_order_relaxed) && rt_in_loader == 0 &&
         rt_loader_gate_try_enter()) {
-        int n = atomic_load(&libunwind_stopped) ? 0 : unw_backtrace((void **)frames, (int)max);
+        int n = 0;
 
+        if (atomic_load(&libunwind_stopped))
+            n = 0;
+        else if (!warmed && !atomic_load(&lazy_threads))
+            n = step_walk(frames, (int)max, ucontext);
+        else
+            n = unw_backtrace((void **)frames, (int)max);
         rt_loader_gate_leave();
 
         for (int i = 0; i < n; i++) {
