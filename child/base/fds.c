@@ -68,7 +68,10 @@ static void *internal_start(void *p)
 {
     struct rt_thread_start ts = *(struct rt_thread_start *)p;
 
-    free(p);
+    /* A thread on the caller's stack never touches malloc: its first free() would make it a
+     * tcache and, here, an arena of its own (64 MiB of address space, kept). */
+    if (!ts.on_callers_stack)
+        free(p);
     internal_thread = 1;
     return ts.start(ts.arg);
 }
@@ -80,6 +83,12 @@ static void *internal_start(void *p)
 
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg)
 {
+    return rt_create_internal_thread_on(thread, start, arg, NULL, 0);
+}
+
+int rt_create_internal_thread_on(pthread_t *thread, void *(*start)(void *), void *arg, void *stack,
+                                 size_t stack_bytes)
+{
     struct rt_thread_start *ts;
     pthread_attr_t attr;
     sigset_t all, old;
@@ -89,16 +98,29 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
         resolve_real_functions();
     if (!real_pthread_create)
         return -ENOSYS;
-    ts = malloc(sizeof(*ts));
-    if (!ts)
-        return -ENOMEM;
+    if (stack) {
+        /* At the bottom of that stack (it grows down from the top, where glibc puts the
+         * thread's TLS), read before the thread could reach it. */
+        if (stack_bytes < 2 * sizeof(*ts))
+            return -EINVAL;
+        ts = stack;
+        stack = (char *)stack + 64;
+        stack_bytes -= 64;
+    } else {
+        ts = malloc(sizeof(*ts));
+        if (!ts)
+            return -ENOMEM;
+    }
     ts->start = start;
     ts->arg = arg;
+    ts->on_callers_stack = stack != NULL;
     r = pthread_attr_init(&attr);
     if (r == 0)
-        r = pthread_attr_setstacksize(&attr, RT_INTERNAL_STACK_BYTES);
+        r = stack ? pthread_attr_setstack(&attr, stack, stack_bytes)
+                  : pthread_attr_setstacksize(&attr, RT_INTERNAL_STACK_BYTES);
     if (r != 0) {
-        free(ts);
+        if (!ts->on_callers_stack)
+            free(ts);
         return -r;
     }
     /* The new thread inherits a full mask: the program's signals, ours included, are
@@ -117,7 +139,7 @@ int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *a
     creating_internal = 0;
     (void)rt_sigmask_raw(SIG_SETMASK, &old, NULL);
     (void)pthread_attr_destroy(&attr);
-    if (r != 0)
+    if (r != 0 && !ts->on_callers_stack)
         free(ts);
     return -r;
 }

@@ -30,10 +30,15 @@
 struct rt_thread_start {
     void *(*start)(void *);
     void *arg;
+    bool on_callers_stack; /* in the stack the caller gave: not freed */
 };
 
 /* Threads of our own, never registered for sampling, all signals blocked. */
 int rt_create_internal_thread(pthread_t *thread, void *(*start)(void *), void *arg);
+/* The same on the caller's stack (stack_bytes at stack, which the caller frees after the
+ * join: glibc keeps no cache of it); with stack NULL, as above. */
+int rt_create_internal_thread_on(pthread_t *thread, void *(*start)(void *), void *arg, void *stack,
+                                 size_t stack_bytes);
 bool rt_is_internal_thread(void);
 /* From now on the calling thread (the IPC thread) can be cancelled only inside
  * epoll_wait()/epoll_pwait() (interposed, preload-fds.c), where it holds no lock and libuv

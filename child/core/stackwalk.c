@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <ucontext.h>
 
 #define UNW_LOCAL_ONLY
@@ -121,12 +122,39 @@ void rt_stackwalk_warm_thread(void)
     warm_this_thread();
 }
 
+static void *warm_main(void *arg)
+{
+    (void)arg;
+    warm_this_thread();
+    return NULL;
+}
+
+/* The warming thread's stack: unw_backtrace() with libunwind's per-thread caches in static
+ * TLS, which glibc puts at the top of it. */
+#define WARM_STACK_BYTES (256 * 1024)
+
 bool rt_stackwalk_warm_process(void)
 {
+    void *stack;
+    pthread_t th;
+
     if (walk_mode != RT_STACKWALK_DWARF || atomic_load(&process_warmed) ||
         atomic_load(&libunwind_stopped))
         return false;
-    warm_this_thread();
+    /* On a thread of its own, on a stack of ours unmapped after the join: libunwind frees
+     * that thread's trace cache as it ends, so the sampler keeps no 256 KiB cache it never
+     * uses (a program under `ulimit -v` gets that memory). */
+    stack = mmap(NULL, WARM_STACK_BYTES, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (stack != MAP_FAILED &&
+        rt_create_internal_thread_on(&th, warm_main, NULL, stack, WARM_STACK_BYTES) == 0) {
+        (void)pthread_join(th, NULL);
+        (void)munmap(stack, WARM_STACK_BYTES);
+    } else {
+        if (stack != MAP_FAILED)
+            (void)munmap(stack, WARM_STACK_BYTES);
+        warm_this_thread();
+    }
     atomic_store(&lazy_threads, libunwind_key_is_static());
     atomic_store(&process_warmed, true);
     return true;
