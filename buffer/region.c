@@ -182,7 +182,8 @@ void buf_region_record_crash_frames(struct buf_region *r, const uint64_t *frames
     __atomic_store_n(&at->frame_count, frame_count, __ATOMIC_RELEASE);
 }
 
-void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns, const char *into)
+void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns, const char *into,
+                          uint64_t cpu_accounted_ns)
 {
     struct buf_region_exec *at = (struct buf_region_exec *)(r->head + BUF_REGION_EXEC_OFFSET);
     uint32_t n = 0;
@@ -194,6 +195,7 @@ void buf_region_mark_exec(struct buf_region *r, uint64_t now_ns, const char *int
             n++;
         }
         at->path_len = n;
+        at->cpu_accounted_ns = cpu_accounted_ns;
         __atomic_store_n(&at->magic, BUF_REGION_EXEC_MAGIC, __ATOMIC_RELEASE);
     }
     __atomic_store_n(&((struct buf_region_header *)r->head)->exec_ns, now_ns, __ATOMIC_RELEASE);
@@ -499,6 +501,23 @@ int buf_region_read_exec(const uint8_t *mem, size_t len, uint64_t *ret_exec_ns, 
         n = into_size - 1;
     memcpy(into, e.path, n);
     into[n] = '\0';
+    return 0;
+}
+
+int buf_region_read_exec_cpu(const uint8_t *mem, size_t len, uint64_t *ret_cpu_ns)
+{
+    struct buf_region_header h;
+    struct buf_region_exec e;
+
+    if (len < BUF_REGION_EXEC_OFFSET + sizeof(e) || len < sizeof(h))
+        return -EBADMSG;
+    memcpy(&h, mem, sizeof(h));
+    if (h.magic != BUF_REGION_MAGIC || h.version != BUF_REGION_VERSION)
+        return -EBADMSG;
+    memcpy(&e, mem + BUF_REGION_EXEC_OFFSET, sizeof(e));
+    if (!h.exec_ns || e.magic != BUF_REGION_EXEC_MAGIC)
+        return -ENOENT;
+    *ret_cpu_ns = e.cpu_accounted_ns;
     return 0;
 }
 

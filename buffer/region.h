@@ -117,6 +117,10 @@ struct buf_region_exec {
     uint32_t magic; /* BUF_REGION_EXEC_MAGIC once path is whole */
     uint32_t path_len;
     char path[BUF_REGION_EXEC_PATH_MAX]; /* not NUL-terminated; cut at BUF_REGION_EXEC_PATH_MAX */
+    /* The exec'ing thread's CPU clock up to which this image's profile charges it: the new
+     * image's first sample carries what that thread used after it (0 = none, or an older
+     * writer). */
+    uint64_t cpu_accounted_ns;
 };
 
 _Static_assert(BUF_REGION_EXEC_OFFSET >= sizeof(struct buf_region_header) &&
@@ -180,8 +184,10 @@ void buf_region_record_crash_frames(struct buf_region *region, const uint64_t *f
                                     uint32_t frame_count);
 
 /* The owner is about to exec (now_ns) into the program into (a path, or NULL when unknown),
- * or its exec failed (0). Async-signal-safe: plain stores into the mapping. */
-void buf_region_mark_exec(struct buf_region *region, uint64_t now_ns, const char *into);
+ * its profile charging the exec'ing thread's CPU up to cpu_accounted_ns; or its exec failed
+ * (now_ns 0). Async-signal-safe: plain stores into the mapping. */
+void buf_region_mark_exec(struct buf_region *region, uint64_t now_ns, const char *into,
+                          uint64_t cpu_accounted_ns);
 
 /* The region's header page (BUF_REGION_PAGE_BYTES, shared with whoever maps the file): where
  * the owner publishes its update ring (buffer/region-updates.h). */
@@ -236,6 +242,10 @@ void buf_region_note_unprofiled_child(struct buf_region *region, int32_t pid);
  * (no exec) or -EBADMSG (not a region). */
 int buf_region_read_exec(const uint8_t *mem, size_t len, uint64_t *ret_exec_ns, char *into,
                          size_t into_size);
+/* The exec record's cpu_accounted_ns, from the first 1024 bytes of a region (the header and
+ * the exec record) that ended its image by exec: 0, -ENOENT (no exec, or no whole record) or
+ * -EBADMSG (not a region). */
+int buf_region_read_exec_cpu(const uint8_t *mem, size_t len, uint64_t *ret_cpu_ns);
 
 /* The region header of the image mem[0..len), checked as the readers check it: 0 or
  * -EBADMSG. */

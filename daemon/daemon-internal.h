@@ -125,6 +125,8 @@ struct exit_profile {
 
 struct daemon_built;
 
+#define DAEMON_EXEC_HANDOFFS 64
+
 struct daemon {
     uv_loop_t *loop;
     struct daemon_options opt;
@@ -154,8 +156,17 @@ struct daemon {
     struct region_scan *region_scan; /* owned; NULL until a child publishes in its region */
     struct prof_symbols *symbols;    /* the symbol service's cache; NULL until first used */
     struct daemon_workers *workers;  /* owned: builds profiles from regions; NULL once closed */
-    struct departure *departures;    /* children that ended without an exit profile */
-    size_t departure_count;          /* since the last capture, at most DEPARTURES_MAX */
+    /* Images that ended by exec, for their next image's Welcome (server.c): the CPU their
+     * profile charged the thread that exec'd, by pid and the process's start (the pid's
+     * process, not a later one), the newest DAEMON_EXEC_HANDOFFS. */
+    struct exec_handoff {
+        int32_t pid; /* 0: free, or taken */
+        uint64_t start_ticks;
+        uint64_t cpu_ns;
+    } exec_handoffs[DAEMON_EXEC_HANDOFFS];
+    size_t exec_handoff_next;
+    struct departure *departures; /* children that ended without an exit profile */
+    size_t departure_count;       /* since the last capture, at most DEPARTURES_MAX */
     uint64_t departures_dropped;
     bool closing;
     void (*finish_close)(struct daemon *d); /* server.c: frees d (daemon__maybe_finish_close) */
@@ -184,6 +195,7 @@ bool daemon__region_evict(struct conn *c, uint64_t done_ns);
 void daemon__region_release(struct conn *c);
 /* Whether the owner of the region in fd marked its exec in it. */
 bool daemon__region_execd(int fd);
+uint64_t daemon__region_exec_cpu(int fd);
 /* Whether the owner of the region in fd wrote its own profile as it ended. */
 bool daemon__region_profile_written(int fd);
 

@@ -128,6 +128,19 @@ bool daemon__region_execd(int fd)
            h.exec_ns != 0;
 }
 
+/* The CPU its exec'd image's profile charges the thread that exec'd (buf_region_exec), or 0
+ * (no exec record, an older writer, or a region that cannot be read). */
+uint64_t daemon__region_exec_cpu(int fd)
+{
+    uint8_t page[BUF_REGION_EXEC_OFFSET + sizeof(struct buf_region_exec)];
+    uint64_t cpu = 0;
+
+    if (pread(fd, page, sizeof(page), 0) != (ssize_t)sizeof(page) ||
+        buf_region_read_exec_cpu(page, sizeof(page), &cpu) < 0)
+        return 0;
+    return cpu;
+}
+
 /* Whether the owner of the region in fd wrote its own profile as it ended. */
 bool daemon__region_profile_written(int fd)
 {

@@ -91,8 +91,17 @@ static void on_conn_close(struct ipc_conn *ipc, int error, const char *reason, v
      * still be there to read; an image that ended already is named as one that ended before
      * its profiler started). */
     if (c->kind == CONN_CHILD && c->pid && !d->closing && c->region_fd >= 0 &&
-        daemon__region_execd(c->region_fd))
+        daemon__region_execd(c->region_fd)) {
+        struct exec_handoff *h = &d->exec_handoffs[d->exec_handoff_next++ % DAEMON_EXEC_HANDOFFS];
+
+        if (daemon__process_start(c->pid, &h->start_ticks)) {
+            h->pid = c->pid;
+            h->cpu_ns = daemon__region_exec_cpu(c->region_fd);
+        } else {
+            h->pid = 0;
+        }
         daemon__census_execd(c);
+    }
     if (c->building) {
         /* A capture waiting for it waits for the build (on_built). */
     } else if (c->kind == CONN_CHILD || (c->kind == CONN_DEAD && c->pid)) {
@@ -170,6 +179,25 @@ static void send_poll(struct conn *c)
         c->poll_id = msg.id;
 }
 
+/* The CPU the image of pid that exec'd into this one charged the thread that exec'd (0:
+ * none): taken, so that a later image does not take it again. */
+static uint64_t exec_cpu_accounted(struct daemon *d, int32_t pid)
+{
+    uint64_t start;
+
+    for (size_t k = 0; k < DAEMON_EXEC_HANDOFFS; k++) {
+        struct exec_handoff *h =
+                &d->exec_handoffs[(d->exec_handoff_next - 1 - k) % DAEMON_EXEC_HANDOFFS];
+
+        if (h->pid != pid)
+            continue;
+        h->pid = 0;
+        /* Read only for a pid that exec'd: most Hellos find none. */
+        return daemon__process_start(pid, &start) && h->start_ticks == start ? h->cpu_ns : 0;
+    }
+    return 0;
+}
+
 static void on_hello(struct conn *c, const Fleetprof__Hello *h)
 {
     struct daemon *d = c->d;
@@ -206,6 +234,7 @@ static void on_hello(struct conn *c, const Fleetprof__Hello *h)
     }
     c->kind = CONN_CHILD;
     c->ppid = h->ppid;
+    w.exec_cpu_accounted_ns = exec_cpu_accounted(d, c->pid);
     c->start_epoch_ms = (double)h->start_epoch_ms;
     (void)snprintf(c->name, sizeof(c->name), "%s", h->name && *h->name ? h->name : "?");
     (void)snprintf(c->sampling_timer, sizeof(c->sampling_timer), "%s",

@@ -57,6 +57,9 @@
 #define PROF_SAMPLE_SIGNAL_BLOCKED      (1u << 6)
 /* No frames: the thread ran less than one sampling period in all (its CPU is here). */
 #define PROF_SAMPLE_BELOW_PERIOD        (1u << 7)
+/* No frames: the CPU the thread used before the profiler started in this image (the exec,
+ * the dynamic loader, the runtime's start), charged to the image's first sample. */
+#define PROF_SAMPLE_BEFORE_START        (1u << 8)
 
 enum prof_marker_phase {
     PROF_PHASE_INSTANT = 0,

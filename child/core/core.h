@@ -223,6 +223,11 @@ struct rt {
      * samples until then are of our start-up, not of the program (sampler.c). */
     int32_t start_tid;
     _Atomic uint64_t start_done_ns;
+    /* That thread's CPU before the start, in a fresh image (the exec, loading, the start):
+     * its first sample (sampler.c), once what an earlier image of the process charged it is
+     * known (the exec record, through the daemon's Welcome or the file left aside). */
+    _Atomic int before_start;                   /* enum rt_before_start */
+    _Atomic uint64_t before_start_accounted_ns; /* by the earlier image; set before KNOWN */
     uint64_t start_ns;
     _Atomic double start_epoch_ms; /* aligned to the daemon's clock by its Welcome */
     struct buf_chunk_manager *manager;
@@ -252,6 +257,15 @@ enum rt_fork_start {
     RT_FORK_START_PENDING, /* deferred: sampling and the API wait for it */
     RT_FORK_START_RUNNING, /* being finished by a thread that holds the init lock */
 };
+
+enum rt_before_start {
+    RT_BEFORE_START_NONE,    /* no such sample (a forked child, a restart), or written */
+    RT_BEFORE_START_PENDING, /* waiting for the daemon's Welcome */
+    RT_BEFORE_START_KNOWN,   /* before_start_accounted_ns is set: the sampler writes it */
+};
+/* How long the sampler holds the start's thread's samples for the Welcome, at most: a
+ * daemon that does not answer by then leaves that CPU uncharged rather than charged twice. */
+#define RT_BEFORE_START_WAIT_NS (200 * 1000 * 1000)
 
 /* The calling thread's registry entry, or NULL (initial-exec TLS: safe in signal handlers). */
 extern __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
@@ -507,6 +521,9 @@ void rt_region_note_unprofiled_child(int32_t pid);
 /* Async-signal-safe; the calling process's own exec (not a vfork child's) of into (a path or
  * a file name, or NULL). */
 void rt_region_before_exec(const char *into);
+/* What a profiled image of this process before its exec charged the thread that exec'd
+ * (its exec record, in the newest region file it left aside in the last 10 s); 0 if none. */
+uint64_t rt_region_previous_image_cpu(void);
 void rt_region_after_failed_exec(void);
 void rt_region_forget_after_fork(void);
 

@@ -64,6 +64,11 @@ static void hello_info(struct rt_hello_info *ret)
 
 static void apply_welcome(const struct rt_welcome *w)
 {
+    int pending = RT_BEFORE_START_PENDING;
+
+    /* The start's CPU before the start can be charged now (sampler.c). */
+    atomic_store(&rt.before_start_accounted_ns, w->exec_cpu_accounted_ns);
+    (void)atomic_compare_exchange_strong(&rt.before_start, &pending, RT_BEFORE_START_KNOWN);
     if (w->interval_ns >= 50000 && w->interval_ns <= 1000000000)
         rt.cfg.interval_ns = w->interval_ns; /* the sampler reads it every tick */
     /* The daemon's per-process limit, unless the process was given a smaller one of its own

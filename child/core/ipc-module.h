@@ -30,7 +30,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   9u
+#define RT_IPC_MODULE_ABI   10u
 
 struct json_writer;
 struct progress_logger;
@@ -47,6 +47,7 @@ struct rt_welcome {
     uint64_t process_limit_bytes; /* 0 = keep ours */
     uint64_t clock_epoch_ms;      /* the daemon's clock: 0 = none */
     uint64_t clock_monotonic_ns;
+    uint64_t exec_cpu_accounted_ns; /* by this process's previous image (Welcome) */
 };
 
 /* What Hello says about this process, from the core. Strings borrowed (the process's). */

@@ -9,8 +9,10 @@
  */
 #include "buffer/region.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -377,15 +379,64 @@ void rt_region_before_exec(const char *into)
 {
     struct buf_region *region = __atomic_load_n(&reg.region, __ATOMIC_ACQUIRE);
     uint64_t now = rt_now_ns();
+    /* What this image's profile charges the exec'ing thread: its CPU up to its last entry
+     * (the sampler's, read racily: the value of this drain or the last). A start still
+     * pending wrote nothing: the new image charges all of it. */
+    uint64_t accounted = atomic_load(&rt.running) && rt_self ? rt_self->last_cpu_ns : 0;
 
     if (region)
-        buf_region_mark_exec(region, now, into);
+        buf_region_mark_exec(region, now, into, accounted);
     exec_aside[0] = '\0';
     if (reg.path[0] && (!region || !aside_name(reg.path, now, exec_aside, sizeof(exec_aside)) ||
                         rename(reg.path, exec_aside) < 0)) {
         exec_aside[0] = '\0';
         (void)unlink(reg.path); /* the new image's file takes the name */
     }
+}
+
+/* A file left aside by an exec is this process's if it is that recent (a pid reused later
+ * finds only older ones). */
+#define EXEC_ASIDE_RECENT_NS (10ull * 1000 * 1000 * 1000)
+
+uint64_t rt_region_previous_image_cpu(void)
+{
+    char dir[PATH_MAX], prefix[48], path[PATH_MAX + 300];
+    uint8_t head[BUF_REGION_EXEC_OFFSET + sizeof(struct buf_region_exec)];
+    uint64_t best = 0, cpu = 0, now = rt_now_ns();
+    size_t plen;
+    struct dirent *e;
+    DIR *d;
+    int fd;
+
+    if (region_dir(dir, sizeof(dir)) < 0)
+        return 0;
+    plen = (size_t)snprintf(prefix, sizeof(prefix), "fleetprof-%d.exec-", (int)getpid());
+    d = opendir(dir);
+    if (!d)
+        return 0;
+    while ((e = readdir(d))) {
+        char *end;
+        uint64_t ns;
+
+        if (strncmp(e->d_name, prefix, plen) != 0)
+            continue;
+        ns = strtoull(e->d_name + plen, &end, 10);
+        if (strcmp(end, ".chunks") == 0 && ns > best)
+            best = ns;
+    }
+    (void)closedir(d);
+    if (!best || best > now || now - best > EXEC_ASIDE_RECENT_NS ||
+        snprintf(path, sizeof(path), "%s/%s%" PRIu64 ".chunks", dir, prefix, best) >=
+                (int)sizeof(path))
+        return 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    if (pread(fd, head, sizeof(head), 0) != (ssize_t)sizeof(head) ||
+        buf_region_read_exec_cpu(head, sizeof(head), &cpu) < 0)
+        cpu = 0;
+    (void)close(fd);
+    return cpu;
 }
 
 void rt_region_after_failed_exec(void)
@@ -396,7 +447,7 @@ void rt_region_after_failed_exec(void)
         (void)rename(exec_aside, reg.path);
     exec_aside[0] = '\0';
     if (region)
-        buf_region_mark_exec(region, 0, NULL);
+        buf_region_mark_exec(region, 0, NULL, 0);
 }
 
 void rt_region_forget_after_fork(void)

@@ -974,5 +974,5 @@ __attribute__((constructor)) static void on_library_load(void)
     resolve_real_functions();
     rt_loader_gate_install();
     if (startup && strcmp(startup, "1") == 0)
-        (void)fleetprof_init();
+        (void)rt_start_at_load();
 }

@@ -355,6 +355,7 @@ static void apply_welcome(const Fleetprof__Welcome *w)
             .process_limit_bytes = w->process_limit_bytes,
             .clock_epoch_ms = w->clock ? w->clock->epoch_ms : 0,
             .clock_monotonic_ns = w->clock ? w->clock->monotonic_ns : 0,
+            .exec_cpu_accounted_ns = w->exec_cpu_accounted_ns,
     };
 
     /* Interval, buffer limit, clock origin: the core's (ipc-load.c). */

@@ -45,6 +45,9 @@ static bool first_fork_hook_installed;
 static __thread int starting;
 static bool command_line_known; /* process.c's names are current: a forked child starting
                                  * again keeps its parent's */
+/* This image's start is the one its loading made (FLEETPROF_STARTUP, rt_start_at_load()),
+ * not yet made: the CPU its first thread used before it is charged as its first sample. */
+static bool start_at_load;
 /* What the sampler thread does for the lifecycle and the daemon client, above it. */
 static const struct rt_sampler_hooks sampler_hooks = {
         .check_fds = rt_fds_check,
@@ -138,6 +141,18 @@ static int start_locked(void)
     r = rt_threads_register(rt_program_name(), gettid() == getpid());
     if (r < 0)
         rt_debug("cannot register the main thread: %s", strerror(-r));
+    if (r == 0 && start_at_load) {
+        /* What the exec, the loader and this start cost the thread before its timer, less
+         * what a profiled image before the exec charged it: told by the daemon's Welcome, or
+         * read from the region file that image left aside. */
+        if (rt.cfg.socket[0]) {
+            atomic_store(&rt.before_start, RT_BEFORE_START_PENDING);
+        } else {
+            atomic_store(&rt.before_start_accounted_ns, rt_region_previous_image_cpu());
+            atomic_store(&rt.before_start, RT_BEFORE_START_KNOWN);
+        }
+    }
+    start_at_load = false;
     rt_region_tick(rt_now_ns()); /* the first description, before any sample */
     rt_crash_arm();
     r = rt_sampler_start(&sampler_hooks);
@@ -827,6 +842,7 @@ static void on_fork_child(void)
     rt.manager = NULL;
     rt.sampler_started = false;
     atomic_store(&rt.exit_signal, 0);
+    atomic_store(&rt.before_start, RT_BEFORE_START_NONE); /* its CPU counts from the fork */
     /* A fork while another thread was in exec, or the sampler in its tgkill. */
     atomic_store(&rt.exec_pending, 0);
     atomic_store(&rt.signals_in_flight, 0);
@@ -850,6 +866,12 @@ static void on_fork_child(void)
     if (fork_start_begin() < 0)
         atomic_store(&rt.running, 0);
     starting--;
+}
+
+int rt_start_at_load(void)
+{
+    start_at_load = true;
+    return fleetprof_init();
 }
 
 FLEETPROF_EXPORT int fleetprof_init(void)

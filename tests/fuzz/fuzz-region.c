@@ -3,8 +3,10 @@
  * handed to the callback must lie inside the input, which the callback checks by reading it whole.
  * Also the check the daemon makes of a live child's header page before it writes evictions
  * there (buf_region_header_check): it must agree with the readers' own header check; and the
- * exec record (buf_region_read_exec): what it gives is a string cut to the caller's room.
+ * exec record (buf_region_read_exec): what it gives is a string cut to the caller's room;
+ * and its CPU (buf_region_read_exec_cpu), given only by a region's header that exec'd.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (buf_region_read_exec(data, size, &exec_ns, into, sizeof(into) - 1) == 0 &&
             (exec_ns == 0 || strlen(into) >= sizeof(into) - 1 || into[sizeof(into) - 1] != 'x'))
             abort();
+    }
+    {
+        /* The exec record's CPU: only from a region's header that says it exec'd. */
+        struct buf_region_header h;
+        uint64_t cpu = 0;
+        int r = buf_region_read_exec_cpu(data, size, &cpu);
+
+        if (r != 0 && r != -ENOENT && r != -EBADMSG)
+            abort();
+        if (r == 0) {
+            memcpy(&h, data, sizeof(h));
+            if (h.magic != BUF_REGION_MAGIC || h.exec_ns == 0)
+                abort();
+        }
     }
     (void)buf_region_read_each(data, size, block_read_within, &b, &st);
     if (st.blocks > size || st.chunks > st.slots)

@@ -65,6 +65,29 @@ def check_parts(doc, pid, killed=False):
     assert pc.cpu_ms_in(after, "wl_before_exec") == 0, "the part after holds the old image's work"
     if not killed:
         assert ms_after >= WORK_S * 1000 * 0.6, f"after the exec: {ms_after:.0f} ms"
+    # The new image's first sample holds the CPU its thread used before its profiler started
+    # (the exec, loading, the start): charged once. The part before the exec charged its own
+    # life; counted again here it would be WORK_S more.
+    pre_ms = no_stack_ms(after, "before the profiler started")
+    print(f"# after the exec, before its profiler started: {pre_ms:.1f} ms")
+    assert 0 < pre_ms < WORK_S * 1000 / 3, \
+        f"the new image's CPU before its start: {pre_ms:.1f} ms (the life before the exec " \
+        f"is {ms_before:.0f} ms): missing, or charged twice"
+
+
+def no_stack_ms(proc, why):
+    """CPU ms of proc's samples whose only frame is the pseudo-frame '(no stack: WHY...)'."""
+    total = 0.0
+    for t in proc["threads"]:
+        names = pc.frame_names(t)
+        sms, ss = t["samples"]["schema"], t["stackTable"]["schema"]
+        stacks = t["stackTable"]["data"]
+        for row in t["samples"]["data"]:
+            idx = row[sms["stack"]]
+            if idx is None or not names[stacks[idx][ss["frame"]]].startswith(f"(no stack: {why}"):
+                continue
+            total += (row[sms["threadCPUDelta"]] or 0) / 1e6
+    return total
 
 
 def test_record_keeps_the_life_before_an_exec(tmp):

@@ -1,20 +1,38 @@
-/* tests/workloads/wl-shortlived.c - a master that forks short-lived children (no exec).
+/* tests/workloads/wl-shortlived.c - a master that starts short-lived children.
  *
- *   wl-shortlived N CPU_MS   forks N children at once; each runs wl_short_task until its
- *                            own thread has used CPU_MS of CPU time, then _exit(0)s. The
- *                            master waits for them and exits 0 if all of them exited 0.
+ *   wl-shortlived N CPU_MS [HOW [PARALLEL]]
+ *       starts N children, PARALLEL of them at a time (default: all N at once); each runs
+ *       wl_short_task until its own thread has used CPU_MS of CPU time, prints one line
+ *       `child PID cpu_ns=NS` (PID its own, NS its thread's CPU clock,
+ *       CLOCK_THREAD_CPUTIME_ID, once the work is done) and exits 0. The master waits for
+ *       them and exits 0 if all of them exited 0. HOW says how a child is started:
+ *         fork   (default) fork(); the child runs wl_short_task then _exit(0)s;
+ *         exec   fork(), then the child execs /proc/self/exe --child CPU_MS: the new image
+ *                runs wl_short_task (same pid, so its thread's CPU clock holds the life
+ *                before the exec too) and returns from main;
+ *         spawn  posix_spawn() of /proc/self/exe --child CPU_MS, which works as for exec.
+ *   wl-shortlived --child CPU_MS
+ *       (what exec and spawn start) one child's work and line, in this process.
  *
  * The children's work is an amount of CPU, not a wall-clock span: on a busy machine each
- * still does all of it, so each must be sampled in wl_short_task.
+ * still does all of it, so each must be sampled in wl_short_task. The line is one write(2)
+ * of fewer than PIPE_BUF bytes (children writing at once do not interleave), not stdio (a
+ * forked child must not flush a copy of the master's buffer).
  */
+#include <errno.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wl-cpu.h"
 
 #define NOINLINE __attribute__((noinline))
+
+extern char **environ;
 
 NOINLINE void wl_short_task(double cpu_ms);
 NOINLINE void wl_short_task(double cpu_ms)
@@ -22,30 +40,117 @@ NOINLINE void wl_short_task(double cpu_ms)
     wl_burn_cpu_ms(cpu_ms);
 }
 
+/* One child's work, then its line on stdout. Returns 0, or 1 if the line was not written. */
+static int child_work(double cpu_ms)
+{
+    struct timespec ts;
+    char line[96];
+    int len, off = 0;
+
+    wl_short_task(cpu_ms);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    len = snprintf(line, sizeof line, "child %ld cpu_ns=%lld\n", (long)getpid(),
+                   (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    while (off < len) {
+        ssize_t w = write(STDOUT_FILENO, line + off, (size_t)(len - off));
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return 1;
+        off += (int)w;
+    }
+    return 0;
+}
+
+enum how { HOW_FORK, HOW_EXEC, HOW_SPAWN };
+
+/* Starts one child; returns its pid, or -1 after saying why. */
+static pid_t start_child(enum how how, const char *self, const char *cpu_ms)
+{
+    char *args[] = {(char *)self, "--child", (char *)cpu_ms, NULL};
+    pid_t pid;
+    int err;
+
+    if (how == HOW_SPAWN) {
+        err = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ);
+        if (err) {
+            fprintf(stderr, "wl-shortlived: posix_spawn: %s\n", strerror(err));
+            return -1;
+        }
+        return pid;
+    }
+    pid = fork();
+    if (pid < 0) {
+        perror("wl-shortlived: fork");
+        return -1;
+    }
+    if (pid == 0) {
+        if (how == HOW_FORK)
+            _exit(child_work(atof(cpu_ms)));
+        execv("/proc/self/exe", args);
+        perror("wl-shortlived: execv /proc/self/exe");
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for one child; counts it in *failed unless it exited 0. Returns 0, or -1 if there
+ * is none left. */
+static int reap_one(int *failed)
+{
+    int status;
+
+    for (;;) {
+        if (wait(&status) > 0)
+            break;
+        if (errno != EINTR)
+            return -1;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        (*failed)++;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int n, status, failed = 0;
+    enum how how = HOW_FORK;
+    int n, parallel, running = 0, failed = 0, start_failed = 0;
 
-    if (argc != 3 || (n = atoi(argv[1])) <= 0) {
-        fprintf(stderr, "usage: wl-shortlived N CPU_MS\n");
-        return 2;
+    if (argc == 3 && strcmp(argv[1], "--child") == 0)
+        return child_work(atof(argv[2]));
+    if (argc < 3 || argc > 5 || (n = atoi(argv[1])) <= 0)
+        goto usage;
+    if (argc >= 4) {
+        if (strcmp(argv[3], "fork") == 0)
+            how = HOW_FORK;
+        else if (strcmp(argv[3], "exec") == 0)
+            how = HOW_EXEC;
+        else if (strcmp(argv[3], "spawn") == 0)
+            how = HOW_SPAWN;
+        else
+            goto usage;
     }
+    parallel = argc == 5 ? atoi(argv[4]) : n;
+    if (parallel <= 0)
+        goto usage;
+
     for (int i = 0; i < n; i++) {
-        pid_t pid = fork();
-
-        if (pid < 0) {
-            perror("wl-shortlived: fork");
-            return 1;
+        if (running == parallel && reap_one(&failed) == 0)
+            running--;
+        if (start_child(how, argv[0], argv[2]) < 0) {
+            start_failed = 1;
+            break;
         }
-        if (pid == 0) {
-            wl_short_task(atof(argv[2]));
-            _exit(0);
-        }
+        running++;
     }
-    while (wait(&status) > 0)
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
+    while (reap_one(&failed) == 0)
+        ;
     if (failed)
         fprintf(stderr, "wl-shortlived: %d children failed\n", failed);
-    return failed ? 1 : 0;
+    return failed || start_failed ? 1 : 0;
+
+usage:
+    fprintf(stderr, "usage: wl-shortlived N CPU_MS [fork|exec|spawn [PARALLEL]]\n");
+    return 2;
 }

@@ -83,7 +83,7 @@ static int make_region(unsigned flags, int unprofiled, struct buf_region **ret)
             return -1;
     }
     if (flags & RC_EXEC)
-        buf_region_mark_exec(r, daemon__now_ns(), "/usr/bin/next");
+        buf_region_mark_exec(r, daemon__now_ns(), "/usr/bin/next", 0);
     if (flags & RC_CRASH) {
         struct buf_region_crash crash = {.signal = SIGSEGV,
                                          .code = 1,

@@ -291,11 +291,15 @@ static void test_the_header_says_exec_and_profile_written(void **state)
     (void)state;
     assert_false(daemon__region_execd(fd));
     assert_false(daemon__region_profile_written(fd));
-    buf_region_mark_exec(region, daemon__now_ns(), "/bin/true");
+    assert_int_equal(daemon__region_exec_cpu(fd), 0);
+    buf_region_mark_exec(region, daemon__now_ns(), "/bin/true", 123456789);
     assert_true(daemon__region_execd(fd));
     assert_false(daemon__region_profile_written(fd));
-    buf_region_mark_exec(region, 0, NULL); /* the exec failed: the image lives on */
+    /* What the image's profile charged the thread that exec'd, for the next image. */
+    assert_int_equal(daemon__region_exec_cpu(fd), 123456789);
+    buf_region_mark_exec(region, 0, NULL, 0); /* the exec failed: the image lives on */
     assert_false(daemon__region_execd(fd));
+    assert_int_equal(daemon__region_exec_cpu(fd), 0);
     buf_region_mark_profile_written(region);
     assert_true(daemon__region_profile_written(fd));
     assert_false(daemon__region_execd(fd));
@@ -309,6 +313,8 @@ static void test_the_header_says_exec_and_profile_written(void **state)
     assert_false(daemon__region_execd(ones));
     assert_false(daemon__region_profile_written(ones));
     shorter = memfd_of(16, NULL, 0);
+    assert_int_equal(daemon__region_exec_cpu(ones), 0);
+    assert_int_equal(daemon__region_exec_cpu(shorter), 0);
     assert_false(daemon__region_execd(shorter));
     assert_false(daemon__region_profile_written(shorter));
     assert_false(daemon__region_execd(-1));
