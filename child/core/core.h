@@ -228,6 +228,7 @@ struct rt {
      * known (the exec record, through the daemon's Welcome or the file left aside). */
     _Atomic int before_start;                   /* enum rt_before_start */
     _Atomic uint64_t before_start_accounted_ns; /* by the earlier image; set before KNOWN */
+    uint64_t before_start_cpu_ns;               /* its CPU at its registration */
     uint64_t start_ns;
     _Atomic double start_epoch_ms; /* aligned to the daemon's clock by its Welcome */
     struct buf_chunk_manager *manager;
@@ -263,8 +264,8 @@ enum rt_before_start {
     RT_BEFORE_START_PENDING, /* waiting for the daemon's Welcome */
     RT_BEFORE_START_KNOWN,   /* before_start_accounted_ns is set: the sampler writes it */
 };
-/* How long the sampler holds the start's thread's samples for the Welcome, at most: a
- * daemon that does not answer by then leaves that CPU uncharged rather than charged twice. */
+/* How long the sampler looks for the Welcome, at most: a daemon that does not answer by
+ * then leaves that CPU uncharged rather than charged twice. */
 #define RT_BEFORE_START_WAIT_NS (200 * 1000 * 1000)
 
 /* The calling thread's registry entry, or NULL (initial-exec TLS: safe in signal handlers). */
@@ -343,10 +344,11 @@ uint64_t rt_threads_generation(void);
 /* stackwalk.c */
 int rt_stackwalk_init(enum rt_stackwalk mode);
 void rt_stackwalk_warm_thread(void);
-/* The sampler thread, once the process has taken RT_WARM_CAPTURES captures: makes
- * libunwind's one-time set-up on itself, after which handlers use unw_backtrace(). True if
- * it did it now. */
+/* The sampler thread, at each drain once the process has taken RT_WARM_CAPTURES captures:
+ * starts a thread that makes libunwind's one-time set-up, after which handlers use
+ * unw_backtrace(), and joins it at a later call (never waits). True when it started it. */
 bool rt_stackwalk_warm_process(void);
+void rt_stackwalk_forget_after_fork(void);
 /* In the signal handler: capture the interrupted context into c. Async-signal-safe. */
 void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void *ucontext);
 /* Dwarf samples taken inside the loader, downgraded to a frame-pointer walk. */

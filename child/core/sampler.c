@@ -474,38 +474,35 @@ static void put_unsampled(struct rt_thread *t, uint64_t until, uint64_t cpu, uin
 
 /* The start's thread in a fresh image: the CPU it used before its timer (the exec, the
  * loader, the runtime's start), less what a profiled image before the exec charged it, as
- * its first entry, a sample without a stack. Its entries wait until that is known (the
- * daemon's Welcome) while it lives, RT_BEFORE_START_WAIT_NS at most: past that, or at the
- * end, that CPU is left out rather than charged twice. False while they wait. */
-static bool put_before_start(struct rt_thread *t, uint64_t now, bool last)
+ * a sample without a stack at its registration, written once that is known (the daemon's
+ * Welcome: before the first drain, almost always, so it comes first; a later one is drawn
+ * at the time it is written). Nothing waits for it: RT_BEFORE_START_WAIT_NS after the start
+ * without a Welcome, or at the end, that CPU is left out rather than charged twice. */
+static void put_before_start(struct rt_thread *t, uint64_t now, bool last)
 {
     int state = atomic_load(&rt.before_start);
     struct prof_sample s = {0};
     uint64_t accounted;
 
     if (state == RT_BEFORE_START_NONE || t->tid != rt.start_tid)
-        return true;
+        return;
     if (state == RT_BEFORE_START_PENDING) {
         if (!last && t->live && now - rt.start_ns < RT_BEFORE_START_WAIT_NS)
-            return false;
+            return;
         if (atomic_compare_exchange_strong(&rt.before_start, &state, RT_BEFORE_START_NONE))
-            return true;
+            return;
         if (state != RT_BEFORE_START_KNOWN) /* the Welcome came meanwhile */
-            return true;
+            return;
     }
     accounted = atomic_load(&rt.before_start_accounted_ns);
     atomic_store(&rt.before_start, RT_BEFORE_START_NONE);
-    if (t->last_entry_ns < t->register_ns)
-        t->last_entry_ns = t->register_ns;
-    /* No capture of it was written yet: last_cpu_ns is its CPU at its registration. */
-    if (t->last_cpu_ns <= accounted)
-        return true;
+    if (rt.before_start_cpu_ns <= accounted)
+        return;
     s.tid = t->tid;
     s.time_ns = t->register_ns;
     s.flags = PROF_SAMPLE_BEFORE_START;
-    s.cpu_delta_ns = t->last_cpu_ns - accounted;
+    s.cpu_delta_ns = rt.before_start_cpu_ns - accounted;
     (void)prof_entry_put_sample(rt.buffer, &s);
-    return true;
 }
 
 /* Thread t's timer captures since the last drain, then its time off the CPU up to now (or
@@ -517,8 +514,7 @@ static bool drain_timer_thread(struct rt_thread *t, uint64_t now, bool paused, b
     bool captured = false;
     uint64_t end, cpu, ran, iv = rt.cfg.interval_ns;
 
-    if (!put_before_start(t, now, last))
-        return true; /* its captures wait for the Welcome: not idle */
+    put_before_start(t, now, last);
     if (!t->last_entry_ns)
         t->last_entry_ns = t->register_ns;
     /* A capture the sampler asked for (below), landed: the stack, no CPU of its own. */
@@ -1016,7 +1012,7 @@ static void *sampler_main(void *arg)
         t2 = rt_now_ns();
         sample_counters(t2, true);
         if (captures_written >= RT_WARM_CAPTURES && rt_stackwalk_warm_process())
-            rt_debug("warmed libunwind after %llu captures", (unsigned long long)captures_written);
+            rt_debug("warming libunwind after %llu captures", (unsigned long long)captures_written);
         rt_region_tick(t2);
         rt_process_title_tick(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);

@@ -122,10 +122,17 @@ void rt_stackwalk_warm_thread(void)
     warm_this_thread();
 }
 
+static void warm_done(void)
+{
+    atomic_store(&lazy_threads, libunwind_key_is_static());
+    atomic_store(&process_warmed, true);
+}
+
 static void *warm_main(void *arg)
 {
     (void)arg;
     warm_this_thread();
+    warm_done();
     return NULL;
 }
 
@@ -133,31 +140,53 @@ static void *warm_main(void *arg)
  * TLS, which glibc puts at the top of it. */
 #define WARM_STACK_BYTES (256 * 1024)
 
+/* Sampler-owned: the warming thread, while it has not been joined. */
+static bool warm_started, warm_running;
+static pthread_t warm_thread;
+static void *warm_stack;
+
 bool rt_stackwalk_warm_process(void)
 {
-    void *stack;
-    pthread_t th;
-
-    if (walk_mode != RT_STACKWALK_DWARF || atomic_load(&process_warmed) ||
+    if (warm_running) {
+        /* Joined at a later drain, never waited for: on a busy machine the new thread may
+         * wait long for a CPU, and the sampler would leave every ring to fill meanwhile. */
+        if (pthread_tryjoin_np(warm_thread, NULL) == 0) {
+            (void)munmap(warm_stack, WARM_STACK_BYTES);
+            warm_running = false;
+        }
+        return false;
+    }
+    if (walk_mode != RT_STACKWALK_DWARF || warm_started || atomic_load(&process_warmed) ||
         atomic_load(&libunwind_stopped))
         return false;
+    warm_started = true;
     /* On a thread of its own, on a stack of ours unmapped after the join: libunwind frees
      * that thread's trace cache as it ends, so the sampler keeps no 256 KiB cache it never
-     * uses (a program under `ulimit -v` gets that memory). */
-    stack = mmap(NULL, WARM_STACK_BYTES, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (stack != MAP_FAILED &&
-        rt_create_internal_thread_on(&th, warm_main, NULL, stack, WARM_STACK_BYTES) == 0) {
-        (void)pthread_join(th, NULL);
-        (void)munmap(stack, WARM_STACK_BYTES);
-    } else {
-        if (stack != MAP_FAILED)
-            (void)munmap(stack, WARM_STACK_BYTES);
-        warm_this_thread();
+     * uses (a program under `ulimit -v` gets that memory). A fork meanwhile waits for it
+     * to leave the loader gate, so a child never inherits libunwind's once half done. */
+    warm_stack = mmap(NULL, WARM_STACK_BYTES, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (warm_stack != MAP_FAILED &&
+        rt_create_internal_thread_on(&warm_thread, warm_main, NULL, warm_stack, WARM_STACK_BYTES) ==
+                0) {
+        warm_running = true;
+        return true;
     }
-    atomic_store(&lazy_threads, libunwind_key_is_static());
-    atomic_store(&process_warmed, true);
+    if (warm_stack != MAP_FAILED)
+        (void)munmap(warm_stack, WARM_STACK_BYTES);
+    warm_this_thread();
+    warm_done();
     return true;
+}
+
+void rt_stackwalk_forget_after_fork(void)
+{
+    /* The warming thread is the parent's: its stack here is a copy, and this child warms
+     * itself if the parent had not finished. */
+    if (warm_running)
+        (void)munmap(warm_stack, WARM_STACK_BYTES);
+    warm_running = false;
+    warm_started = false;
 }
 
 /* A dwarf walk from the interrupted context without unw_backtrace's trace cache. */

@@ -141,7 +141,8 @@ static int start_locked(void)
     r = rt_threads_register(rt_program_name(), gettid() == getpid());
     if (r < 0)
         rt_debug("cannot register the main thread: %s", strerror(-r));
-    if (r == 0 && start_at_load) {
+    if (r == 0 && start_at_load && rt_self) {
+        rt.before_start_cpu_ns = rt_self->last_cpu_ns;
         /* What the exec, the loader and this start cost the thread before its timer, less
          * what a profiled image before the exec charged it: told by the daemon's Welcome, or
          * read from the region file that image left aside. */
@@ -853,6 +854,7 @@ static void on_fork_child(void)
     rt_ipc_forget_after_fork();
     rt_updates_forget_after_fork();
     rt_sampler_forget_after_fork();
+    rt_stackwalk_forget_after_fork();
     rt_region_forget_after_fork();
     rt_modules_forget_after_fork();
     rt_process_titles_forget();
