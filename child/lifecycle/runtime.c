@@ -872,8 +872,12 @@ static void on_fork_child(void)
 
 int rt_start_at_load(void)
 {
+    int r;
+
     start_at_load = true;
-    return fleetprof_init();
+    r = fleetprof_init();
+    start_at_load = false; /* a start that failed: a later fleetprof_init() is the program's */
+    return r;
 }
 
 FLEETPROF_EXPORT int fleetprof_init(void)
