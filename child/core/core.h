@@ -164,6 +164,9 @@ struct rt_thread {
      * event's descriptor, or a POSIX timer's id); set before the timer is armed, cleared
      * after it is gone. */
     _Atomic int timer_kind; /* enum rt_timer_kind */
+    /* Its first arm is done (release, after the fields it sets): the sampler leaves a thread
+     * alone until then, the thread being published in rt.threads[] before it arms. */
+    _Atomic bool timer_armed;
     int timer_fd;
     int timer_id;
     bool timer_paused;       /* the thread blocks the signal: its timer stopped meanwhile */

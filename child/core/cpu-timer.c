@@ -230,8 +230,10 @@ enum rt_timer_kind rt_cpu_timer_arm(struct rt_thread *t)
     t->timer_id = -1;
     t->timer_cpu_ns = cpu_now(t);
     t->timer_interval_ns = interval_ns();
-    if (t->timer_interval_ns == 0) /* not configured: the runtime never started */
+    if (t->timer_interval_ns == 0) { /* not configured: the runtime never started */
+        atomic_store_explicit(&t->timer_armed, true, memory_order_release);
         return RT_TIMER_NONE;
+    }
     if (want == RT_TIMER_TICK) {
         got = RT_TIMER_TICK;
     } else {
@@ -254,6 +256,7 @@ enum rt_timer_kind rt_cpu_timer_arm(struct rt_thread *t)
     t->no_timer = got == RT_TIMER_NONE;
     atomic_fetch_add(&armed_by_kind[got], 1);
     atomic_store_explicit(&t->timer_kind, got, memory_order_release);
+    atomic_store_explicit(&t->timer_armed, true, memory_order_release);
     return got;
 }
 

@@ -636,8 +636,8 @@ static bool sample_threads(uint64_t now, unsigned skipped)
         int state;
         uint64_t cpu;
 
-        if (!t)
-            continue;
+        if (!t || !atomic_load_explicit(&t->timer_armed, memory_order_acquire))
+            continue; /* registering: published, its timer not armed yet */
         if (atomic_load_explicit(&t->timer_kind, memory_order_acquire) != RT_TIMER_TICK) {
             /* Sampled by its own timer: its captures wait in its ring. */
             if (drain_timer_thread(
@@ -742,7 +742,7 @@ static void harvest_last_captures(void)
         struct rt_thread *t = rt.threads[i];
         int state;
 
-        if (!t)
+        if (!t || !atomic_load_explicit(&t->timer_armed, memory_order_acquire))
             continue;
         if (atomic_load_explicit(&t->timer_kind, memory_order_acquire) != RT_TIMER_TICK) {
             (void)drain_timer_thread(t, rt_now_ns(), atomic_load(&rt.paused) != 0, true);
