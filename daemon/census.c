@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 
@@ -182,7 +183,7 @@ static const char *why_not_profiled(int32_t pid, char *name, size_t name_size)
         comm[strcspn(comm, "\n")] = '\0';
         (void)snprintf(name, name_size, "%s", comm);
     }
-    if (parent_of(pid) < 0)
+    if (daemon__process_gone(pid, 0)) /* reaped, or a zombie: nothing of it to read */
         why = "it ended before its profiler started (it lived a few milliseconds, or ran a "
               "program the profiler cannot enter)";
     else if (in_chroot(pid))
@@ -200,25 +201,223 @@ static const char *why_not_profiled(int32_t pid, char *name, size_t name_size)
     return why;
 }
 
+/* ---- judged after a grace ---------------------------------------------------------- */
+
+/* Long enough for a new image to load the runtime and say Hello (1-3 ms on a quiet machine,
+ * tens beside CPU hogs); short enough that a program that will not report is usually still
+ * there to be read. One that ended meanwhile is named as one that ended before its profiler
+ * started, which it did. */
+#define CENSUS_GRACE_MS 50u
+
+enum census_kind {
+    CENSUS_FORK_CHILD, /* connected in its profiled parent's fork handler, closed silent */
+    CENSUS_SPAWNED,    /* posix_spawn'd by a profiled process (Spawned) */
+    CENSUS_EXECD,      /* a profiled image exec'd */
+};
+
+struct census_wait {
+    int32_t pid;
+    enum census_kind kind;
+    int32_t parent_pid; /* the parent (fork child), the spawner (spawned) */
+    char parent[64];    /* its name; an exec'd image's own name */
+    uint64_t since_ns;  /* a connection of pid made after this is its new image's */
+    uint64_t due_ns;
+};
+
+struct census_waits {
+    uv_timer_t timer;
+    struct daemon *d;
+    struct census_wait *v;
+    size_t count, cap;
+};
+
+/* Whether pid reported after since_ns: a new image connected (said Hello, or is about to),
+ * ended with its exit profile, or ended without one (a departure of its own). */
+static bool reported(const struct daemon *d, const struct census_wait *w)
+{
+    for (const struct conn *k = d->conns; k; k = k->next) {
+        int32_t pid = k->kind == CONN_CHILD ? k->pid : (int32_t)k->peer.pid;
+
+        if (pid == w->pid && (k->kind == CONN_CHILD || k->kind == CONN_NEW) &&
+            (w->kind == CENSUS_SPAWNED || k->connect_ns > w->since_ns))
+            return true;
+    }
+    for (const struct exit_profile *e = d->exit_profiles; e; e = e->next)
+        if (e->pid == w->pid && !e->before_exec)
+            return true;
+    for (size_t i = 0; i < d->departure_count; i++)
+        if (d->departures[i].pid == w->pid && !d->departures[i].never &&
+            d->departures[i].time_ns > w->since_ns)
+            return true;
+    return false;
+}
+
+static void judge_fork_child(struct daemon *d, const struct census_wait *w)
+{
+    char name[64];
+    const char *why;
+
+    (void)snprintf(name, sizeof(name), "%s", w->parent);
+    why = why_not_profiled(w->pid, name, sizeof(name));
+    daemon__log(d, why ? DAEMON_LOG_INFO : DAEMON_LOG_DEBUG,
+                "process %d (%s), a child of %d, never said Hello: %s", (int)w->pid, name,
+                (int)w->parent_pid, why ? why : "it exec'd a program the profiler enters");
+    /* Named at the next capture unless a later image of the pid reports (an exec'd image
+     * that connects, a child that ended after all with its profile). Only with a reason:
+     * every fork+exec passes here, and most become profiled processes. */
+    if (why)
+        daemon__departure_never(d, w->pid, name, why);
+}
+
+static void judge_spawned(struct daemon *d, const struct census_wait *w)
+{
+    char name[64];
+    const char *why;
+    int32_t ppid = parent_of(w->pid);
+
+    /* Only its own children (gone ones are taken at its word: it connected as itself). */
+    if (ppid > 0 && ppid != w->parent_pid)
+        return;
+    (void)snprintf(name, sizeof(name), "%s", w->parent);
+    why = why_not_profiled(w->pid, name, sizeof(name));
+    daemon__log(d, why ? DAEMON_LOG_INFO : DAEMON_LOG_DEBUG,
+                "process %d (%s), spawned by %d (%s): %s", (int)w->pid, name, (int)w->parent_pid,
+                w->parent, why ? why : "it runs a program the profiler enters");
+    if (why)
+        daemon__departure_never(d, w->pid, name, why);
+}
+
+static void judge_execd(struct daemon *d, const struct census_wait *w)
+{
+    char name[64];
+    const char *why;
+
+    (void)snprintf(name, sizeof(name), "%s", w->parent);
+    why = why_not_profiled(w->pid, name, sizeof(name));
+    if (!why)
+        return; /* a program the runtime enters: its new image reports */
+    daemon__log(d, DAEMON_LOG_INFO, "process %d (%s) exec'd into %s, which will not report: %s",
+                (int)w->pid, w->parent, name, why);
+    daemon__departure_never(d, w->pid, name, why);
+}
+
+static void judge(struct daemon *d, const struct census_wait *w)
+{
+    if (reported(d, w))
+        return;
+    switch (w->kind) {
+    case CENSUS_FORK_CHILD:
+        judge_fork_child(d, w);
+        break;
+    case CENSUS_SPAWNED:
+        judge_spawned(d, w);
+        break;
+    case CENSUS_EXECD:
+        judge_execd(d, w);
+        break;
+    }
+}
+
+static void on_census_timer(uv_timer_t *timer)
+{
+    struct census_waits *s = timer->data;
+
+    daemon__census_settle(s->d, false);
+}
+
+static void arm(struct census_waits *s)
+{
+    uint64_t now = daemon__now_ns(), due = s->v[0].due_ns;
+
+    for (size_t i = 1; i < s->count; i++)
+        if (s->v[i].due_ns < due)
+            due = s->v[i].due_ns;
+    (void)uv_timer_start(&s->timer, on_census_timer, due > now ? (due - now + 999999) / 1000000 : 0,
+                         0);
+}
+
+static struct census_waits *waits_of(struct daemon *d)
+{
+    struct census_waits *s = d->census;
+
+    if (s)
+        return s;
+    s = calloc(1, sizeof(*s));
+    if (!s || uv_timer_init(d->loop, &s->timer) < 0) {
+        free(s);
+        return NULL;
+    }
+    s->timer.data = s;
+    s->d = d;
+    d->census = s;
+    return s;
+}
+
+/* pid waits to be judged; judged at once when it cannot wait (no memory, or too many). */
+static void defer(struct daemon *d, const struct census_wait *w)
+{
+    struct census_waits *s = d->closing ? NULL : waits_of(d);
+
+    if (!s || s->count >= DEPARTURES_MAX || FLEETPROF_GROW(s->v, s->cap, s->count + 1) < 0) {
+        judge(d, w);
+        return;
+    }
+    s->v[s->count] = *w;
+    s->v[s->count].due_ns = daemon__now_ns() + CENSUS_GRACE_MS * 1000000ull;
+    if (s->count++ == 0)
+        arm(s);
+}
+
+void daemon__census_settle(struct daemon *d, bool every_one)
+{
+    struct census_waits *s = d->census;
+    uint64_t now = daemon__now_ns();
+    size_t kept = 0;
+
+    if (!s)
+        return;
+    /* Judged in the order they came; judging never adds to the list. */
+    for (size_t i = 0; i < s->count; i++) {
+        if (every_one || s->v[i].due_ns <= now)
+            judge(d, &s->v[i]);
+        else
+            s->v[kept++] = s->v[i];
+    }
+    s->count = kept;
+    if (kept)
+        arm(s);
+    else
+        (void)uv_timer_stop(&s->timer);
+}
+
+static void on_census_closed(uv_handle_t *h)
+{
+    struct census_waits *s = h->data;
+
+    free(s->v);
+    free(s);
+}
+
+void daemon__census_close_timer(struct daemon *d)
+{
+    if (!d->census)
+        return;
+    daemon__census_settle(d, true);
+    uv_close((uv_handle_t *)&d->census->timer, on_census_closed);
+    d->census = NULL;
+}
+
 void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count)
 {
     struct daemon *d = c->d;
 
     for (size_t i = 0; i < count; i++) {
-        char name[64];
-        const char *why;
-        int32_t ppid = parent_of(pids[i]);
+        struct census_wait w = {.pid = pids[i], .kind = CENSUS_SPAWNED, .parent_pid = c->pid};
 
-        /* Only its own children (gone ones are taken at its word: it connected as itself). */
-        if (pids[i] <= 0 || daemon__child_by_pid(d, pids[i]) || (ppid > 0 && ppid != c->pid))
+        if (pids[i] <= 0 || daemon__child_by_pid(d, pids[i]))
             continue;
-        (void)snprintf(name, sizeof(name), "%s", c->name);
-        why = why_not_profiled(pids[i], name, sizeof(name));
-        daemon__log(d, why ? DAEMON_LOG_INFO : DAEMON_LOG_DEBUG,
-                    "process %d (%s), spawned by %d (%s): %s", (int)pids[i], name, (int)c->pid,
-                    c->name, why ? why : "it runs a program the profiler enters");
-        if (why)
-            daemon__departure_never(d, pids[i], name, why);
+        (void)snprintf(w.parent, sizeof(w.parent), "%s", c->name);
+        defer(d, &w);
     }
 }
 
@@ -236,41 +435,32 @@ static bool connecting(struct daemon *d, int32_t pid)
 void daemon__census_close(struct conn *c)
 {
     struct daemon *d = c->d;
-    const char *why, *parent = profiled_name(d, c->ppid);
-    int32_t pid = (int32_t)c->peer.pid;
+    const char *parent = profiled_name(d, c->ppid);
+    struct census_wait w = {.pid = (int32_t)c->peer.pid,
+                            .kind = CENSUS_FORK_CHILD,
+                            .parent_pid = c->ppid,
+                            .since_ns = c->connect_ns};
 
-    if (!parent && (connecting(d, c->ppid) || in_chroot(pid)))
-        parent = ""; /* its name is its own (read below) */
+    if (!parent && (connecting(d, c->ppid) || in_chroot(w.pid)))
+        parent = ""; /* its name is its own (read when judged) */
     /* Only a profiled process's child: a tool connects too, and says what it wants. A
      * process that left for another root is a runtime's, whoever its parent: it exec'd
      * there (chroot(1)) before its Hello, and its new image cannot reach us. */
     if (!parent || d->closing)
         return;
+    (void)snprintf(w.parent, sizeof(w.parent), "%s", parent);
     (void)snprintf(c->name, sizeof(c->name), "%s", parent);
-    why = why_not_profiled(pid, c->name, sizeof(c->name));
-    daemon__log(d, why ? DAEMON_LOG_INFO : DAEMON_LOG_DEBUG,
-                "process %d (%s), a child of %d, never said Hello: %s", (int)pid, c->name,
-                (int)c->ppid, why ? why : "it exec'd a program the profiler enters");
-    /* Named at the next capture unless a later image of the pid reports (an exec'd image
-     * that connects, a child that ended after all with its profile). Only with a reason:
-     * every fork+exec passes here, and most become profiled processes. */
-    if (why)
-        daemon__departure_never(d, pid, c->name, why);
+    defer(d, &w);
 }
 
 void daemon__census_execd(struct conn *c)
 {
     struct daemon *d = c->d;
-    char name[sizeof(c->name)];
-    const char *why;
+    struct census_wait w = {
+            .pid = c->pid, .kind = CENSUS_EXECD, .parent_pid = c->pid, .since_ns = c->connect_ns};
 
     if (d->closing || c->pid <= 0)
         return;
-    (void)snprintf(name, sizeof(name), "%s", c->name);
-    why = why_not_profiled(c->pid, name, sizeof(name));
-    if (!why)
-        return; /* a program the runtime enters: its new image reports */
-    daemon__log(d, DAEMON_LOG_INFO, "process %d (%s) exec'd into %s, which will not report: %s",
-                (int)c->pid, c->name, name, why);
-    daemon__departure_never(d, c->pid, name, why);
+    (void)snprintf(w.parent, sizeof(w.parent), "%s", c->name);
+    defer(d, &w);
 }

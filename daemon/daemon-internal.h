@@ -26,6 +26,7 @@
 struct buf_region_header;
 struct gather;
 struct region_scan;
+struct census_waits;
 struct loop_pace;
 struct prof_symbols;
 struct daemon_workers;
@@ -154,6 +155,7 @@ struct daemon {
     /* What a build from a kept region calls (server.c's). */
     void (*linger_built)(struct conn *c, struct daemon_built *b);
     struct region_scan *region_scan; /* owned; NULL until a child publishes in its region */
+    struct census_waits *census;     /* owned; NULL until a process waits to be judged */
     struct prof_symbols *symbols;    /* the symbol service's cache; NULL until first used */
     struct daemon_workers *workers;  /* owned: builds profiles from regions; NULL once closed */
     /* Images that ended by exec, for their next image's Welcome (server.c): the CPU their
@@ -309,20 +311,29 @@ void daemon__region_updates_leave(struct conn *c);
 /* Stops the timer (daemon_close). */
 void daemon__region_scan_close(struct daemon *d);
 
-/* census.c */
+/* census.c
+ * A process that may never report is judged (why_not_profiled: /proc and its program's ELF
+ * header) only once it had CENSUS_GRACE_MS to report: most are a fork+exec whose new image
+ * says Hello a moment later, and then nothing is read at all. Judged at the grace's end, at
+ * a capture's start, or when the daemon closes (daemon__census_settle). */
 /* A connection was accepted: notes its process's parent (c->ppid). */
 void daemon__census_accept(struct conn *c);
 /* It closed before any message: if its process is a profiled process's child (connected in
  * its fork handler), the process is named with why it was not profiled (a departure),
- * unless the daemon is closing. */
+ * unless it reports or the daemon is closing. */
 void daemon__census_close(struct conn *c);
-/* Child c started these processes with posix_spawn (Spawned): each that has not connected
+/* Child c started these processes with posix_spawn (Spawned): each that does not connect
  * and that the profiler cannot enter is named the same way. */
 void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count);
 /* c's process, which reported, exec'd (its region says so): its new image connects and
- * reports, or it is judged now as a never-profiled one (a chroot, a static program, an image
- * that ended already, ...) and named unless it reports after all. */
+ * reports, or it is judged as a never-profiled one (a chroot, a static program, an image
+ * that ended already, ...) and named. */
 void daemon__census_execd(struct conn *c);
+/* Judges the waiting processes whose grace is over (all of them: every one) that have not
+ * reported meanwhile. */
+void daemon__census_settle(struct daemon *d, bool every_one);
+/* Judges every waiting process and stops the timer (daemon_close). */
+void daemon__census_close_timer(struct daemon *d);
 
 /* symbols-service.c */
 /* Answers a child's Symbolize with one or more Symbols (the symbol service). */

@@ -745,6 +745,15 @@ static void on_socket_watch_closed(uv_handle_t *handle)
     daemon__maybe_finish_close(d);
 }
 
+/* What a capture does first: builds the kept regions whose owners are gone (recover.c), and
+ * judges the processes still in their census grace, so that it names those that will not
+ * report. */
+static void before_capture(struct daemon *d)
+{
+    daemon__linger_check(d);
+    daemon__census_settle(d, true);
+}
+
 int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct daemon **ret_daemon)
 {
     struct daemon *d;
@@ -798,7 +807,7 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     }
     daemon__linger_init(d);
     d->exit_profile_dropped = daemon__gather_exit_profile_dropped;
-    d->before_capture = daemon__linger_check;
+    d->before_capture = before_capture;
     if (uv_timer_init(loop, &d->socket_watch) == 0) {
         d->socket_watch.data = d;
         d->socket_watch_open = true;
@@ -866,6 +875,7 @@ void daemon_close(struct daemon *d, void (*done)(void *userdata), void *userdata
     d->close_userdata = userdata;
     /* The builds first (waited for, or cancelled and named): what they give is listed next. */
     workers_close(d->workers, on_workers_closed, d);
+    daemon__census_close_timer(d); /* judged now: named among the unwritten */
     log_unwritten(d);
     if (d->socket_watch_open && !uv_is_closing((uv_handle_t *)&d->socket_watch))
         uv_close((uv_handle_t *)&d->socket_watch, on_socket_watch_closed);

@@ -71,16 +71,25 @@ static struct conn *accepted(struct fx *f, pid_t pid)
     c->kind = CONN_NEW;
     c->peer.pid = pid;
     c->region_fd = -1;
+    c->connect_ns = daemon__now_ns();
     daemon__conn_link(f->d, c);
     daemon__census_accept(c);
     return c;
 }
 
-static void closed(struct fx *f, struct conn *c)
+/* It closes, and the daemon forgets it, as server.c does; nothing is judged yet. */
+static void closed_only(struct fx *f, struct conn *c)
 {
     daemon__census_close(c);
     daemon__conn_unlink(f->d, c);
     free(c);
+}
+
+/* It closes, and its grace is over (as at a capture's start). */
+static void closed(struct fx *f, struct conn *c)
+{
+    closed_only(f, c);
+    daemon__census_settle(f->d, true);
 }
 
 static const struct departure *named(const struct fx *f, int32_t pid)
@@ -422,6 +431,7 @@ static void test_spawned_processes_are_judged_as_they_are(void **state)
     pids[4] = 0;
     pids[5] = -7;
     daemon__census_spawned(spawner, pids, 6);
+    daemon__census_settle(f.d, true);
     assert_int_equal(f.d->departure_count, 1);
     dep = named(&f, without);
     assert_non_null(dep);
@@ -460,6 +470,7 @@ static void test_an_exec_into_a_program_that_will_not_report_is_named(void **sta
     fx_setup(&f, NULL);
     c = fx_child(&f, without, "before-exec");
     daemon__census_execd(c);
+    daemon__census_settle(f.d, true);
     dep = named(&f, without);
     assert_non_null(dep);
     assert_string_equal(dep->name, "sleep");
@@ -469,14 +480,94 @@ static void test_an_exec_into_a_program_that_will_not_report_is_named(void **sta
 
     c = fx_child(&f, with, "before-exec");
     daemon__census_execd(c); /* its new image reports */
+    daemon__census_settle(f.d, true);
     assert_int_equal(f.d->departure_count, 1);
     f.d->closing = true;
     c = fx_child(&f, without, "again");
     daemon__census_execd(c);
+    daemon__census_settle(f.d, true);
     f.d->closing = false;
     assert_int_equal(f.d->departure_count, 1);
     end(without);
     end(with);
+    fx_teardown(&f);
+}
+
+/* ---- the grace ---------------------------------------------------------------------- */
+
+static bool has_departures(void *arg)
+{
+    return ((struct fx *)arg)->d->departure_count > 0;
+}
+
+/* A process that will not report is not judged when its connection closes, but when its
+ * grace is over, by the loop's timer, without a capture. */
+static void test_judged_when_the_grace_is_over(void **state)
+{
+    char *env[] = {NO_PRELOAD, NULL};
+    struct fx f;
+    struct conn *c;
+    pid_t pid;
+
+    (void)state;
+    pid = exec_stopped(dynamic_program(), env);
+    if (!pid) {
+        fx_not_run("cannot stop a child right after its exec (ptrace) here");
+        return;
+    }
+    fx_setup(&f, NULL);
+    (void)fx_child(&f, getpid(), "parent");
+    c = accepted(&f, pid);
+    closed_only(&f, c);
+    assert_int_equal(f.d->departure_count, 0);
+    assert_int_equal(fx_logged_at(&f, DAEMON_LOG_INFO, "never said Hello"), 0);
+    assert_true(fx_run_until(&f, has_departures, &f));
+    assert_non_null(named(&f, pid));
+    assert_non_null(strstr(named(&f, pid)->never, "does not preload the profiler"));
+    end(pid);
+    fx_teardown(&f);
+}
+
+/* The same process, whose new image connects within the grace (the common fork+exec): never
+ * judged, never named, nothing logged about it; a later image's connection or exit profile
+ * counts, the closed connection itself does not (test_judged_when_the_grace_is_over: the
+ * same process without a later image is named). */
+static void test_a_new_image_that_connects_in_its_grace_is_not_judged(void **state)
+{
+    char *env[] = {NO_PRELOAD, NULL};
+    struct fx f;
+    struct conn *c, *again;
+    pid_t pid;
+
+    (void)state;
+    pid = exec_stopped(dynamic_program(), env);
+    if (!pid) {
+        fx_not_run("cannot stop a child right after its exec (ptrace) here");
+        return;
+    }
+    fx_setup(&f, NULL);
+    (void)fx_child(&f, getpid(), "parent");
+    c = accepted(&f, pid);
+    closed_only(&f, c);
+    again = accepted(&f, pid); /* its new image, its Hello not read yet */
+    daemon__census_settle(f.d, true);
+    assert_int_equal(f.d->departure_count, 0);
+    assert_int_equal(fx_logged_at(&f, DAEMON_LOG_INFO, "never said Hello"), 0);
+    assert_int_equal(fx_logged_at(&f, DAEMON_LOG_DEBUG, "never said Hello"), 0);
+    daemon__conn_unlink(f.d, again);
+    free(again);
+
+    /* An exec'd image whose next image ended already with its exit profile. */
+    c = fx_child(&f, pid, "before-exec");
+    daemon__census_execd(c);
+    fx_child_free(&f, c);
+    c = fx_child(&f, pid, "after-exec");
+    daemon__exit_profile_add(f.d, c, strdup("{}"), 2, NULL, false);
+    fx_child_free(&f, c);
+    daemon__census_settle(f.d, true);
+    assert_int_equal(f.d->departure_count, 0);
+    assert_int_equal(fx_logged_at(&f, DAEMON_LOG_INFO, "which will not report"), 0);
+    end(pid);
     fx_teardown(&f);
 }
 
@@ -494,6 +585,8 @@ int main(void)
             cmocka_unit_test(test_a_parent_connecting_or_ended_with_its_profile_counts),
             cmocka_unit_test(test_spawned_processes_are_judged_as_they_are),
             cmocka_unit_test(test_an_exec_into_a_program_that_will_not_report_is_named),
+            cmocka_unit_test(test_judged_when_the_grace_is_over),
+            cmocka_unit_test(test_a_new_image_that_connects_in_its_grace_is_not_judged),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

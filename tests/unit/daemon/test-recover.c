@@ -509,7 +509,7 @@ static void test_a_capture_looks_at_kept_regions_first(void **state)
 
     (void)state;
     setup(&f);
-    assert_true(f.d->before_capture == daemon__linger_check);
+    assert_non_null(f.d->before_capture);
     pid = spawn_region_child(0, 0, &fd);
     c = child_of(&f, pid, fd);
     assert_true(daemon__linger_begin(c, on_built));
