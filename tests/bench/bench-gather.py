@@ -33,7 +33,10 @@
    with posix_spawn instead of fork+exec (no runtime restart in a forked child about to exec);
    and the same two references as in 3. Two more steps split a child's cost by stage: the
    library preloaded but not started (`loaded`), and started with a 1 s interval, so that a
-   10 ms child takes no sample (`started`); a table gives each stage's CPU per process.
+   10 ms child takes no sample (`started`); a table gives each stage's CPU per process. The
+   daemon stage is split by the workload's own count of its tree's CPU (bench-fleet's
+   tree_cpu_s): what the children pay, and what the daemon and `record` pay
+   (record.churn_daemon_cpu_ms_per_process, their fixed cost spread over the run's processes).
 
 CPU = user + sys of the whole process tree: every process in these trees is waited for by its
 parent, so rusage from wait4 (Linux: the child plus its reaped descendants) covers them all;
@@ -426,6 +429,8 @@ def record_runs(tmp, name, commands, reps):
             if why is None and "work_wall_s" not in f:
                 why = f"no result line: {stdout[:100]!r}"
             r = {"wall": wall, "cpu": cpu, "sigprof": int(f.get("killed_by_sigprof", 0))}
+            if "tree_cpu_s" in f:  # the workload's own tree, without the daemon and record
+                r["tree_cpu"] = float(f["tree_cpu_s"])
             if why is None and recorded:
                 if not os.path.exists(out):
                     why = "no profile written"
@@ -511,13 +516,22 @@ def churn_stages(runs):
     steps = [("library load (LD_PRELOAD, not started)", "loaded", "alone"),
              ("runtime start, no sample (interval 1 s)", "started", "loaded"),
              ("sampling at 1 kHz", "preload", "started"),
-             ("daemon: connection, exit profile, daemon CPU", "record", "preload")]
+             ("daemon: connection, exit profile, daemon CPU", "record", "preload"),
+             ("  of which in the children (connection, exit)", "record-tree", "preload"),
+             ("  of which in the daemon and `record`", "record-outside", None)]
     procs = CHURN_CHILDREN + 1
     print(f"   per process (cpu ms, {procs} processes a run: median of per-rep differences)")
     print(f"   {'step':<48} {'ms':>7} {'range':>15}")
     for label, config, base in steps + [("restart in the forked child before exec "
                                          "(fork - spawn)", "record", "record-spawn")]:
-        if config == "record" and base == "record-spawn":
+        if config == "record-tree":
+            d = [(r["tree_cpu"] - b.get("tree_cpu", b["cpu"])) * 1e3 / procs
+                 for r, b in zip(runs["record"], runs[base]) if r and b and "tree_cpu" in r]
+        elif config == "record-outside":
+            # With its fixed cost (starting the daemon, writing the file) spread over the run.
+            d = [(r["cpu"] - r["tree_cpu"]) * 1e3 / procs
+                 for r in runs["record"] if r and "tree_cpu" in r]
+        elif config == "record" and base == "record-spawn":
             d = [((r["cpu"] - a["cpu"]) - (s["cpu"] - b["cpu"])) * 1e3 / procs
                  for r, a, s, b in zip(runs["record"], runs["alone"], runs["record-spawn"],
                                        runs["alone-spawn"]) if r and a and s and b]
@@ -720,6 +734,12 @@ def report(bench, total_s):
     figures["record.churn_cpu_ratio_signal_floor"] = (c["floor"][0], "ratio")
     if PERF:
         figures["record.churn_cpu_ratio_perf_record"] = (c["perf-record"][0], "ratio")
+    # The daemon's and `record`'s own CPU per process of the run (the fixed cost of starting
+    # and of writing the file included): the part of the daemon stage outside the children.
+    outside = [(r["cpu"] - r["tree_cpu"]) * 1e3 / (CHURN_CHILDREN + 1)
+               for r in churn_runs["record"] if r and "tree_cpu" in r]
+    figures["record.churn_daemon_cpu_ms_per_process"] = (
+        med(outside) if len(outside) == len(churn_runs["record"]) else math.nan, "ms", 3)
     for err in churn_errors:
         print(f"   FAILED {err}")
     sigprof = sum(r["sigprof"] for runs in (fleet_runs, churn_runs) for rs in runs.values()

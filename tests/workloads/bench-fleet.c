@@ -28,7 +28,8 @@
  * profiled run does the same work as an unprofiled one, so their CPU times compare. Every
  * process in the tree is waited for by its parent, so the CPU of the whole tree reaches the
  * benchmark through wait4/RUSAGE_CHILDREN. `fleet` and `churn` print one line when the work
- * is done: "bench-fleet work_wall_s=W" (churn adds " killed_by_sigprof=K"). Built without
+ * is done: "bench-fleet work_wall_s=W" (churn adds " killed_by_sigprof=K tree_cpu_s=C", the
+ * CPU of the master and the children it reaped). Built without
  * inlining or sibling calls (tests/workloads/meson.build), so every named function keeps its
  * frame.
  */
@@ -296,6 +297,21 @@ static int run_fleet(int n, long rounds)
     return failed ? 1 : 0;
 }
 
+/* CPU (user + system) of this process and of every child it reaped: the work's whole tree,
+ * without whatever profiles it from outside (a daemon, `fleetprof record`). */
+static double tree_cpu_s(void)
+{
+    struct rusage self, children;
+
+    (void)getrusage(RUSAGE_SELF, &self);
+    (void)getrusage(RUSAGE_CHILDREN, &children);
+    return (double)(self.ru_utime.tv_sec + self.ru_stime.tv_sec + children.ru_utime.tv_sec +
+                    children.ru_stime.tv_sec) +
+           (double)(self.ru_utime.tv_usec + self.ru_stime.tv_usec + children.ru_utime.tv_usec +
+                    children.ru_stime.tv_usec) /
+                   1e6;
+}
+
 /* Starts `self one ROUNDS` with fork+exec, or with posix_spawn (glibc: clone(CLONE_VFORK),
  * no fork handlers, so a preloaded runtime does not restart in between). Returns its pid or
  * -1 with errno set. */
@@ -366,7 +382,8 @@ static int run_churn(const char *self, int n, int parallel, const char *rounds, 
         }
     }
     failed += wait_all();
-    printf("bench-fleet work_wall_s=%.6f killed_by_sigprof=%d\n", now_s() - t0, sigprof);
+    printf("bench-fleet work_wall_s=%.6f killed_by_sigprof=%d tree_cpu_s=%.6f\n", now_s() - t0,
+           sigprof, tree_cpu_s());
     (void)fflush(stdout);
     if (failed)
         fprintf(stderr, "bench-fleet: %d children failed\n", failed);
