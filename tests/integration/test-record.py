@@ -474,7 +474,8 @@ def test_every_process_evicted_by_the_limit_is_named(tmp):
     s = subprocess.run([CLI, "summary", out], capture_output=True, text=True, timeout=60)
     assert f"dropped {len(evicted)}." in s.stdout, s.stdout
     # record's last line counts them and names the first.
-    assert f"{len(in_file)} processes, {len(evicted)} lost" in r.stderr, r.stderr
+    kept = f"{len(in_file)} process{'' if len(in_file) == 1 else 'es'}"
+    assert f"{kept}, {len(evicted)} lost" in r.stderr, r.stderr
     assert "evicted by the global memory limit" in r.stderr, r.stderr
 
 
