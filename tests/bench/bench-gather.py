@@ -67,6 +67,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import cell, div, finite, med, paired_noise, print_figures  # noqa: E402
+from procs import proc_cpu, stop  # noqa: E402
 from wire import capture  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
@@ -197,27 +198,6 @@ def start_daemon(tmp, name, *args):
             raise RuntimeError(f"fleetprofd did not start: see {tmp}/{name}.log")
         time.sleep(0.02)
     return p, sock
-
-
-def stop(p, sig=signal.SIGTERM):
-    """Ends one process we started, by pid; SIGKILL if it lingers."""
-    if p.poll() is None:
-        try:
-            p.send_signal(sig)
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def proc_cpu(pid):
-    """utime + stime of a live process, in seconds (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            parts = f.read().rsplit(")", 1)[1].split()
-        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def proc_minflt(pid):

@@ -23,7 +23,6 @@ Usage: bench-process-cost.py BUILD_DIR [ROUNDS]   (default 300; FLEETPROF_BENCH_
 import os
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import cell, med, print_figures  # noqa: E402
+from procs import proc_cpu, stop  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 ROUNDS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_ROUNDS", 300))
@@ -54,13 +54,6 @@ def env_for(config, sock):
     if config == "connected":
         env["FLEETPROF_SOCKET"] = sock
     return env
-
-
-def daemon_cpu_s(pid):
-    """utime + stime of the daemon process (all its threads), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK_S
 
 
 def run(config, sock):
@@ -96,10 +89,10 @@ def main():
         for r in range(ROUNDS):
             order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
             for c in order:
-                d0 = daemon_cpu_s(daemon.pid) if c == "connected" else 0.0
+                d0 = proc_cpu(daemon.pid) if c == "connected" else 0.0
                 runs[c].append(run(c, sock))
                 if c == "connected":
-                    daemon_s += daemon_cpu_s(daemon.pid) - d0
+                    daemon_s += proc_cpu(daemon.pid) - d0
         took = time.monotonic() - t0
         failed = {c: sum(1 for x in v if x is None) for c, v in runs.items()}
         print(f"one short-lived process ({' '.join(os.path.basename(w) for w in WORK)}), "
@@ -137,12 +130,7 @@ def main():
             "faults", 0)
         return print_figures(figures)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        stop(daemon)
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 

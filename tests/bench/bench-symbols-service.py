@@ -40,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, HERE)
 from figures import cell, med, paired_noise, print_figures  # noqa: E402
+from procs import stop  # noqa: E402
 from wire import capture, field, frame, read_frames  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
@@ -60,16 +61,6 @@ def start_daemon(tmp):
             raise RuntimeError("fleetprofd did not start")
         time.sleep(0.02)
     return p, sock
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def child_env(**extra):
