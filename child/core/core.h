@@ -231,7 +231,7 @@ struct rt {
      * known (the exec record, through the daemon's Welcome or the file left aside). */
     _Atomic int before_start;                   /* enum rt_before_start */
     _Atomic uint64_t before_start_accounted_ns; /* by the earlier image; set before KNOWN */
-    uint64_t before_start_cpu_ns;               /* its CPU at its registration */
+    uint64_t before_start_cpu_ns; /* at its registration, then + its start's captures */
     uint64_t start_ns;
     _Atomic double start_epoch_ms; /* aligned to the daemon's clock by its Welcome */
     struct buf_chunk_manager *manager;
