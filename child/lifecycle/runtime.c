@@ -238,6 +238,11 @@ static void fork_start_finish(void)
         atomic_store(&rt.stop_sampler, 1);
         return;
     }
+    /* The thread that forked ran the program all along: none of its samples is ours. Said
+     * before sampling resumes: a program thread that finishes this start (its exit, the API)
+     * runs beside the sampler, whose drain would otherwise take the captures made since the
+     * fork for the runtime's own start-up, and drop them with their CPU. */
+    atomic_store(&rt.start_done_ns, rt.start_ns);
     rt.exit_profile_written = false;
     atomic_store(&rt.paused, 0);
     atomic_store_explicit(&rt.running, 1, memory_order_release);
@@ -245,8 +250,6 @@ static void fork_start_finish(void)
     rt_region_tick(rt_now_ns()); /* the first description, before any sample */
     rt_crash_arm();
     start_ipc(); /* deferred to the sampler's next tick (rt_ipc_forget_after_fork) */
-    /* The thread that forked ran the program all along: none of its samples is ours. */
-    atomic_store(&rt.start_done_ns, rt.start_ns);
 }
 
 bool rt_start_if_pending(void)
