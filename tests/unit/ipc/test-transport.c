@@ -21,6 +21,7 @@
 
 #include "ipc-samples.h"
 #include "ipc/ipc.h"
+#include "ipc/socket-trust.h"
 #include "ipc/uv-ipc.h"
 #include "testlib.h"
 
@@ -553,32 +554,11 @@ static void test_shutdown_flushes(void **state)
     assert_int_equal(f->client.close_error, 0);
 }
 
-/* Sends env on a raw socket, with fd as SCM_RIGHTS when fd >= 0. */
+/* Sends env on a raw socket, with fd as SCM_RIGHTS when fd >= 0: as a light connection
+ * does (child/ipc-module/ipc.c). */
 static void raw_send(int sock, const Fleetprof__Envelope *env, int fd)
 {
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } control;
-    uint8_t frame[4096];
-    ssize_t len = ipc_frame_encode(env, frame, sizeof(frame));
-    struct iovec iov;
-    struct msghdr msg = {0};
-
-    assert_true(len > 0);
-    iov = (struct iovec){frame, (size_t)len};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (fd >= 0) {
-        memset(&control, 0, sizeof(control));
-        msg.msg_control = control.space;
-        msg.msg_controllen = sizeof(control.space);
-        CMSG_FIRSTHDR(&msg)->cmsg_level = SOL_SOCKET;
-        CMSG_FIRSTHDR(&msg)->cmsg_type = SCM_RIGHTS;
-        CMSG_FIRSTHDR(&msg)->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&msg)), &fd, sizeof(int));
-    }
-    assert_int_equal(sendmsg(sock, &msg, MSG_NOSIGNAL), len);
+    assert_int_equal(ipc_socket_send_frame(sock, env, fd), (ssize_t)ipc_frame_size(env));
 }
 
 /* A peer that says Hello with a descriptor, sends more frames and closes, all before our
