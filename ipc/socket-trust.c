@@ -1,4 +1,5 @@
-/* ipc/socket-trust.c - whether a socket path can be trusted; see socket-trust.h. */
+/* ipc/socket-trust.c - whether a socket path can be trusted, and the plain socket's I/O a
+ * connection needs before any loop (a connect, one frame); see socket-trust.h. */
 #include "ipc/socket-trust.h"
 
 #include <errno.h>
@@ -11,6 +12,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include "ipc/ipc.h"
 
 #define SUN_PATH_MAX sizeof(((struct sockaddr_un *)NULL)->sun_path)
 
@@ -238,5 +241,73 @@ int ipc_socket_connect(const char *path, uid_t uid, char *reason, size_t reason_
         return r;
     }
     *ret_fd = fd;
+    return 0;
+}
+
+ssize_t ipc_socket_send_frame(int sock, const Fleetprof__Envelope *env, int pass_fd)
+{
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct msghdr msg = {0};
+    struct iovec iov;
+    uint8_t small[512], *frame = small;
+    size_t len = env ? ipc_frame_size(env) : 0;
+    ssize_t n;
+
+    if (len == 0)
+        return -EINVAL;
+    if (len > sizeof(small) && !(frame = malloc(len)))
+        return -ENOMEM;
+    if (ipc_frame_encode(env, frame, len) != (ssize_t)len) {
+        n = -EINVAL;
+        goto out;
+    }
+    iov = (struct iovec){frame, len};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (pass_fd >= 0) {
+        memset(&control, 0, sizeof(control));
+        msg.msg_control = control.space;
+        msg.msg_controllen = sizeof(control.space);
+        CMSG_FIRSTHDR(&msg)->cmsg_level = SOL_SOCKET;
+        CMSG_FIRSTHDR(&msg)->cmsg_type = SCM_RIGHTS;
+        CMSG_FIRSTHDR(&msg)->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&msg)), &pass_fd, sizeof(int));
+    }
+    do
+        n = sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        n = errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    else if ((size_t)n != len)
+        n = -EIO; /* a cut frame: the peer cannot read on */
+out:
+    if (frame != small)
+        free(frame);
+    return n;
+}
+
+int ipc_socket_listener_check(int fd, uid_t uid, const char *path, char *reason, size_t reason_len)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+        int r = -errno;
+
+        say(reason, reason_len, "cannot read the credentials of the listener at %s: %s", path,
+            strerror(-r));
+        return r;
+    }
+    /* The same rule as ipc_peer_check()'s, the listener's side of it. */
+    if (cred.uid != uid && cred.uid != 0) {
+        say(reason, reason_len,
+            "the daemon listening at %s (pid %ld) runs as uid %lu, not as you (uid %lu) or "
+            "root; nothing was sent to it",
+            path, (long)cred.pid, (unsigned long)cred.uid, (unsigned long)uid);
+        return -EPERM;
+    }
     return 0;
 }

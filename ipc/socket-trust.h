@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "proto/fleetprof-protocol.h"
+
 /* Enough for every reason written here (two paths of a socket address each, and words). */
 #define IPC_TRUST_REASON_MAX 512
 
@@ -46,11 +48,23 @@ int ipc_socket_file_check(const char *path, uid_t uid, char *reason, size_t reas
 
 /* Connects a new socket (close-on-exec, non-blocking) to path after both checks above for
  * uid, at the resolved path, and stores it in *ret_fd; nothing is sent and the listener is
- * not yet checked (ipc_conn_adopt() does that before the first byte). Made apart from the
+ * not yet checked (ipc_socket_listener_check(): ipc_conn_adopt() and a light connection do
+ * that before the first byte). Made apart from the
  * libuv connection so that a forked child can connect in its fork handler, as the user it
  * was born as, before the program can drop its privileges, and hand the socket to its IPC
  * thread later. Returns 0 or the errors of the checks (with a reason) and of socket(2) and
  * connect(2): -ENOENT (no socket), -ECONNREFUSED (stale), -EACCES, -EAGAIN (backlog full). */
 int ipc_socket_connect(const char *path, uid_t uid, char *reason, size_t reason_len, int *ret_fd);
+
+/* Whether the listener at the other end of fd (a socket connected to path) may be told
+ * anything: it runs as uid or as root (SO_PEERCRED: who called listen(2)). Returns 0;
+ * -EPERM, or getsockopt(2)'s error, with a reason naming path. */
+int ipc_socket_listener_check(int fd, uid_t uid, const char *path, char *reason, size_t reason_len);
+
+/* Writes env as one frame on the stream socket sock, at once or not at all (MSG_DONTWAIT,
+ * never SIGPIPE), with the descriptor pass_fd (SCM_RIGHTS) unless it is -1. Returns the
+ * frame's length; -EAGAIN when the socket is full (nothing sent), -EIO when only part of it
+ * went (the connection cannot be used on), or another negative errno. */
+ssize_t ipc_socket_send_frame(int sock, const Fleetprof__Envelope *env, int pass_fd);
 
 #endif /* FLEETPROF_IPC_SOCKET_TRUST_H */

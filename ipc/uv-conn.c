@@ -411,6 +411,11 @@ int ipc_conn_adopt(uv_loop_t *loop, int fd, const char *path, uid_t uid,
             (void)close(fd);
         return -EINVAL;
     }
+    /* First the listener itself: who called listen(2) on the socket reached (the socket may
+     * have been renamed into place, or a descriptor passed on). Nothing was sent yet. */
+    r = ipc_socket_listener_check(fd, uid, path, reason, reason_len);
+    if (r < 0)
+        goto err_close_fd;
     r = ipc__conn_new(loop, opts, false, &c);
     if (r < 0)
         goto err_close_fd;
@@ -419,22 +424,9 @@ int ipc_conn_adopt(uv_loop_t *loop, int fd, const char *path, uid_t uid,
         goto err_discard;
     /* From here the pipe owns fd. */
     fd = -1;
-    /* Then the listener itself: who called listen(2) on the socket reached (the socket may
-     * have been renamed into place, or a descriptor passed on). Nothing was sent yet. */
     r = ipc__conn_read_peer(c);
-    if (r < 0) {
-        (void)snprintf(reason, reason_len, "cannot read the credentials of the listener at %s: %s",
-                       path, strerror(-r));
+    if (r < 0)
         goto err_discard;
-    }
-    if (ipc_peer_check(&c->peer, uid, NULL, 0) < 0) {
-        (void)snprintf(reason, reason_len,
-                       "the daemon listening at %s (pid %ld) runs as uid %lu, not as you (uid "
-                       "%lu) or root; nothing was sent to it",
-                       path, (long)c->peer.pid, (unsigned long)c->peer.uid, (unsigned long)uid);
-        r = -EPERM;
-        goto err_discard;
-    }
     ipc_conn_set_callbacks(c, cbs, userdata);
     r = ipc__conn_start(c);
     if (r < 0)
@@ -680,58 +672,26 @@ int ipc_conn_send(struct ipc_conn *c, const Fleetprof__Envelope *env)
 
 int ipc_conn_send_with_fd(struct ipc_conn *c, const Fleetprof__Envelope *env, int fd)
 {
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } control;
-    struct msghdr msg = {0};
-    struct iovec iov;
-    uint8_t *frame;
-    size_t len;
-    ssize_t n;
     uv_os_fd_t sock;
+    ssize_t n;
 
     /* The descriptor rides on the connection's first bytes, sent here directly: nothing
      * may be queued ahead of them. */
     if (fd < 0 || c->frames_sent != 0 || c->queued_bytes != 0 || c->closing ||
-        uv_fileno((uv_handle_t *)&c->pipe, &sock) < 0)
+        uv_fileno((uv_handle_t *)&c->pipe, &sock) < 0 || ipc_frame_size(env) > c->max_frame_bytes)
         return ipc_conn_send(c, env);
-    len = ipc_frame_size(env);
-    if (len == 0 || len > c->max_frame_bytes)
-        return ipc_conn_send(c, env);
-    frame = malloc(len);
-    if (!frame)
-        return -ENOMEM;
-    if (ipc_frame_encode(env, frame, len) != (ssize_t)len) {
-        free(frame);
-        return -EINVAL;
-    }
-    iov = (struct iovec){frame, len};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    memset(&control, 0, sizeof(control));
-    msg.msg_control = control.space;
-    msg.msg_controllen = sizeof(control.space);
-    CMSG_FIRSTHDR(&msg)->cmsg_level = SOL_SOCKET;
-    CMSG_FIRSTHDR(&msg)->cmsg_type = SCM_RIGHTS;
-    CMSG_FIRSTHDR(&msg)->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(CMSG_FIRSTHDR(&msg)), &fd, sizeof(int));
-    do
-        n = sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    free(frame);
-    if (n == (ssize_t)len) {
+    n = ipc_socket_send_frame(sock, env, fd);
+    if (n > 0) {
         c->frames_sent++;
         return 1;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    if (n == -EAGAIN)
         return ipc_conn_send(c, env); /* a full socket on its first frame: no descriptor */
-    if (n < 0)
-        return -errno;
-    /* A few bytes of a first small frame on an empty socket: not seen; the peer would read
-     * a cut frame, so the connection goes. */
-    ipc__conn_fail(c, -EIO, "first frame only partly sent");
-    return -EIO;
+    if (n == -EIO)
+        /* A few bytes of a first small frame on an empty socket: not seen; the peer would
+         * read a cut frame, so the connection goes. */
+        ipc__conn_fail(c, -EIO, "first frame only partly sent");
+    return (int)n;
 }
 
 int ipc_conn_take_received_fd(struct ipc_conn *c)

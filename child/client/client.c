@@ -133,3 +133,11 @@ int rt_ipc_symbolize(struct rt_symbol_batch *batch, uint64_t timeout_ns)
 
     return m ? m->symbolize(batch, timeout_ns) : -ENOTCONN;
 }
+
+void rt_ipc_welcome_wait(void)
+{
+    const struct rt_ipc_module *m = rt_ipc_module(false);
+
+    if (m)
+        m->welcome_wait();
+}

@@ -48,6 +48,10 @@ bool rt_ipc_exit_in_region_accepted(void);
 /* Our exit profile is in the region (its exit description published): the Final update
  * that rt_ipc_stop() sends says so, and no profile is streamed. */
 void rt_ipc_exit_in_region(void);
+/* Takes the daemon's Welcome if it is on its way and not read yet, waiting at most 200 ms
+ * (a light connection reads it at the sampler's ticks): at exit, before the sampler's last
+ * drain, which writes the CPU before the start the Welcome tells. */
+void rt_ipc_welcome_wait(void);
 
 /* struct rt_symbol_batch: child/core/ipc-module.h. */
 /* Sends batch through the daemon's symbol service and waits at most timeout_ns for the

@@ -30,7 +30,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   10u
+#define RT_IPC_MODULE_ABI   11u
 
 struct json_writer;
 struct progress_logger;
@@ -181,6 +181,9 @@ struct rt_ipc_module {
     /* The program started pid with posix_spawn: told to the daemon (Spawned) from the IPC
      * thread; any thread, not from a signal handler. */
     void (*spawned)(int32_t pid);
+    /* Takes the daemon's Welcome if it is on its way and not read yet (a light connection,
+     * ipc.c), waiting for it a bounded time: at exit, before the sampler's last drain. */
+    void (*welcome_wait)(void);
 };
 
 /* The module's only exported symbol (RT_IPC_MODULE_ENTRY). */

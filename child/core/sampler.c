@@ -994,7 +994,7 @@ static void *sampler_main(void *arg)
     while (!atomic_load(&rt.stop_sampler)) {
         struct prof_overhead o;
         struct timespec ts;
-        uint64_t t0, t1, t2, t3;
+        uint64_t tk, t0, t1, t2, t3;
         int sig;
 
         if (tick_threads) {
@@ -1029,6 +1029,10 @@ static void *sampler_main(void *arg)
             break;
         }
 
+        /* The daemon connection first: a Welcome read here (a light connection's, ipc.c)
+         * lets this drain write the CPU before the start ahead of the thread's captures. */
+        tk = rt_now_ns();
+        hooks.tick();
         t0 = rt_now_ns();
         (void)pthread_mutex_lock(&rt.registry_lock);
         t1 = rt_now_ns();
@@ -1044,10 +1048,9 @@ static void *sampler_main(void *arg)
         rt_region_tick(t2);
         rt_process_title_tick(t2);
         (void)buf_chunked_buffer_prepare_next(rt.buffer);
-        hooks.tick();
         rt_updates_tick();
         t3 = rt_now_ns();
-        o = (struct prof_overhead){t0, t1 - t0, 0, t3 - t2, t2 - t1};
+        o = (struct prof_overhead){t0, t1 - t0, 0, t3 - t2 + (t0 - tk), t2 - t1};
         (void)prof_entry_put_overhead(rt.buffer, &o);
     }
     rt_sampler_release_statm(); /* closed only if the number is still ours */

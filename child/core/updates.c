@@ -26,9 +26,13 @@
 static struct {
     struct buf_update_slot slot; /* the manager's changes, folded */
     bool slot_ready;
-    _Atomic int pending;            /* set by on_chunk_update(), cleared by the sampler's tick */
-    _Atomic int evictions;          /* the daemon writes its evictions into our region's header */
-    _Atomic int ring;               /* the daemon takes our changes from our region's update ring */
+    _Atomic int pending;   /* set by on_chunk_update(), cleared by the sampler's tick */
+    _Atomic int evictions; /* the daemon writes its evictions into our region's header */
+    _Atomic int ring;      /* the daemon takes our changes from our region's update ring */
+    /* The daemon said how it takes them (its Welcome, or the connection's end): until then a
+     * change waits, flagged, rather than wake an IPC thread a light connection may not have
+     * (ipc.c) for a change the region will carry. */
+    _Atomic int told;
     struct buf_update ring_pending; /* sampler only: taken, not yet published (ring full) */
     uint64_t evicted_ns;            /* sampler only: the last eviction point applied */
 } upd;
@@ -56,7 +60,8 @@ int rt_updates_start(void)
         upd.slot_ready = true;
     }
     /* Changes fold into the slot from now on, connected or not: the first answer to the
-     * daemon's poll carries them all. */
+     * daemon's poll carries them all. A new connection's daemon has said nothing yet. */
+    atomic_store(&upd.told, 0);
     buf_chunked_buffer_set_update_cb(rt.buffer, on_chunk_update, NULL);
     return 0;
 }
@@ -70,6 +75,7 @@ void rt_updates_use_region(bool evictions, bool ring)
 {
     atomic_store(&upd.evictions, evictions);
     atomic_store(&upd.ring, ring);
+    atomic_store(&upd.told, 1);
 }
 
 void rt_updates_destroy(uint64_t done_ns, bool quiet)
@@ -143,7 +149,7 @@ void rt_updates_tick(void)
         return;
     /* A change waits in the slot until there is a daemon to tell. */
     m = rt_ipc_module(false);
-    if (!m || !m->connected())
+    if (!m || !m->connected() || !atomic_load(&upd.told))
         return;
     atomic_store(&upd.pending, 0);
     if (!atomic_load_explicit(&upd.ring, memory_order_relaxed) || !publish_in_region())

@@ -26,19 +26,25 @@
  * waits (bounded) for them to leave. Without a daemon,
  * or when it goes away, the process simply keeps profiling on its own.
  */
+#include "ipc/ipc.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <uv.h>
 
+#include "buffer/leb128.h"
 #include "buffer/progress.h"
 #include "buffer/region-updates.h"
 #include "buffer/update.h"
@@ -78,6 +84,13 @@ static struct {
      * ring (child/core/updates.c); only a Final goes by message. IPC thread only. */
     bool updates_in_region;
     bool defer_start; /* the next client_start() defers: set after a fork */
+    /* The light connection (light_start()): Hello sent from the thread that started, no IPC
+     * thread nor loop until the connection needs them (light_promote()). Under light_lock. */
+    bool light;
+    int light_fd;
+    uid_t light_uid;
+    bool hello_sent;         /* by light_start(): the IPC thread does not say it again */
+    _Atomic int light_needs; /* something for the IPC thread (a wake while light) */
     /* A forked child's connection, made in its fork handler as the user it was born as
      * (connect_early()), for its first client_start() to adopt. */
     bool early;
@@ -136,10 +149,15 @@ static size_t spawned_count;
  * that) or the program's own file. Not in ipc: it outlives a reset of that. */
 static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Held by whoever reads, promotes or ends a light connection (ipc.light...): the sampler's
+ * tick, the exit path, a symbolization, an abandon. Not in ipc: it outlives a reset of that. */
+static pthread_mutex_t light_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Wakes the IPC thread if its loop is live and its eventfd still ours; else the sampler's
  * next check of the descriptors (runtime.c) finds what was lost. */
 static void wake_ipc(void)
 {
+    atomic_store(&ipc.light_needs, 1); /* a light connection starts its thread for it */
     (void)pthread_mutex_lock(&wake_lock);
     if (ipc.loop_ready && core->fd_intact(ipc.loop.async_wfd >= 0 ? ipc.loop.async_wfd
                                                                   : ipc.loop.async_io_watcher.fd))
@@ -148,6 +166,9 @@ static void wake_ipc(void)
 }
 
 static void client_start_deferred(void);
+static bool light_read(void);
+static int light_promote(void);
+static void light_wait_welcome(void);
 
 static void client_tick(void)
 {
@@ -156,6 +177,12 @@ static void client_tick(void)
     if (atomic_load_explicit(&ipc.start_pending, memory_order_relaxed) &&
         core->now_ns() >= atomic_load(&ipc.start_not_before_ns))
         client_start_deferred();
+    /* A light connection: the Welcome, the poll, and whether it needs its thread now (a
+     * wake-up while light, at an earlier tick, says so too). */
+    (void)pthread_mutex_lock(&light_lock);
+    if (ipc.light && (light_read() || atomic_load(&ipc.light_needs)))
+        (void)light_promote();
+    (void)pthread_mutex_unlock(&light_lock);
     /* Totals changed: one wake-up per period at most, and none while no group is used
      * (the generation stays 0). The clock is read only when there is something to send. */
     if (gen != ipc.groups_gen_asked && atomic_load(&ipc.connected)) {
@@ -379,9 +406,29 @@ static bool client_connected(void)
     return atomic_load(&ipc.linked) && !atomic_load(&ipc.exiting);
 }
 
+static void client_welcome_wait(void)
+{
+    (void)pthread_mutex_lock(&light_lock);
+    if (ipc.light && !atomic_load(&ipc.connected))
+        light_wait_welcome();
+    (void)pthread_mutex_unlock(&light_lock);
+}
+
 static bool client_exit_in_region_accepted(void)
 {
+    client_welcome_wait();
     return client_connected() && atomic_load(&ipc.connected) && atomic_load(&ipc.region_accepted);
+}
+
+/* The IPC thread, for what only it sends; 0, or why there is none. */
+static int need_thread(void)
+{
+    int r;
+
+    (void)pthread_mutex_lock(&light_lock);
+    r = light_promote();
+    (void)pthread_mutex_unlock(&light_lock);
+    return r;
 }
 
 static void client_exit_in_region(void)
@@ -461,7 +508,13 @@ static void post_outbox(uint64_t id, bool exit_profile, struct outgoing *o, int 
 static int client_send_exit_profile(struct json_writer *w)
 {
     struct outgoing *o;
-    int r = outgoing_new(w, &o);
+    int r = need_thread();
+
+    if (r < 0) {
+        core->json_free(w);
+        return r;
+    }
+    r = outgoing_new(w, &o);
 
     /* Every ProfileData names a request; an exit profile answers none, so it carries the
      * (nonzero) pid instead. */
@@ -680,7 +733,7 @@ static int client_symbolize(struct rt_symbol_batch *b, uint64_t timeout_ns)
     struct timespec deadline;
     int r = 0;
 
-    if (!client_connected())
+    if (!client_connected() || need_thread() < 0)
         return -ENOTCONN;
     (void)clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += (time_t)(timeout_ns / 1000000000u);
@@ -946,35 +999,44 @@ static void on_wake(uv_async_t *handle)
     flush_update();
 }
 
+/* Our Hello, in env (h and the name buffers are the caller's, alive while env is used); the
+ * region's descriptor to send with it, or -1. */
+static int make_hello(Fleetprof__Envelope *env, Fleetprof__Hello *h, char name[64], char **argv0)
+{
+    struct rt_hello_info hi;
+    int region_fd;
+
+    core->hello_info(&hi);
+    (void)snprintf(name, 64, "%s", hi.name);
+    *argv0 = name;
+    h->id = ++ipc.next_id;
+    h->version = FLEETPROF_PROTOCOL_VERSION;
+    h->pid = (int32_t)getpid();
+    h->ppid = (int32_t)getppid();
+    h->name = name;
+    h->n_argv = 1;
+    h->argv = argv0;
+    h->start_ns = hi.start_ns;
+    h->start_epoch_ms = (uint64_t)hi.start_epoch_ms;
+    region_fd = core->region_fd();
+    h->chunk_region = region_fd >= 0;
+    h->region_evictions = region_fd >= 0; /* the core's tick reads them from that region */
+    h->exit_in_region = region_fd >= 0;
+    h->updates_in_region = region_fd >= 0; /* the core's tick publishes them in that region */
+    h->sampling_timer = (char *)(hi.sampling_timer ? hi.sampling_timer : "");
+    h->sampling_timer_why = (char *)(hi.sampling_timer_why ? hi.sampling_timer_why : "");
+    env->msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
+    env->hello = h;
+    return region_fd;
+}
+
 static void send_hello(void)
 {
     Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     Fleetprof__Hello h = FLEETPROF__HELLO__INIT;
-    struct rt_hello_info hi;
-    char name[64];
-    char *argv0 = name;
-    int region_fd;
+    char name[64], *argv0;
+    int region_fd = make_hello(&env, &h, name, &argv0);
 
-    core->hello_info(&hi);
-    (void)snprintf(name, sizeof(name), "%s", hi.name);
-    h.id = ++ipc.next_id;
-    h.version = FLEETPROF_PROTOCOL_VERSION;
-    h.pid = (int32_t)getpid();
-    h.ppid = (int32_t)getppid();
-    h.name = name;
-    h.n_argv = 1;
-    h.argv = &argv0;
-    h.start_ns = hi.start_ns;
-    h.start_epoch_ms = (uint64_t)hi.start_epoch_ms;
-    region_fd = core->region_fd();
-    h.chunk_region = region_fd >= 0;
-    h.region_evictions = region_fd >= 0; /* the core's tick reads them from that region */
-    h.exit_in_region = region_fd >= 0;
-    h.updates_in_region = region_fd >= 0; /* the core's tick publishes them in that region */
-    h.sampling_timer = (char *)(hi.sampling_timer ? hi.sampling_timer : "");
-    h.sampling_timer_why = (char *)(hi.sampling_timer_why ? hi.sampling_timer_why : "");
-    env.msg_case = FLEETPROF__ENVELOPE__MSG_HELLO;
-    env.hello = &h;
     /* The region's descriptor goes with the first frame; on a full socket it stays home
      * (chunk_region says it was meant to come: the daemon logs its absence). */
     if (ipc.conn)
@@ -987,10 +1049,12 @@ static void *ipc_main(void *arg)
 {
     (void)arg;
     core->thread_cancel_only_in_poll(); /* first: see client_abandon() */
+    /* Not the name of the thread that made it (the sampler's, or the program's). */
+    (void)prctl(PR_SET_NAME, "fleetprof-ipc", 0, 0, 0);
     /* Hello leaves from here, like every frame: this thread blocks every signal, so a
      * daemon that closed the connection already costs an EPIPE. Written from the program's
      * thread at start, the same write raised SIGPIPE there and killed the program. */
-    if (atomic_load(&ipc.linked))
+    if (atomic_load(&ipc.linked) && !ipc.hello_sent)
         send_hello();
     (void)uv_run(&ipc.loop, UV_RUN_DEFAULT);
     {
@@ -1075,12 +1139,16 @@ static int start_now(void)
     (void)pthread_mutex_init(&ipc.done_lock, NULL);
     (void)pthread_cond_init(&ipc.done_cond, NULL);
     ipc.done = false;
-    ipc.poll_id = 0;
-    ipc.poll_standing = false;
-    buf_update_pace_init(&ipc.pace, 0); /* a new daemon knows nothing of ours yet */
     atomic_store(&ipc.exiting, 0);
-    atomic_store(&ipc.region_accepted, 0);
-    atomic_store(&ipc.exit_in_region, 0);
+    if (!ipc.hello_sent) {
+        /* A new daemon knows nothing of ours yet. A light connection's (light_promote()) was
+         * welcomed already, maybe polled, maybe told where the exit profile is: kept. */
+        atomic_store(&ipc.exit_in_region, 0);
+        ipc.poll_id = 0;
+        ipc.poll_standing = false;
+        buf_update_pace_init(&ipc.pace, 0);
+        atomic_store(&ipc.region_accepted, 0);
+    }
     r = descriptors_to_spare();
     if (r < 0) {
         core->debug("too few free descriptors for a daemon connection (%s): profiling alone",
@@ -1160,6 +1228,221 @@ static int start_now(void)
     return 0;
 }
 
+/* --- the light connection ------------------------------------------------------------
+ *
+ * Most profiled processes live a few milliseconds: a build's compilers, a shell's commands, a
+ * pool's helpers. What they need of the daemon is that it holds their region from their start
+ * and builds their exit profile from it: a socket, a Hello and, at the end, a Final. So a
+ * process connects and says Hello from the thread that starts the runtime (light_start()),
+ * the sampler's tick reads the Welcome and the standing poll (light_read()), and the IPC
+ * thread with its libuv loop starts only when the connection needs it (light_promote()): the
+ * daemon asks anything else (a capture, a pause, symbols), the core has something to send by
+ * message (an update the region cannot carry, performance groups' totals, spawned pids, an
+ * exit profile written as JSON, a symbolization), or the Welcome does not come in time at
+ * exit. A process that never needs it writes its Final from its exit path
+ * (light_finish()). */
+
+#define LIGHT_PEEK_BYTES      4096 /* the Welcome and a poll are a few dozen bytes each */
+#define LIGHT_WELCOME_WAIT_MS 200  /* at exit, for a Welcome not read yet */
+
+/* Connects (or takes the fork handler's connection), checks who listens, and says Hello with
+ * the region's descriptor. light_lock held. */
+static int light_start(void)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__Hello h = FLEETPROF__HELLO__INIT;
+    char reason[IPC_TRUST_REASON_MAX], name[64], *argv0;
+    ssize_t sent;
+    uid_t uid;
+    int fd, r;
+
+    if (ipc.early) {
+        ipc.early = false;
+        fd = ipc.early_fd;
+        uid = ipc.early_uid;
+    } else {
+        uid = geteuid();
+        core->fds_capture(RT_FDS_CAPTURE); /* away from the numbers the program will take */
+        r = ipc_socket_connect(ipc.socket_path, uid, reason, sizeof(reason), &fd);
+        if (r == 0)
+            core->fd_protect(fd); /* from a program that closes every descriptor */
+        core->fds_capture(RT_FDS_CAPTURE_OFF);
+        if (r == -EPERM)
+            note_untrusted(reason);
+        else if (r < 0)
+            core->debug("no daemon at %s (%s): profiling alone", ipc.socket_path, strerror(-r));
+        if (r < 0)
+            return r;
+    }
+    /* Who called listen(2): nothing is said to a daemon of another user (the IPC thread's
+     * connections are checked the same way, ipc_conn_adopt()). */
+    r = ipc_socket_listener_check(fd, uid, ipc.socket_path, reason, sizeof(reason));
+    if (r == -EPERM)
+        note_untrusted(reason);
+    else if (r < 0)
+        core->debug("%s", reason);
+    if (r == 0) {
+        int region_fd = make_hello(&env, &h, name, &argv0);
+
+        /* Never SIGPIPE (MSG_NOSIGNAL): the daemon may have closed already. */
+        sent = ipc_socket_send_frame(fd, &env, region_fd);
+        if (sent < 0) {
+            r = (int)sent;
+            core->debug("cannot say Hello to the daemon at %s: %s", ipc.socket_path, strerror(-r));
+        }
+    }
+    if (r < 0) {
+        core->fd_release(fd);
+        return r;
+    }
+    ipc.light = true;
+    ipc.light_fd = fd;
+    ipc.light_uid = uid;
+    ipc.hello_sent = true;
+    atomic_store(&ipc.light_needs, 0);
+    atomic_store(&ipc.linked, 1);
+    return 0;
+}
+
+/* Takes the Welcome and the standing poll at the head of what the daemon sent; anything else
+ * stays in the socket for the IPC thread. Returns true when the connection needs that thread
+ * (another message, a frame too large to be either, the daemon gone or in error), false when
+ * it does not (yet). light_lock held. */
+static bool light_read(void)
+{
+    uint8_t buf[LIGHT_PEEK_BYTES];
+    size_t off = 0;
+    bool needs = false;
+    ssize_t n;
+
+    do
+        n = recv(ipc.light_fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno != EAGAIN && errno != EWOULDBLOCK;
+    if (n == 0)
+        return true; /* closed: the IPC thread says so, and profiles alone */
+    while (!needs && off < (size_t)n) {
+        Fleetprof__Envelope *env = NULL;
+        const char *why = NULL;
+        uint64_t len;
+        ssize_t prefix = buf_uleb128_decode(buf + off, (size_t)n - off, &len);
+
+        if (prefix == 0 || prefix == -EAGAIN)
+            break; /* the rest of the prefix is on its way */
+        if (prefix < 0 || len == 0 || len > sizeof(buf) - off - (size_t)prefix) {
+            needs = true; /* not a Welcome nor a poll, or not a frame at all */
+            break;
+        }
+        if (off + (size_t)prefix + len > (size_t)n)
+            break; /* the rest of the frame is on its way */
+        if (ipc_envelope_decode(buf + off + prefix, len, 0, &env, &why) < 0 ||
+            ipc_envelope_validate(env, &why) < 0) {
+            needs = true; /* the IPC thread's reader says what was wrong, and closes */
+        } else if (env->msg_case == FLEETPROF__ENVELOPE__MSG_WELCOME &&
+                   !atomic_load(&ipc.connected)) {
+            apply_welcome(env->welcome);
+        } else if (env->msg_case == FLEETPROF__ENVELOPE__MSG_AWAIT_NEXT_CHUNK_MANAGER_UPDATE &&
+                   ipc.updates_in_region) {
+            /* Answered by the Final: the updates go through the region. */
+            ipc.poll_id = env->await_next_chunk_manager_update->id;
+            ipc.poll_standing = env->await_next_chunk_manager_update->standing;
+        } else {
+            needs = true;
+        }
+        (void)ipc_envelope_free(env);
+        if (!needs)
+            off += (size_t)prefix + len;
+    }
+    /* Taken off the socket: the bytes read above, all there. */
+    while (off > 0) {
+        n = recv(ipc.light_fd, buf, off, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return true;
+        off -= (size_t)n;
+    }
+    return needs;
+}
+
+/* The IPC thread and its loop take the light connection over, as they take a forked child's
+ * (ipc.early): nothing is lost, what the daemon sent since is still in the socket. light_lock
+ * held. */
+static int light_promote(void)
+{
+    int r;
+
+    if (!ipc.light)
+        return 0;
+    ipc.light = false;
+    ipc.early = true;
+    ipc.early_fd = ipc.light_fd;
+    ipc.early_uid = ipc.light_uid;
+    r = start_now();
+    if (r < 0 && ipc.early) {
+        /* Not taken (no descriptors for a loop, no thread): light again. */
+        ipc.early = false;
+        ipc.light = true;
+    } else if (r < 0) {
+        atomic_store(&ipc.linked, 0);
+    } else {
+        core->debug("the daemon connection has its thread now");
+        wake_ipc(); /* what is waiting: spawned pids, group totals, an update */
+    }
+    return r;
+}
+
+/* At exit, a light connection that has not read its Welcome waits for it (bounded): the
+ * daemon builds the exit profile only if it said it would. light_lock held. */
+static void light_wait_welcome(void)
+{
+    uint64_t deadline = core->now_ns() + LIGHT_WELCOME_WAIT_MS * 1000000ull;
+
+    for (;;) {
+        struct pollfd p = {.fd = ipc.light_fd, .events = POLLIN};
+        uint64_t now;
+
+        if (light_read()) {
+            (void)light_promote();
+            return;
+        }
+        now = core->now_ns();
+        if (atomic_load(&ipc.connected) || now >= deadline)
+            return;
+        (void)poll(&p, 1, (int)((deadline - now + 999999) / 1000000));
+    }
+}
+
+/* The process ends on a light connection: its Final (with where its exit profile is), and
+ * the close. light_lock held. */
+static void light_finish(void)
+{
+    Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+    Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
+    ssize_t sent;
+
+    /* Our chunks die with us: the daemon forgets them now, not at EOF; and reads the region
+     * when this arrives, if the exit profile is there (client_exit_in_region()). */
+    msg.final = true;
+    msg.exit_in_region = atomic_load(&ipc.exit_in_region) != 0;
+    msg.request_id = ipc.poll_standing ? ipc.poll_id : 0;
+    env.msg_case = FLEETPROF__ENVELOPE__MSG_CHUNK_MANAGER_UPDATE;
+    env.chunk_manager_update = &msg;
+    sent = ipc_socket_send_frame(ipc.light_fd, &env, -1);
+    if (sent == -EAGAIN) { /* a full socket: the daemon is slow; bounded, as the thread is */
+        struct pollfd p = {.fd = ipc.light_fd, .events = POLLOUT};
+
+        if (poll(&p, 1, (int)(EXIT_WAIT_NS / 1000000u)) > 0)
+            sent = ipc_socket_send_frame(ipc.light_fd, &env, -1);
+    }
+    if (sent < 0)
+        core->debug("cannot send the last update to the daemon: %s", strerror((int)-sent));
+    core->fd_release(ipc.light_fd);
+    ipc.light = false;
+    atomic_store(&ipc.linked, 0);
+}
+
 static int client_start(const char *socket_path, const struct rt_ipc_hooks *hooks)
 {
     bool defer = ipc.defer_start;
@@ -1177,7 +1460,9 @@ static int client_start(const char *socket_path, const struct rt_ipc_hooks *hook
         atomic_store(&ipc.start_pending, 1);
         return 0;
     }
-    r = start_now();
+    (void)pthread_mutex_lock(&light_lock);
+    r = light_start();
+    (void)pthread_mutex_unlock(&light_lock);
     if (r < 0)
         core->updates_stop();
     return r;
@@ -1189,7 +1474,9 @@ static void client_start_deferred(void)
 
     if (!atomic_exchange(&ipc.start_pending, 0))
         return;
-    r = start_now();
+    (void)pthread_mutex_lock(&light_lock);
+    r = light_start();
+    (void)pthread_mutex_unlock(&light_lock);
     if (r < 0) { /* profiling alone, as when client_start() fails */
         core->updates_stop();
         core->debug("cannot start the IPC thread: %s", strerror(-r));
@@ -1213,6 +1500,15 @@ static void client_stop(void)
     drop_early();
     if (atomic_exchange(&ipc.start_pending, 0)) /* never connected: nothing to say */
         core->updates_stop();
+    (void)pthread_mutex_lock(&light_lock);
+    if (ipc.light) {
+        atomic_store(&ipc.exiting, 1);
+        light_finish();
+        (void)pthread_mutex_unlock(&light_lock);
+        core->updates_stop();
+        return;
+    }
+    (void)pthread_mutex_unlock(&light_lock);
     if (!ipc.thread_started)
         return;
     ipc.thread_started = false;
@@ -1263,6 +1559,9 @@ static bool client_owns_fd(int fd)
      * ipc_conn_fileno() is then -EBADF), a descriptor found closed is its own doing. */
     if (atomic_load(&ipc.exiting))
         return false;
+    (void)pthread_mutex_lock(&light_lock);
+    owns = ipc.light && fd >= 0 && fd == ipc.light_fd;
+    (void)pthread_mutex_unlock(&light_lock);
     (void)pthread_mutex_lock(&wake_lock);
     n = ipc_fds(fds);
     for (size_t i = 0; i < n; i++)
@@ -1275,15 +1574,23 @@ static int client_abandon(void)
 {
     struct rt_ipc_hooks hooks;
     struct timespec deadline;
+    bool was_light;
     int fds[8];
     size_t n;
 
+    /* A light connection has nothing but its socket: closed if still ours. */
+    (void)pthread_mutex_lock(&light_lock);
+    was_light = ipc.light;
+    if (was_light)
+        core->fd_release(ipc.light_fd);
+    ipc.light = false;
+    (void)pthread_mutex_unlock(&light_lock);
     (void)pthread_mutex_lock(&wake_lock);
-    if (!ipc.loop_ready) {
+    if (!ipc.loop_ready && !was_light) {
         (void)pthread_mutex_unlock(&wake_lock);
         return 0;
     }
-    if (ipc.thread_started) {
+    if (ipc.loop_ready && ipc.thread_started) {
         /* Cancelled only inside its poll (preload-fds.c): libuv is between events there,
          * and no lock of ours is held, so nothing of the loop runs again. A thread that
          * does not get there within a second is left alone, and so is everything it
@@ -1318,6 +1625,7 @@ static int client_abandon(void)
     (void)pthread_mutex_unlock(&ipc.sym_lock);
     ipc.poll_id = 0;
     ipc.exit_streaming = false;
+    ipc.hello_sent = false;
     /* A new connection, made at the sampler's next tick or by the exit path: the daemon
      * sees this process again, with its Hello. */
     ipc.defer_start = true;
@@ -1385,7 +1693,10 @@ static void client_forget_after_fork(void)
      * whose main thread sat in pthread_join() of its sampler, blocked on that lock. We are
      * the only thread now: a fresh lock. */
     (void)pthread_mutex_init(&wake_lock, NULL);
+    (void)pthread_mutex_init(&light_lock, NULL);
     (void)pthread_mutex_init(&spawned_lock, NULL); /* the parent's spawns are not ours */
+    if (ipc.light)                                 /* the parent's connection */
+        (void)close(ipc.light_fd);
     spawned_count = 0;
     if (ipc.loop_ready) {
         int fd = ipc.conn ? ipc_conn_fileno(ipc.conn) : -1;
@@ -1440,6 +1751,7 @@ static const struct rt_ipc_module module = {
         .pack_description = rt_ipc_pack_description,
         .untrusted = client_untrusted,
         .spawned = client_spawned,
+        .welcome_wait = client_welcome_wait,
 };
 
 __attribute__((visibility("default"))) const struct rt_ipc_module *fleetprof_ipc_module(void)

@@ -788,6 +788,7 @@ void rt_on_process_exit(void)
     (void)atomic_compare_exchange_strong(&rt.exiting_tid, &none, (int32_t)gettid());
     if (!rt_start_if_pending()) /* a forked child that ends early has its profile too */
         return;
+    rt_ipc_welcome_wait(); /* what it tells goes into the sampler's last drain */
     rt_sampler_stop();
     write_exit_profile(true);
     rt_ipc_stop();

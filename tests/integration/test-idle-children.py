@@ -2,7 +2,8 @@
 """Idle forked children (issue #31): a child a profiled master forks, that sleeps from its
 first instruction and lives 1 s or more, is in `fleetprof status` within 1 s and in every
 capture, as a process with its main thread whose samples say it sleeps. A real fleetprofd and
-a real profiled master (workload fork-idle).
+a real profiled master (workload fork-idle). Such a child has a light connection: no IPC
+thread until the daemon asks it something.
 
 Usage: test-idle-children.py BUILD_DIR   (meson passes it; output is TAP)
 """
@@ -197,7 +198,48 @@ def test_an_idle_forked_child_is_in_every_capture(tmp):
         d.stop()
 
 
+def threads_of(pid):
+    """The names of pid's threads (/proc/PID/task/*/comm)."""
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:
+            pass
+    return sorted(names)
+
+
+def test_the_connection_thread_starts_when_the_daemon_asks(tmp):
+    """A child has a light connection: in status (its Hello and region are the daemon's), it
+    runs its main thread and the sampler, and no IPC thread, until the daemon asks it
+    something: a capture, which finds it, and after which it has its IPC thread."""
+    d = Daemon(tmp)
+    fleet = None
+    try:
+        fleet = IdleFleet(d, 4)
+        wait_until(lambda: child_status(d, fleet.pid) is not None, "the child in status")
+        wait_until(lambda: time.monotonic() - fleet.seen >= 0.5, "0.5 s", timeout=10)
+        fleet.assert_asleep("before the capture")
+        assert child_status(d, fleet.pid)["state"] == "running"
+        before = threads_of(fleet.pid)
+        assert before == ["fleetprof-sampl", "workload"], \
+            f"child {fleet.pid} runs {before} before anything was asked of it"
+        doc = capture_doc(d, tmp, "capture.json")
+        asleep_samples(process(doc, fleet.pid), fleet.pid, "the capture")
+        after = threads_of(fleet.pid)
+        assert after == ["fleetprof-ipc", "fleetprof-sampl", "workload"], \
+            f"child {fleet.pid} runs {after} after a capture"
+        fleet.finish()
+        assert d.alive(), d.log()[-2000:]
+    finally:
+        if fleet:
+            fleet.close()
+        d.stop()
+
+
 taplib.run([
+    test_the_connection_thread_starts_when_the_daemon_asks,
     test_an_idle_forked_child_is_in_status_within_a_second,
     test_an_idle_forked_child_is_in_every_capture,
 ])

@@ -20,6 +20,8 @@
 #undef MIN
 #undef MAX
 
+#include "ipc-samples.h"
+#include "ipc/ipc.h"
 #include "ipc/socket-trust.h"
 #include "ipc/uv-ipc.h"
 #include "testlib.h"
@@ -315,9 +317,102 @@ static void test_listener_and_client_refuse_a_loose_directory(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* ---- ipc_socket_send_frame: one frame on a socket, with a descriptor or not ------- */
+
+/* Reads one whole message off sock (and a descriptor that came with it, else -1). */
+static ssize_t receive(int sock, uint8_t *buf, size_t size, int *ret_fd)
+{
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {buf, size};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct cmsghdr *c;
+    ssize_t n;
+
+    memset(&control, 0, sizeof(control));
+    msg.msg_control = control.space;
+    msg.msg_controllen = sizeof(control.space);
+    n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    *ret_fd = -1;
+    c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+        memcpy(ret_fd, CMSG_DATA(c), sizeof(int));
+    return n;
+}
+
+/* Every sample goes as exactly its encoded frame; a descriptor rides on it when given (the
+ * same file on the other side); a full socket takes nothing (-EAGAIN), a closed one is
+ * -EPIPE and never a SIGPIPE; a message without a case is refused before anything is sent. */
+static void test_send_frame(void **state)
+{
+    size_t n;
+    const Fleetprof__Envelope *const *samples = ipc_samples(&n);
+    Fleetprof__Envelope empty = FLEETPROF__ENVELOPE__INIT;
+    uint8_t *want, *got;
+    int sv[2], pipefd[2], fd;
+    struct stat a, b;
+    size_t sent = 0;
+
+    (void)state;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+    want = malloc(IPC_FRAME_MAX_BYTES_DEFAULT);
+    got = malloc(IPC_FRAME_MAX_BYTES_DEFAULT);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (size_t i = 0; i < n; i++) {
+        size_t size = ipc_frame_size(samples[i]);
+        ssize_t r;
+
+        if (size > 64 << 10)
+            continue; /* more than one socket buffer: not a first frame's size */
+        assert_int_equal(ipc_frame_encode(samples[i], want, size), (ssize_t)size);
+        r = ipc_socket_send_frame(sv[0], samples[i], i % 2 ? pipefd[0] : -1);
+        assert_int_equal(r, (ssize_t)size);
+        r = receive(sv[1], got, IPC_FRAME_MAX_BYTES_DEFAULT, &fd);
+        assert_int_equal(r, (ssize_t)size);
+        assert_memory_equal(got, want, size);
+        if (i % 2) {
+            assert_true(fd >= 0);
+            assert_int_equal(fstat(fd, &a), 0);
+            assert_int_equal(fstat(pipefd[0], &b), 0);
+            assert_true(a.st_ino == b.st_ino && a.st_dev == b.st_dev);
+            assert_int_equal(close(fd), 0);
+        } else {
+            assert_int_equal(fd, -1);
+        }
+        sent++;
+    }
+    assert_true(sent > 4);
+    assert_int_equal(ipc_socket_send_frame(sv[0], &empty, -1), -EINVAL);
+
+    /* Full: nothing of the frame goes. */
+    {
+        int size = 4096;
+        ssize_t r;
+
+        assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size)), 0);
+        do
+            r = ipc_socket_send_frame(sv[0], samples[0], -1);
+        while (r > 0);
+        assert_int_equal(r, -EAGAIN);
+    }
+    assert_int_equal(close(sv[1]), 0);
+    /* Alive afterwards: no SIGPIPE. */
+    assert_int_equal(ipc_socket_send_frame(sv[0], samples[0], -1), -EPIPE);
+    (void)close(sv[0]);
+    (void)close(pipefd[0]);
+    (void)close(pipefd[1]);
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_send_frame),
             cmocka_unit_test_setup_teardown(test_a_private_directory_is_trusted, setup, teardown),
             cmocka_unit_test_setup_teardown(test_a_directory_others_can_write_is_refused, setup,
                                             teardown),
