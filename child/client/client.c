@@ -141,3 +141,11 @@ void rt_ipc_welcome_wait(void)
     if (m)
         m->welcome_wait();
 }
+
+void rt_ipc_before_chroot(void)
+{
+    const struct rt_ipc_module *m = rt_ipc_module(false);
+
+    if (m)
+        m->promote();
+}

@@ -52,6 +52,9 @@ void rt_ipc_exit_in_region(void);
  * (a light connection reads it at the sampler's ticks): at exit, before the sampler's last
  * drain, which writes the CPU before the start the Welcome tells. */
 void rt_ipc_welcome_wait(void);
+/* The program is about to chroot: a light connection starts its IPC thread now, while the
+ * libraries that takes can still be loaded (libuv). */
+void rt_ipc_before_chroot(void);
 
 /* struct rt_symbol_batch: child/core/ipc-module.h. */
 /* Sends batch through the daemon's symbol service and waits at most timeout_ns for the

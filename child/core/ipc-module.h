@@ -30,7 +30,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   11u
+#define RT_IPC_MODULE_ABI   12u
 
 struct json_writer;
 struct progress_logger;
@@ -184,6 +184,9 @@ struct rt_ipc_module {
     /* Takes the daemon's Welcome if it is on its way and not read yet (a light connection,
      * ipc.c), waiting for it a bounded time: at exit, before the sampler's last drain. */
     void (*welcome_wait)(void);
+    /* Starts the IPC thread now if the connection is light (it loads libuv): the program is
+     * about to leave the file system where libuv is (chroot). */
+    void (*promote)(void);
 };
 
 /* The module's only exported symbol (RT_IPC_MODULE_ENTRY). */

@@ -334,6 +334,18 @@ FLEETPROF_EXPORT int chroot(const char *path)
     int r;
 
     NEED_REAL(real_chroot);
+    /* The daemon connection's thread may be needed later (a capture, the spawned pids of
+     * the children forked in there), and libuv cannot be loaded from inside the root. Then
+     * the module list, which /proc/self/maps gives and the new root may not have: kept, and
+     * used by every description from in there while nothing more is loaded. */
+    if (rt_running()) {
+        const struct prof_libs *libs;
+        int error = 0;
+
+        rt_ipc_before_chroot();
+        libs = rt_modules_get(&error);
+        rt_modules_put(libs);
+    }
     r = real_chroot(path);
     if (r == 0)
         atomic_store(&chrooted, true);

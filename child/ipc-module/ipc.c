@@ -431,6 +431,11 @@ static int need_thread(void)
     return r;
 }
 
+static void client_promote(void)
+{
+    (void)need_thread();
+}
+
 static void client_exit_in_region(void)
 {
     atomic_store(&ipc.exit_in_region, 1);
@@ -1122,7 +1127,15 @@ static int descriptors_to_spare(void)
 
 static int start_now(void)
 {
+    char why[200];
     int r;
+
+    /* libuv, the first time (uv-lazy.h): a light connection never needed it. */
+    r = uv_lazy_load(why, sizeof(why));
+    if (r < 0) {
+        core->debug("cannot load libuv (%s): no IPC thread", why);
+        return r;
+    }
 
     (void)pthread_mutex_init(&ipc.outbox_lock, NULL);
     (void)pthread_mutex_init(&ipc.sym_serial, NULL);
@@ -1422,6 +1435,21 @@ static void light_finish(void)
     Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
     ssize_t sent;
 
+    /* The pids the program spawned since the last tick, which only the IPC thread sends
+     * otherwise. */
+    (void)pthread_mutex_lock(&spawned_lock);
+    if (spawned_count) {
+        Fleetprof__Envelope senv = FLEETPROF__ENVELOPE__INIT;
+        Fleetprof__Spawned spawned = FLEETPROF__SPAWNED__INIT;
+
+        spawned.n_pids = spawned_count;
+        spawned.pids = spawned_pids;
+        senv.msg_case = FLEETPROF__ENVELOPE__MSG_SPAWNED;
+        senv.spawned = &spawned;
+        if (ipc_socket_send_frame(ipc.light_fd, &senv, -1) > 0)
+            spawned_count = 0;
+    }
+    (void)pthread_mutex_unlock(&spawned_lock);
     /* Our chunks die with us: the daemon forgets them now, not at EOF; and reads the region
      * when this arrives, if the exit profile is there (client_exit_in_region()). */
     msg.final = true;
@@ -1752,6 +1780,7 @@ static const struct rt_ipc_module module = {
         .untrusted = client_untrusted,
         .spawned = client_spawned,
         .welcome_wait = client_welcome_wait,
+        .promote = client_promote,
 };
 
 __attribute__((visibility("default"))) const struct rt_ipc_module *fleetprof_ipc_module(void)

@@ -210,10 +210,17 @@ def threads_of(pid):
     return sorted(names)
 
 
+def maps_libuv(pid):
+    """Whether pid maps libuv."""
+    with open(f"/proc/{pid}/maps") as f:
+        return any("libuv" in line for line in f)
+
+
 def test_the_connection_thread_starts_when_the_daemon_asks(tmp):
     """A child has a light connection: in status (its Hello and region are the daemon's), it
-    runs its main thread and the sampler, and no IPC thread, until the daemon asks it
-    something: a capture, which finds it, and after which it has its IPC thread."""
+    runs its main thread and the sampler, and no IPC thread, and has not even mapped libuv,
+    until the daemon asks it something: a capture, which finds it, and after which it has its
+    IPC thread and libuv."""
     d = Daemon(tmp)
     fleet = None
     try:
@@ -225,11 +232,13 @@ def test_the_connection_thread_starts_when_the_daemon_asks(tmp):
         before = threads_of(fleet.pid)
         assert before == ["fleetprof-sampl", "workload"], \
             f"child {fleet.pid} runs {before} before anything was asked of it"
+        assert not maps_libuv(fleet.pid), f"child {fleet.pid} mapped libuv before it needed it"
         doc = capture_doc(d, tmp, "capture.json")
         asleep_samples(process(doc, fleet.pid), fleet.pid, "the capture")
         after = threads_of(fleet.pid)
         assert after == ["fleetprof-ipc", "fleetprof-sampl", "workload"], \
             f"child {fleet.pid} runs {after} after a capture"
+        assert maps_libuv(fleet.pid), f"child {fleet.pid} runs its IPC thread without libuv"
         fleet.finish()
         assert d.alive(), d.log()[-2000:]
     finally:
