@@ -260,6 +260,7 @@ enum rt_fork_start {
     RT_FORK_START_NONE,    /* started, or never to be */
     RT_FORK_START_PENDING, /* deferred: sampling and the API wait for it */
     RT_FORK_START_RUNNING, /* being finished by a thread that holds the init lock */
+    RT_FORK_START_LIGHT,   /* nothing made: the child is expected to exec (runtime.c) */
 };
 
 enum rt_before_start {

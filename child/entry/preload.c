@@ -219,11 +219,13 @@ FLEETPROF_EXPORT pid_t fork(void)
     pid_t pid;
 
     NEED_REAL(real_fork);
+    (void)rt_fork_light_prepare();
     for (unsigned tries = 0;;) {
         pid = real_fork();
         if (pid >= 0 || !rt_slots_again(errno, &tries))
             break;
     }
+    rt_fork_light_done();
     if (pid > 0 && rt_slots_given_up()) /* it starts no runtime: the daemon names it */
         rt_region_note_unprofiled_child((int32_t)pid);
     else if (pid > 0 && atomic_load(&chrooted) && rt_running())

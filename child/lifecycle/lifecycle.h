@@ -38,6 +38,11 @@ bool rt_fork_start_due(uint64_t now_ns);
  * is waited for (a bounded while). */
 bool rt_fork_start_cancel(void);
 void rt_fork_start_restore(void);
+/* The fork wrapper, before the fork: whether the child is to be a light one (its parent's
+ * children exec at once: runtime.c), told to the child's fork handler; and after it, in the
+ * parent. */
+bool rt_fork_light_prepare(void);
+void rt_fork_light_done(void);
 /* On the sampler thread after a fatal signal: write the profile, then die by sig. */
 void rt_handle_exit_signal(int sig);
 

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -190,6 +191,85 @@ static int start_locked(void)
 static clockid_t fork_thread_clock;
 static uint64_t fork_thread_cpu_ns;
 
+/* --- a light fork ---------------------------------------------------------------------
+ *
+ * A program whose forked children exec at once (a shell, make, a spawner) pays, in each
+ * child, for a sampler thread, a region and a timer that the exec throws away: 0.4 ms of a
+ * short-lived child's CPU, half of it the exec tearing the thread down. So each process
+ * keeps, in a page it shares with its forked children (MAP_SHARED: their increments are its
+ * own), how its children went: exec'd while their start was still deferred ("quick"), or
+ * started. Once FORK_LIGHT_AFTER children in a row were quick (and at most one in
+ * FORK_LIGHT_RATIO started), its fork wrapper asks for a light child: the fork handler makes
+ * nothing but the early connection (the daemon knows the child from its start, as any
+ * fork's), and the child's first call that needs the runtime (rt_running(): the API,
+ * pthread_create, its exit) makes the whole start, its CPU since the fork charged as the
+ * CPU before the start. A light child that did not exec at once counts as started, so its
+ * parent's next children are full ones again. What a light child that computes before
+ * it execs loses is its stacks before the exec, not their CPU (the new image's first
+ * sample carries it). */
+#define FORK_LIGHT_AFTER 8
+#define FORK_LIGHT_RATIO 32
+
+struct fork_history {
+    _Atomic uint32_t quick;   /* children that exec'd before their start */
+    _Atomic uint32_t started; /* children that started (or would have, light) */
+};
+
+static struct fork_history *fork_history;        /* of this process's children */
+static struct fork_history *parent_fork_history; /* where this child tells how it went */
+static _Atomic bool fork_history_told;
+static __thread bool fork_light_wanted; /* the fork wrapper's word to its child */
+static int fork_start_cancelled = RT_FORK_START_NONE;
+
+bool rt_fork_light_prepare(void)
+{
+    uint32_t quick, started;
+
+    fork_light_wanted = false;
+    if (!atomic_load_explicit(&rt.running, memory_order_acquire))
+        return false;
+    if (!fork_history) {
+        void *page = mmap(NULL, sizeof(*fork_history), PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+        if (page == MAP_FAILED)
+            return false;
+        fork_history = page;
+    }
+    quick = atomic_load(&fork_history->quick);
+    started = atomic_load(&fork_history->started);
+    fork_light_wanted = quick >= FORK_LIGHT_AFTER && started * FORK_LIGHT_RATIO <= quick;
+    return fork_light_wanted;
+}
+
+void rt_fork_light_done(void)
+{
+    fork_light_wanted = false;
+}
+
+/* This child tells its parent's history how it went, once. Async-signal-safe. */
+static void fork_history_tell(bool quick)
+{
+    struct fork_history *h = parent_fork_history;
+
+    if (!h || atomic_exchange(&fork_history_told, true))
+        return;
+    if (quick) {
+        atomic_fetch_add(&h->quick, 1);
+    } else {
+        atomic_fetch_add(&h->started, 1);
+        atomic_store(&h->quick, 0); /* "in a row": a full child until 8 quick ones again */
+    }
+}
+
+/* In the fork handler: the parent's history is its own children's, not this child's. */
+static void fork_history_forget_after_fork(void)
+{
+    parent_fork_history = fork_history;
+    fork_history = NULL; /* made at this child's own first fork; the parent's stays mapped */
+    atomic_store(&fork_history_told, false);
+}
+
 static uint64_t clock_ns(clockid_t clock)
 {
     struct timespec ts;
@@ -199,8 +279,10 @@ static uint64_t clock_ns(clockid_t clock)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* In the fork handler: the cheap part. init_lock is fresh. */
-static int fork_start_begin(void)
+/* In the fork handler: the cheap part. init_lock is fresh. A light child's start does it
+ * later, `light`: the fork_start state is then its own (RUNNING), and the CPU its thread
+ * used since the fork is the CPU before the start. */
+static int fork_start_begin(bool light)
 {
     int r;
 
@@ -212,6 +294,13 @@ static int fork_start_begin(void)
     r = rt_threads_register(rt_program_name(), true);
     if (r < 0)
         return r;
+    if (light && rt_self) {
+        /* The fork made the thread: its CPU clock counts from there. No image before it
+         * charged any of it. */
+        rt.before_start_cpu_ns = rt_self->last_cpu_ns;
+        atomic_store(&rt.before_start_accounted_ns, 0);
+        atomic_store(&rt.before_start, RT_BEFORE_START_KNOWN);
+    }
     if (pthread_getcpuclockid(pthread_self(), &fork_thread_clock) != 0)
         fork_thread_clock = CLOCK_MONOTONIC; /* never happens: the wall clock then */
     fork_thread_cpu_ns = clock_ns(fork_thread_clock);
@@ -221,9 +310,10 @@ static int fork_start_begin(void)
     r = rt_region_make();
     if (r < 0)
         rt_debug("cannot keep the chunks in a file: %s", strerror(-r));
-    atomic_store(&rt.fork_start, RT_FORK_START_PENDING);
+    if (!light)
+        atomic_store(&rt.fork_start, RT_FORK_START_PENDING);
     r = rt_sampler_start(&sampler_hooks); /* opens statm first */
-    if (r < 0)
+    if (r < 0 && !light)
         atomic_store(&rt.fork_start, RT_FORK_START_NONE);
     return r;
 }
@@ -233,6 +323,7 @@ static void fork_start_finish(void)
 {
     int r = make_buffer(false);
 
+    fork_history_tell(false);
     if (r < 0) { /* not profiled, as when a start fails; the sampler ends at its next tick */
         rt_debug("cannot start after fork: %s", strerror(-r));
         atomic_store(&rt.stop_sampler, 1);
@@ -260,9 +351,20 @@ bool rt_start_if_pending(void)
         /* The lock first, then the claim: a caller that finds it claimed has waited for
          * it to be finished when it gets the lock. An exec cancels without the lock. */
         (void)pthread_mutex_lock(&init_lock);
+        int light = RT_FORK_START_LIGHT;
+
         if (atomic_compare_exchange_strong(&rt.fork_start, &pending, RT_FORK_START_RUNNING)) {
             starting++;
             fork_start_finish();
+            starting--;
+            atomic_store(&rt.fork_start, RT_FORK_START_NONE);
+        } else if (atomic_compare_exchange_strong(&rt.fork_start, &light, RT_FORK_START_RUNNING)) {
+            /* A light child (above): all of the start, on this thread. */
+            starting++;
+            if (fork_start_begin(true) == 0)
+                fork_start_finish();
+            else
+                fork_history_tell(false);
             starting--;
             atomic_store(&rt.fork_start, RT_FORK_START_NONE);
         }
@@ -279,10 +381,20 @@ bool rt_fork_start_due(uint64_t now_ns)
 
 bool rt_fork_start_cancel(void)
 {
-    int pending = RT_FORK_START_PENDING;
+    int pending = RT_FORK_START_PENDING, light = RT_FORK_START_LIGHT;
 
-    if (atomic_compare_exchange_strong(&rt.fork_start, &pending, RT_FORK_START_NONE))
+    if (atomic_compare_exchange_strong(&rt.fork_start, &pending, RT_FORK_START_NONE)) {
+        fork_start_cancelled = RT_FORK_START_PENDING;
+        fork_history_tell(true);
         return true;
+    }
+    if (atomic_compare_exchange_strong(&rt.fork_start, &light, RT_FORK_START_NONE)) {
+        /* Quick as a deferred start would have judged it: not yet due. */
+        fork_start_cancelled = RT_FORK_START_LIGHT;
+        fork_history_tell(rt_now_ns() - rt.start_ns < FORK_START_WAIT_NS &&
+                          clock_ns(CLOCK_THREAD_CPUTIME_ID) < rt.cfg.interval_ns);
+        return true;
+    }
     /* Being finished on the sampler thread: the exec must see it done (its region marked,
      * its signals stopped). A finish that cannot end (blocked on a lock this thread holds,
      * the exec being made in a signal handler) is not waited for long. */
@@ -293,7 +405,7 @@ bool rt_fork_start_cancel(void)
 
 void rt_fork_start_restore(void)
 {
-    atomic_store(&rt.fork_start, RT_FORK_START_PENDING);
+    atomic_store(&rt.fork_start, fork_start_cancelled);
 }
 
 /* Expands %p to the pid. */
@@ -868,8 +980,18 @@ static void on_fork_child(void)
         atomic_store(&rt.counters[i].ops, 0);
         rt.counters[i].last_ops = 0;
     }
+    fork_history_forget_after_fork();
+    if (fork_light_wanted) {
+        /* A light child (above): the exec, or its first call that needs the runtime. */
+        fork_light_wanted = false;
+        rt.pid = (int32_t)getpid();
+        rt.start_tid = (int32_t)gettid();
+        rt.start_ns = rt_now_ns();
+        atomic_store(&rt.fork_start, RT_FORK_START_LIGHT);
+        return;
+    }
     starting++;
-    if (fork_start_begin() < 0)
+    if (fork_start_begin(false) < 0)
         atomic_store(&rt.running, 0);
     starting--;
 }

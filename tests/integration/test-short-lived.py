@@ -210,9 +210,66 @@ def test_spawned_children_each_in_the_file_with_their_cpu(tmp):
     check_children(tmp, "spawn")
 
 
+LIGHT_AFTER = 8  # FORK_LIGHT_AFTER, child/lifecycle/runtime.c
+THREADS_LINE = re.compile(r"^child (\d+) cpu_ns=(\d+) threads_before_exec=(\d+)$")
+
+
+def test_children_that_exec_at_once_start_nothing_before_it(tmp):
+    """A master whose forked children exec at once (one at a time: the lines come in fork
+    order). Each child counts its threads just before its exec. The first ones are full
+    children (the runtime's sampler thread beside the program's); once LIGHT_AFTER of them
+    in a row exec'd before their start was due, the next are light (only the program's
+    thread: nothing of ours is made for an exec to throw away). Whether a child is quick
+    depends on the machine (a busy one may delay an exec past the start), so the test asks
+    for some light children after the first LIGHT_AFTER, not for a number. Every child,
+    full or light, is in the file with its function and all the CPU its thread used (a
+    light child's life before its exec is in its new image's first sample)."""
+    n, cpu_ms = 40, CPU_MS
+    out = os.path.join(tmp, "light.json")
+    argv = [CLI, "record", "--no-summary", "-o", out, "--", SHORTLIVED, str(n), str(cpu_ms),
+            "exec-threads", "1"]
+    r = subprocess.run(argv, env=clean_env(tmp), cwd=tmp, capture_output=True, text=True,
+                       timeout=RECORD_TIMEOUT_S)
+    assert r.returncode == 0, f"status {r.returncode}\n{r.stderr[-3000:]}"
+    lines = [THREADS_LINE.match(line) for line in r.stdout.splitlines()]
+    assert all(lines) and len(lines) == n, f"expected {n} children's lines:\n{r.stdout[-2000:]}"
+    threads = [int(m[3]) for m in lines]
+    note(f"threads before the exec, in fork order: {threads}")
+    assert threads[0] == 2, f"the first child ran {threads[0]} threads before its exec, " \
+        f"expected 2 (its own and the runtime's sampler): {threads}"
+    light = [i for i, k in enumerate(threads) if k == 1]
+    assert light, f"no child exec'd with its own thread only: {threads}"
+    assert min(light) >= LIGHT_AFTER, \
+        f"child {min(light)} was light before {LIGHT_AFTER} quick ones: {threads}"
+    doc = pc.load_valid(out)
+    unit = (doc["meta"].get("sampleUnits") or {}).get("threadCPUDelta")
+    scale = MS_PER_UNIT[unit]
+    by_pid = {}
+    for p in pc.all_processes(doc):
+        pid = fleetprof_meta(p).get("pid")
+        if pid is not None and p.get("threads"):
+            by_pid.setdefault(int(pid), []).append(p)
+    problems = []
+    for i, m in enumerate(lines):
+        pid, used_ms = int(m[1]), int(m[2]) / 1e6
+        ps = by_pid.get(pid)
+        if not ps:
+            problems.append(f"child {i} (pid {pid}, {threads[i]} threads) is not in the file")
+            continue
+        got_ms = sum(thread_cpu_ms(t, scale) for p in ps for t in p["threads"]
+                     if str(t.get("tid")) == str(pid))
+        if not any(has_function(p, FUNCTION) for p in ps):
+            problems.append(f"child {i} (pid {pid}): no sample in {FUNCTION}")
+        if used_ms - got_ms > EXEC_SHORT_MAX_MS:
+            problems.append(f"child {i} (pid {pid}, {threads[i]} threads): profile "
+                            f"{got_ms:.2f} ms, printed {used_ms:.2f} ms")
+    assert not problems, "\n".join(problems[:10])
+
+
 if __name__ == "__main__":
     taplib.run([
         test_forked_children_each_in_the_file_with_their_cpu,
         test_fork_exec_children_each_in_the_file_with_their_cpu,
         test_spawned_children_each_in_the_file_with_their_cpu,
+        test_children_that_exec_at_once_start_nothing_before_it,
     ])

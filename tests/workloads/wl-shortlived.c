@@ -11,7 +11,10 @@
  *                runs wl_short_task (same pid, so its thread's CPU clock holds the life
  *                before the exec too) and returns from main;
  *         spawn  posix_spawn() of /proc/self/exe --child CPU_MS, which works as for exec.
- *   wl-shortlived --child CPU_MS
+ *         exec-threads  as exec, and the child counts its threads just before its exec
+ *                (/proc/self/task: the profiler's, if any, and its own) and its line ends
+ *                with ` threads_before_exec=K`.
+ *   wl-shortlived --child CPU_MS [K]
  *       (what exec and spawn start) one child's work and line, in this process.
  *
  * The children's work is an amount of CPU, not a wall-clock span: on a busy machine each
@@ -19,6 +22,7 @@
  * of fewer than PIPE_BUF bytes (children writing at once do not interleave), not stdio (a
  * forked child must not flush a copy of the master's buffer).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -40,8 +44,9 @@ NOINLINE void wl_short_task(double cpu_ms)
     wl_burn_cpu_ms(cpu_ms);
 }
 
-/* One child's work, then its line on stdout. Returns 0, or 1 if the line was not written. */
-static int child_work(double cpu_ms)
+/* One child's work, then its line on stdout (threads_before_exec: NULL, or what to end it
+ * with). Returns 0, or 1 if the line was not written. */
+static int child_work(double cpu_ms, const char *threads_before_exec)
 {
     struct timespec ts;
     char line[96];
@@ -49,8 +54,10 @@ static int child_work(double cpu_ms)
 
     wl_short_task(cpu_ms);
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    len = snprintf(line, sizeof line, "child %ld cpu_ns=%lld\n", (long)getpid(),
-                   (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    len = snprintf(line, sizeof line, "child %ld cpu_ns=%lld%s%s\n", (long)getpid(),
+                   (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec,
+                   threads_before_exec ? " threads_before_exec=" : "",
+                   threads_before_exec ? threads_before_exec : "");
     while (off < len) {
         ssize_t w = write(STDOUT_FILENO, line + off, (size_t)(len - off));
 
@@ -63,12 +70,28 @@ static int child_work(double cpu_ms)
     return 0;
 }
 
-enum how { HOW_FORK, HOW_EXEC, HOW_SPAWN };
+enum how { HOW_FORK, HOW_EXEC, HOW_EXEC_THREADS, HOW_SPAWN };
+
+/* The threads of this process (/proc/self/task), or -1. */
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
 
 /* Starts one child; returns its pid, or -1 after saying why. */
 static pid_t start_child(enum how how, const char *self, const char *cpu_ms)
 {
-    char *args[] = {(char *)self, "--child", (char *)cpu_ms, NULL};
+    char threads[16];
+    char *args[] = {(char *)self, "--child", (char *)cpu_ms, NULL, NULL};
     pid_t pid;
     int err;
 
@@ -87,7 +110,11 @@ static pid_t start_child(enum how how, const char *self, const char *cpu_ms)
     }
     if (pid == 0) {
         if (how == HOW_FORK)
-            _exit(child_work(atof(cpu_ms)));
+            _exit(child_work(atof(cpu_ms), NULL));
+        if (how == HOW_EXEC_THREADS) {
+            (void)snprintf(threads, sizeof threads, "%d", count_threads());
+            args[3] = threads;
+        }
         execv("/proc/self/exe", args);
         perror("wl-shortlived: execv /proc/self/exe");
         _exit(127);
@@ -117,8 +144,8 @@ int main(int argc, char **argv)
     enum how how = HOW_FORK;
     int n, parallel, running = 0, failed = 0, start_failed = 0;
 
-    if (argc == 3 && strcmp(argv[1], "--child") == 0)
-        return child_work(atof(argv[2]));
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "--child") == 0)
+        return child_work(atof(argv[2]), argc == 4 ? argv[3] : NULL);
     if (argc < 3 || argc > 5 || (n = atoi(argv[1])) <= 0)
         goto usage;
     if (argc >= 4) {
@@ -126,6 +153,8 @@ int main(int argc, char **argv)
             how = HOW_FORK;
         else if (strcmp(argv[3], "exec") == 0)
             how = HOW_EXEC;
+        else if (strcmp(argv[3], "exec-threads") == 0)
+            how = HOW_EXEC_THREADS;
         else if (strcmp(argv[3], "spawn") == 0)
             how = HOW_SPAWN;
         else
@@ -151,6 +180,6 @@ int main(int argc, char **argv)
     return failed || start_failed ? 1 : 0;
 
 usage:
-    fprintf(stderr, "usage: wl-shortlived N CPU_MS [fork|exec|spawn [PARALLEL]]\n");
+    fprintf(stderr, "usage: wl-shortlived N CPU_MS [fork|exec|exec-threads|spawn [PARALLEL]]\n");
     return 2;
 }
