@@ -169,6 +169,7 @@ static void client_start_deferred(void);
 static bool light_read(void);
 static int light_promote(void);
 static void light_wait_welcome(void);
+static void light_send_spawned(void);
 
 static void client_tick(void)
 {
@@ -182,6 +183,8 @@ static void client_tick(void)
     (void)pthread_mutex_lock(&light_lock);
     if (ipc.light && (light_read() || atomic_load(&ipc.light_needs)))
         (void)light_promote();
+    if (ipc.light)
+        light_send_spawned();
     (void)pthread_mutex_unlock(&light_lock);
     /* Totals changed: one wake-up per period at most, and none while no group is used
      * (the generation stays 0). The clock is read only when there is something to send. */
@@ -973,10 +976,23 @@ static void flush_spawned(void)
 
 static void client_spawned(int32_t pid)
 {
+    size_t waiting;
+    bool light;
+
     (void)pthread_mutex_lock(&spawned_lock);
     if (spawned_count < SPAWNED_MAX) /* beyond: a burst the daemon cannot name; rare */
         spawned_pids[spawned_count++] = pid;
+    waiting = spawned_count;
     (void)pthread_mutex_unlock(&spawned_lock);
+    /* A light connection sends them at the sampler's next tick (client_tick()). The daemon
+     * needs them only to name a spawned child that never connects, and that waits for its
+     * grace anyway; waking a thread for each cost every spawn a wake-up, and the first one
+     * the whole IPC thread and libuv. Half a batch waiting wakes it all the same. */
+    (void)pthread_mutex_lock(&light_lock);
+    light = ipc.light;
+    (void)pthread_mutex_unlock(&light_lock);
+    if (light && waiting < SPAWNED_MAX / 2)
+        return;
     wake_ipc();
 }
 
@@ -1427,6 +1443,25 @@ static void light_wait_welcome(void)
     }
 }
 
+/* The pids the program spawned, waiting (client_spawned()), in one Spawned frame on a light
+ * connection; kept for the next try if the socket is full. light_lock held. */
+static void light_send_spawned(void)
+{
+    (void)pthread_mutex_lock(&spawned_lock);
+    if (spawned_count) {
+        Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
+        Fleetprof__Spawned spawned = FLEETPROF__SPAWNED__INIT;
+
+        spawned.n_pids = spawned_count;
+        spawned.pids = spawned_pids;
+        env.msg_case = FLEETPROF__ENVELOPE__MSG_SPAWNED;
+        env.spawned = &spawned;
+        if (ipc_socket_send_frame(ipc.light_fd, &env, -1) > 0)
+            spawned_count = 0;
+    }
+    (void)pthread_mutex_unlock(&spawned_lock);
+}
+
 /* The process ends on a light connection: its Final (with where its exit profile is), and
  * the close. light_lock held. */
 static void light_finish(void)
@@ -1435,21 +1470,7 @@ static void light_finish(void)
     Fleetprof__ChunkManagerUpdate msg = FLEETPROF__CHUNK_MANAGER_UPDATE__INIT;
     ssize_t sent;
 
-    /* The pids the program spawned since the last tick, which only the IPC thread sends
-     * otherwise. */
-    (void)pthread_mutex_lock(&spawned_lock);
-    if (spawned_count) {
-        Fleetprof__Envelope senv = FLEETPROF__ENVELOPE__INIT;
-        Fleetprof__Spawned spawned = FLEETPROF__SPAWNED__INIT;
-
-        spawned.n_pids = spawned_count;
-        spawned.pids = spawned_pids;
-        senv.msg_case = FLEETPROF__ENVELOPE__MSG_SPAWNED;
-        senv.spawned = &spawned;
-        if (ipc_socket_send_frame(ipc.light_fd, &senv, -1) > 0)
-            spawned_count = 0;
-    }
-    (void)pthread_mutex_unlock(&spawned_lock);
+    light_send_spawned(); /* those since the last tick */
     /* Our chunks die with us: the daemon forgets them now, not at EOF; and reads the region
      * when this arrives, if the exit profile is there (client_exit_in_region()). */
     msg.final = true;
