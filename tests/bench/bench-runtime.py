@@ -45,6 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import cell, div, finite, med, print_figures  # noqa: E402
+from procs import proc_cpu  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 REPS = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("FLEETPROF_BENCH_REPS", "5"))
@@ -122,15 +123,6 @@ def preloaded_env(tmp, interval_ms):
     return env
 
 
-def process_cpu_s(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def exit_latency_once(tmp, interval_ms, sigterm):
     """Wall seconds from the end of a program's work to its reaping: a 0.05 s sleep then
     exit (the time past 0.05 s), or from SIGTERM to reaping (a spinning program, once it used
@@ -139,7 +131,7 @@ def exit_latency_once(tmp, interval_ms, sigterm):
     if sigterm:
         p = subprocess.Popen([IDLE_WORKLOAD, "wait-signal"], env=preloaded_env(tmp, interval_ms))
         deadline = time.monotonic() + TIMEOUT_S
-        while process_cpu_s(p.pid) < 0.05 and p.poll() is None and time.monotonic() < deadline:
+        while proc_cpu(p.pid) < 0.05 and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
