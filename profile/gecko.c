@@ -541,7 +541,7 @@ static const char *no_stack_reason(const struct prof_sample *s, uint32_t *ret_ca
     if (s->flags & PROF_SAMPLE_BELOW_PERIOD)
         return "(no stack: the thread ran less than one sampling period)";
     if (s->flags & PROF_SAMPLE_BEFORE_START)
-        return "(no stack: before the profiler started: the exec, loading, start-up)";
+        return "(no stack: before the profiler started: the fork or exec, loading, start-up)";
     if (s->flags & PROF_SAMPLE_NO_NATIVE)
         return "(no stack: interrupted in the dynamic loader)";
     if (s->flags & PROF_SAMPLE_UNWIND_FAIL)

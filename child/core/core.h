@@ -171,7 +171,8 @@ struct rt_thread {
     int timer_id;
     bool timer_paused;       /* the thread blocks the signal: its timer stopped meanwhile */
     bool no_timer;           /* the kernel gave it none (RT_TIMER_NONE at its arm) */
-    uint64_t timer_cpu_ns;   /* handler-owned: the thread's CPU at its last expiry */
+    uint64_t timer_cpu_ns;   /* handler-owned: the thread's CPU its captures weigh up to */
+    uint64_t timer_grid_ns;  /* handler-owned: its CPU at its timer's last expiry (modular) */
     uint64_t dropped_cpu_ns; /* handler-owned: CPU of the expiries a full ring dropped */
     uint64_t final_cpu_ns;   /* its CPU clock when it unregistered (the clock goes with it) */
     /* The captures its timer's signals made: the handler fills ring[ring_head], the
@@ -295,7 +296,10 @@ void rt_loader_gate_install(void);
  * one, else the other, else the sampler's tick, else none) and sets t->timer_kind; any
  * thread may arm or disarm another's. Pause stops and restarts it in place (the thread
  * itself, while it blocks the signal). */
-enum rt_timer_kind rt_cpu_timer_arm(struct rt_thread *t);
+/* The first capture weighs the thread's CPU since from_cpu_ns: its registration's reading
+ * (what the sampler counts from, so nothing between is left uncharged), or RT_CPU_NOW. */
+#define RT_CPU_NOW UINT64_MAX
+enum rt_timer_kind rt_cpu_timer_arm(struct rt_thread *t, uint64_t from_cpu_ns);
 void rt_cpu_timer_disarm(struct rt_thread *t);
 void rt_cpu_timer_pause(struct rt_thread *t, bool pause);
 void rt_cpu_timer_set_interval(struct rt_thread *t, uint64_t ns);

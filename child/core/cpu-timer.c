@@ -115,6 +115,16 @@ static int perf_open(int32_t tid)
     return fd;
 }
 
+/* The thread's CPU clock now (any thread's, from any thread). */
+static uint64_t cpu_now(const struct rt_thread *t)
+{
+    struct timespec ts;
+
+    if (clock_gettime(t->cpu_clock, &ts) < 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* A POSIX timer on thread t's CPU clock, signalling t; its first expiry at a random point
  * of the first interval (as Go does: a thread that lives less than an interval is sampled
  * with the probability of its share of one, not never). The timer id, or -errno. */
@@ -133,9 +143,12 @@ static int thread_timer_open(struct rt_thread *t)
     if (syscall(SYS_timer_create, t->cpu_clock, &sev, &id) < 0)
         return -errno;
     first = 1 + fleetprof_map_mix64(rt_now_ns() ^ (uint64_t)t->tid) % iv;
-    /* The handler counts whole intervals per expiry: the first stands for `first`. */
-    if (t->timer_cpu_ns + first >= iv)
-        t->timer_cpu_ns = t->timer_cpu_ns + first - iv;
+    /* The handler finds an expiry's CPU by counting whole intervals from the last one; the
+     * first is `first` from now, so the count starts an interval before (modulo 2^64). The
+     * capture still weighs only what the thread used since t->timer_cpu_ns: weighed as a
+     * whole interval, every thread was charged up to an interval it never used (2.5 % of a
+     * 20 ms process). */
+    t->timer_grid_ns = cpu_now(t) + first - iv;
     its.it_value.tv_sec = (time_t)(first / 1000000000u);
     its.it_value.tv_nsec = (long)(first % 1000000000u);
     its.it_interval.tv_sec = (time_t)(iv / 1000000000u);
@@ -211,24 +224,15 @@ static int arm_thread_timer(struct rt_thread *t)
     return 0;
 }
 
-/* The thread's CPU clock now, for the handler's baseline. */
-static uint64_t cpu_now(const struct rt_thread *t)
-{
-    struct timespec ts;
-
-    if (clock_gettime(t->cpu_clock, &ts) < 0)
-        return 0;
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-enum rt_timer_kind rt_cpu_timer_arm(struct rt_thread *t)
+enum rt_timer_kind rt_cpu_timer_arm(struct rt_thread *t, uint64_t from_cpu_ns)
 {
     enum rt_timer_kind want = preferred(), got = RT_TIMER_NONE;
     int r;
 
     t->timer_fd = -1;
     t->timer_id = -1;
-    t->timer_cpu_ns = cpu_now(t);
+    t->timer_cpu_ns = from_cpu_ns == RT_CPU_NOW ? cpu_now(t) : from_cpu_ns;
+    t->timer_grid_ns = t->timer_cpu_ns;
     t->timer_interval_ns = interval_ns();
     if (t->timer_interval_ns == 0) { /* not configured: the runtime never started */
         atomic_store_explicit(&t->timer_armed, true, memory_order_release);
@@ -288,6 +292,7 @@ void rt_cpu_timer_pause(struct rt_thread *t, bool pause)
 
         if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
             t->timer_cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        t->timer_grid_ns = t->timer_cpu_ns; /* re-armed below, a whole interval away */
     }
     if (kind == RT_TIMER_PERF && t->timer_fd >= 0) {
         (void)ioctl(t->timer_fd, pause ? PERF_EVENT_IOC_DISABLE : PERF_EVENT_IOC_ENABLE, 0);

@@ -174,14 +174,17 @@ static void on_timer(struct rt_thread *t, const siginfo_t *info, void *ucontext)
         /* A CPU-clock timer counts its expiries: the CPU since the last signal is that many
          * intervals (the kernel's count, exact to an interval; reading the thread's CPU
          * clock here cost 1.5 us a capture on this VM). A full ring keeps the count. */
-        cpu = t->timer_cpu_ns +
+        cpu = t->timer_grid_ns +
               (1u + (uint64_t)(info->si_overrun > 0 ? info->si_overrun : 0)) * t->timer_interval_ns;
+        t->timer_grid_ns = cpu;
     } else if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) {
         /* A perf event's period is user time: the kernel's share comes from the clock. */
         cpu = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     } else {
         cpu = t->timer_cpu_ns;
     }
+    if (cpu < t->timer_cpu_ns) /* an expiry is never before the clock the weights start at */
+        cpu = t->timer_cpu_ns;
     if (atomic_load_explicit(&c->state, memory_order_acquire) != RT_CAPTURE_EMPTY) {
         atomic_fetch_add_explicit(&rt.captures_dropped, 1, memory_order_relaxed);
         if (info->si_code == SI_TIMER) { /* carried by the next capture */
@@ -190,7 +193,7 @@ static void on_timer(struct rt_thread *t, const siginfo_t *info, void *ucontext)
         } /* a perf event's next capture reads the clock from the same baseline */
         return;
     }
-    c->cpu_delta_ns = (cpu > t->timer_cpu_ns ? cpu - t->timer_cpu_ns : 0) + t->dropped_cpu_ns;
+    c->cpu_delta_ns = cpu - t->timer_cpu_ns + t->dropped_cpu_ns;
     t->dropped_cpu_ns = 0;
     c->cpu_ns = cpu;
     t->timer_cpu_ns = cpu;

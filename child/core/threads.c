@@ -214,7 +214,7 @@ int rt_threads_register(const char *name, bool is_main)
     if (rt_self) {
         /* Sampled again after a shutdown stopped its timer. */
         if (atomic_load(&rt_self->timer_kind) == RT_TIMER_NONE && !rt_self->no_timer)
-            (void)rt_cpu_timer_arm(rt_self);
+            (void)rt_cpu_timer_arm(rt_self, RT_CPU_NOW);
         /* Registered already (the pthread_create interposer registers every thread): the
          * program's name for it is what the profile shows. */
         if (name && *name) {
@@ -278,7 +278,7 @@ int rt_threads_register(const char *name, bool is_main)
     altstack_install();
     /* Last: its first signal finds the thread registered. A thread born with the signal
      * blocked (its creator's mask) has its timer stopped until it unblocks it. */
-    (void)rt_cpu_timer_arm(t);
+    (void)rt_cpu_timer_arm(t, t->last_cpu_ns);
     {
         sigset_t cur;
 

@@ -105,7 +105,7 @@ def test_a_sample_without_stack_says_why(tmp):
     total, real, reasons = stack_census({"threads": [main]})
     # One sample says what the main thread used before the profiler started (the exec,
     # loading, the start: docs/user-guide.md); every other one has its stack.
-    before = reasons.pop("(no stack: before the profiler started: the exec, loading, start-up)",
+    before = reasons.pop("(no stack: before the profiler started: the fork or exec, loading, start-up)",
                          0)
     assert before == 1, f"main thread: {before} samples of its CPU before the start"
     assert total >= 100 and real == total - 1 and not reasons, \

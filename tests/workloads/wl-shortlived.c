@@ -14,6 +14,8 @@
  *         exec-threads  as exec, and the child counts its threads just before its exec
  *                (/proc/self/task: the profiler's, if any, and its own) and its line ends
  *                with ` threads_before_exec=K`.
+ *       With WL_SHORTLIVED_REAPED set, the master also prints `reaped PID cpu_ns=NS` for each
+ *       child it reaps: all the CPU the child used (all threads, its exit; wait4's rusage).
  *   wl-shortlived --child CPU_MS [K]
  *       (what exec and spawn start) one child's work and line, in this process.
  *
@@ -25,9 +27,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,20 +126,30 @@ static pid_t start_child(enum how how, const char *self, const char *cpu_ms)
     return pid;
 }
 
-/* Waits for one child; counts it in *failed unless it exited 0. Returns 0, or -1 if there
- * is none left. */
-static int reap_one(int *failed)
+/* Waits for one child; counts it in *failed unless it exited 0. With report set, says on
+ * stdout `reaped PID cpu_ns=NS`: all the CPU the child used, all its threads and its exit
+ * included (wait4's rusage). Returns 0, or -1 if there is none left. */
+static int reap_one(int *failed, bool report)
 {
+    struct rusage ru;
     int status;
+    pid_t pid;
 
     for (;;) {
-        if (wait(&status) > 0)
+        pid = wait4(-1, &status, 0, &ru);
+        if (pid > 0)
             break;
         if (errno != EINTR)
             return -1;
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         (*failed)++;
+    if (report)
+        printf("reaped %ld cpu_ns=%lld\n", (long)pid,
+               ((long long)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+                       ((long long)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL);
+    if (report) /* one write per line, as the children's: lines never interleave */
+        (void)fflush(stdout);
     return 0;
 }
 
@@ -143,6 +157,7 @@ int main(int argc, char **argv)
 {
     enum how how = HOW_FORK;
     int n, parallel, running = 0, failed = 0, start_failed = 0;
+    bool report = getenv("WL_SHORTLIVED_REAPED") != NULL;
 
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "--child") == 0)
         return child_work(atof(argv[2]), argc == 4 ? argv[3] : NULL);
@@ -165,7 +180,7 @@ int main(int argc, char **argv)
         goto usage;
 
     for (int i = 0; i < n; i++) {
-        if (running == parallel && reap_one(&failed) == 0)
+        if (running == parallel && reap_one(&failed, report) == 0)
             running--;
         if (start_child(how, argv[0], argv[2]) < 0) {
             start_failed = 1;
@@ -173,7 +188,7 @@ int main(int argc, char **argv)
         }
         running++;
     }
-    while (reap_one(&failed) == 0)
+    while (reap_one(&failed, report) == 0)
         ;
     if (failed)
         fprintf(stderr, "wl-shortlived: %d children failed\n", failed);

@@ -57,7 +57,7 @@ static uint32_t full_slots(const struct rt_thread *t)
 }
 
 struct busy {
-    uint64_t armed_cpu, end_cpu;
+    uint64_t before_cpu, armed_cpu, end_cpu;
     uint32_t full;
     uint64_t deltas, last_cpu;
     bool ordered;
@@ -69,6 +69,9 @@ static void *busy_main(void *arg)
     struct busy *b = arg;
     struct rt_thread *t;
 
+    /* Armed with more than an interval used, as an exec'd image's first thread is. */
+    burn_cpu_ms(2);
+    b->before_cpu = thread_cpu_now();
     assert_int_equal(rt_threads_register("busy", false), 0);
     t = rt_self;
     b->kind = atomic_load(&t->timer_kind);
@@ -107,6 +110,10 @@ static void test_a_busy_thread_fills_its_ring_with_weighted_captures(void **stat
     assert_int_equal(b.full, RT_CAPTURE_RING);
     assert_true(b.ordered);
     assert_int_equal(b.deltas, b.last_cpu - b.armed_cpu);
+    /* The weights start at the CPU the thread had when armed, not an interval before its
+     * random first expiry: no capture holds CPU the thread had not used by then. */
+    assert_true(b.armed_cpu >= b.before_cpu);
+    assert_true(b.last_cpu <= b.end_cpu);
     assert_true(atomic_load(&rt.captures_dropped) > dropped);
 }
 
