@@ -31,6 +31,7 @@ struct rt_thread_start {
     void *(*start)(void *);
     void *arg;
     bool on_callers_stack; /* in the stack the caller gave: not freed */
+    int slot;              /* internal threads: its slot of fds.c's pool, or -1 (malloc'd) */
 };
 
 /* Threads of our own, never registered for sampling, all signals blocked. */

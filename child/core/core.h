@@ -469,9 +469,11 @@ void rt_loader_changed(void);
 void *rt_dlopen_beside(const char *name, char *error, size_t size);
 
 /* process.c: the process's names, read from /proc/self/cmdline by
- * rt_process_read_command_line() (at start; again in an exec'd image, not in a forked child).
+ * rt_process_read_command_line() (at start; again in an exec'd image, not in a forked child),
+ * or taken from the loader's argv by rt_process_set_command_line() (-EINVAL without one).
  * The product is the command line, arguments joined by spaces. */
 void rt_process_read_command_line(void);
+int rt_process_set_command_line(int argc, char **argv);
 const char *rt_product(void);
 const char *rt_program_name(void);
 /* The process's name, into buf: of the titles the program set over its argv (or its

@@ -19,18 +19,12 @@ static char product[4096];
 static char program_name[256];
 static char argv0_at_start[256]; /* argv[0] as it was: a different one is a process title */
 
-/* The command line, arguments joined by spaces, and the program's base name. */
-void rt_process_read_command_line(void)
+/* From n bytes of NUL-separated arguments in product: argv[0] and the program's base name
+ * as they are now, then the arguments joined by spaces. */
+static void take_command_line(ssize_t n)
 {
-    ssize_t n = 0;
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     const char *base;
 
-    product[0] = '\0';
-    if (fd >= 0) {
-        n = read(fd, product, sizeof(product) - 1);
-        (void)close(fd);
-    }
     if (n <= 0) {
         (void)snprintf(product, sizeof(product), "pid %d", (int)getpid());
         n = (ssize_t)strlen(product);
@@ -42,6 +36,38 @@ void rt_process_read_command_line(void)
     for (ssize_t i = 0; i < n - 1; i++)
         if (product[i] == '\0')
             product[i] = ' ';
+}
+
+void rt_process_read_command_line(void)
+{
+    ssize_t n = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+
+    product[0] = '\0';
+    if (fd >= 0) {
+        n = read(fd, product, sizeof(product) - 1);
+        (void)close(fd);
+    }
+    take_command_line(n);
+}
+
+int rt_process_set_command_line(int argc, char **argv)
+{
+    size_t n = 0;
+
+    if (argc <= 0 || !argv || !argv[0])
+        return -EINVAL;
+    /* As /proc/self/cmdline shows it: each argument and its NUL, cut at the buffer's end. */
+    for (int i = 0; i < argc && argv[i] && n < sizeof(product) - 1; i++) {
+        size_t len = strnlen(argv[i], sizeof(product) - 1 - n);
+
+        memcpy(product + n, argv[i], len);
+        n += len;
+        if (n < sizeof(product) - 1)
+            product[n++] = '\0';
+    }
+    take_command_line((ssize_t)n);
+    return 0;
 }
 
 const char *rt_product(void)

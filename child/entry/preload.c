@@ -981,12 +981,15 @@ FLEETPROF_EXPORT int execle(const char *path, const char *arg, ...)
     return r < 0 ? r : execve(path, argv, envp);
 }
 
-__attribute__((constructor)) static void on_library_load(void)
+/* glibc's loader calls a shared object's constructors with the program's argc, argv and
+ * envp (elf/dl-init.c), a dlopen()ed object's as well. */
+__attribute__((constructor)) static void on_library_load(int argc, char **argv, char **envp)
 {
     const char *startup = getenv("FLEETPROF_STARTUP");
 
+    (void)envp;
     resolve_real_functions();
     rt_loader_gate_install();
     if (startup && strcmp(startup, "1") == 0)
-        (void)rt_start_at_load();
+        (void)rt_start_at_load(argc, argv);
 }

@@ -17,9 +17,10 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
 int rt_write_profile_to(const char *path, uint64_t shutdown_ns);
 /* exit() and _exit(): stop sampling, write the exit profile once. */
 void rt_on_process_exit(void);
-/* fleetprof_init() by the library's constructor (FLEETPROF_STARTUP): the CPU the image used
- * before it is the start thread's first sample. */
-int rt_start_at_load(void);
+/* fleetprof_init() by the library's constructor (FLEETPROF_STARTUP), with the argc and argv
+ * glibc passes constructors (argv NULL: read from /proc): the CPU the image used before it is
+ * the start thread's first sample. */
+int rt_start_at_load(int argc, char **argv);
 /* Whether the runtime runs, after finishing a forked child's deferred start if one is
  * pending (or waiting for the thread finishing it). Not async-signal-safe. */
 bool rt_start_if_pending(void);

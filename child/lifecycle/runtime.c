@@ -46,6 +46,7 @@ static bool first_fork_hook_installed;
 static __thread int starting;
 static bool command_line_known; /* process.c's names are current: a forked child starting
                                  * again keeps its parent's */
+static bool loader_argv_known;  /* rt_start_at_load() was given the loader's argv */
 /* This image's start is the one its loading made (FLEETPROF_STARTUP, rt_start_at_load()),
  * not yet made: the CPU its first thread used before it is charged as its first sample. */
 static bool start_at_load;
@@ -997,11 +998,14 @@ static void on_fork_child(void)
     starting--;
 }
 
-int rt_start_at_load(void)
+int rt_start_at_load(int argc, char **argv)
 {
     int r;
 
     start_at_load = true;
+    /* The command line as the loader passed it (no /proc read: 0.05 ms of a short-lived
+     * process), before the program could write a title over it. */
+    loader_argv_known = rt_process_set_command_line(argc, argv) == 0;
     r = fleetprof_init();
     start_at_load = false; /* a start that failed: a later fleetprof_init() is the program's */
     return r;
@@ -1016,7 +1020,7 @@ FLEETPROF_EXPORT int fleetprof_init(void)
     (void)pthread_mutex_lock(&init_lock);
     if (!atomic_load(&rt.running)) {
         rt_config_from_env(&rt.cfg);
-        command_line_known = false;
+        command_line_known = start_at_load && loader_argv_known;
         if (!first_fork_hook_installed) {
             first_fork_hook_installed = true;
             (void)pthread_atfork(NULL, NULL, on_fork_child_first);

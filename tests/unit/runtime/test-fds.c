@@ -8,10 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -617,6 +620,53 @@ static void test_the_runtimes_own_threads_block_every_signal(void **state)
     assert_false(sigismember(&r.mask, SIGPROF));
 }
 
+/* glibc's malloc arenas: the heaps malloc_info() lists. */
+static int malloc_arenas(void)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    int n = 0;
+
+    assert_non_null(f);
+    assert_int_equal(malloc_info(0, f), 0);
+    (void)fclose(f);
+    for (const char *p = text; (p = strstr(p, "<heap nr=")); p++)
+        n++;
+    free(text);
+    return n;
+}
+
+static void *do_nothing(void *arg)
+{
+    return arg;
+}
+
+static void test_the_runtimes_own_threads_make_no_malloc_arena(void **state)
+{
+    pthread_t t[12];
+
+    (void)state;
+    /* Run first: no thread has made an arena yet that a new one could reuse. */
+    assert_int_equal(malloc_arenas(), 1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(rt_create_internal_thread(&t[0], do_nothing, NULL), 0);
+        assert_int_equal(pthread_join(t[0], NULL), 0);
+    }
+    /* A thread that starts without malloc or free: no tcache, no arena of its own (64 MiB
+     * of address space and 0.07 ms of CPU each, for the sampler thread). */
+    assert_int_equal(malloc_arenas(), 1);
+    /* More at once than the start slots: they all start, whatever carries their start. */
+    for (int i = 0; i < 12; i++)
+        assert_int_equal(rt_create_internal_thread(&t[i], do_nothing, &t[i]), 0);
+    for (int i = 0; i < 12; i++) {
+        void *ret = NULL;
+
+        assert_int_equal(pthread_join(t[i], &ret), 0);
+        assert_ptr_equal(ret, &t[i]);
+    }
+}
+
 static void on_usr2(int sig)
 {
     (void)sig;
@@ -644,6 +694,7 @@ static void test_the_real_sigaction_sets_and_reads_the_action(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_the_runtimes_own_threads_make_no_malloc_arena),
             cmocka_unit_test_setup(test_a_protected_descriptor_is_ours_and_intact_until_unprotected,
                                    setup),
             cmocka_unit_test_setup(test_a_descriptor_replaced_by_dup2_is_no_longer_intact, setup),
