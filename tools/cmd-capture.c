@@ -308,7 +308,7 @@ int cmd_capture(const char *socket_path, int argc, char **argv)
         case 't':
             if (parse_duration(optarg, 1e9, 10000000, 600000000000ull, &timeout_ns) < 0) {
                 fprintf(stderr,
-                        "fleetprof: invalid --timeout '%s': expected seconds from 0.01 to 600\n",
+                        "fleetprof: invalid --timeout '%s': expected a decimal number of seconds from 0.01 to 600\n",
                         optarg);
                 return 2;
             }

@@ -744,7 +744,7 @@ int cmd_record(int argc, char **argv)
             if (parse_duration(optarg, 1e6, 50000, 1000000000, &opt.interval_ns) < 0) {
                 fprintf(stderr,
                         "fleetprof record: invalid --interval '%s': expected "
-                        "milliseconds from 0.05 to 1000\n",
+                        "a decimal number of milliseconds from 0.05 to 1000\n",
                         optarg);
                 goto err_usage;
             }

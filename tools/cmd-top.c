@@ -612,7 +612,7 @@ static int parse_args(struct top *t, int argc, char **argv)
         case 'i':
             if (parse_duration(optarg, 1e9, 0, INTERVAL_MAX_NS, &t->interval_ns) < 0) {
                 fprintf(stderr,
-                        "fleetprof: invalid --interval '%s': expected seconds (0.05 to 3600)\n",
+                        "fleetprof: invalid --interval '%s': expected a decimal number of seconds from 0.05 to 3600\n",
                         optarg);
                 return 2;
             }

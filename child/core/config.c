@@ -6,6 +6,7 @@
 
 #include "buffer/chunk-manager.h"
 #include "child/core/core.h"
+#include "common/parse.h"
 
 const char *rt_stackwalk_name(enum rt_stackwalk s)
 {
@@ -24,20 +25,6 @@ static void complain(const char *var, const char *value, const char *accepted)
 {
     /* The one line the runtime may print: a setting the user got wrong. */
     fprintf(stderr, "fleetprof: ignoring %s=%s: expected %s\n", var, value, accepted);
-}
-
-/* Parses a positive decimal in [lo, hi]; 0 on success. */
-static int parse_double(const char *s, double lo, double hi, double *ret)
-{
-    char *end;
-    double v;
-
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return -EINVAL;
-    *ret = v;
-    return 0;
 }
 
 void rt_config_from_env(struct rt_config *cfg)
@@ -60,21 +47,23 @@ void rt_config_from_env(struct rt_config *cfg)
 
     v = getenv("FLEETPROF_INTERVAL_MS");
     if (v && *v) {
-        if (parse_double(v, 0.05, 1000, &d) == 0)
+        if (parse_decimal(v, 0.05, 1000, &d) == 0)
             cfg->interval_ns = (uint64_t)(d * 1e6);
         else
-            complain("FLEETPROF_INTERVAL_MS", v, "a number of milliseconds from 0.05 to 1000");
+            complain("FLEETPROF_INTERVAL_MS", v,
+                     "a decimal number of milliseconds from 0.05 to 1000");
     }
     v = getenv("FLEETPROF_SLOW_EVENT_MS");
     if (v && *v) {
-        if (parse_double(v, 0.001, 60000, &d) == 0)
+        if (parse_decimal(v, 0.001, 60000, &d) == 0)
             cfg->slow_event_ns = (uint64_t)(d * 1e6);
         else
-            complain("FLEETPROF_SLOW_EVENT_MS", v, "a number of milliseconds from 0.001 to 60000");
+            complain("FLEETPROF_SLOW_EVENT_MS", v,
+                     "a decimal number of milliseconds from 0.001 to 60000");
     }
     v = getenv("FLEETPROF_BUFFER_MB");
     if (v && *v) {
-        if (parse_double(v, 1, 65536, &d) == 0) {
+        if (parse_decimal(v, 1, 65536, &d) == 0) {
             cfg->buffer_bytes = (uint64_t)(d * 1024 * 1024);
             cfg->buffer_set = true;
         } else
@@ -82,7 +71,7 @@ void rt_config_from_env(struct rt_config *cfg)
     }
     v = getenv("FLEETPROF_CHUNK_KB");
     if (v && *v) {
-        if (parse_double(v, BUF_CHUNK_MIN_BYTES / 1024, 1024 * 1024, &d) == 0)
+        if (parse_decimal(v, BUF_CHUNK_MIN_BYTES / 1024, 1024 * 1024, &d) == 0)
             cfg->chunk_bytes = (uint32_t)(d * 1024);
         else
             complain("FLEETPROF_CHUNK_KB", v, "a chunk size in KiB from 64 to 1048576");

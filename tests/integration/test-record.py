@@ -451,6 +451,30 @@ def test_a_global_limit_below_one_process_is_refused(tmp):
     assert r.returncode == 2 and "at least 512K" in r.stderr, r.stderr
 
 
+def test_numbers_are_decimal_only(tmp):
+    """An interval or a size is a decimal number, as typed: strtod()'s hexadecimal ("0x10" was
+    taken as 16 ms), exponents and infinities are refused before CMD runs, by record, top and
+    the runtime's environment alike; a plain decimal is taken."""
+    marker = os.path.join(tmp, "ran")
+    for bad in ("0x10", "1e1", "inf", " 1"):
+        r = record(tmp, "--interval", bad, "-o", os.path.join(tmp, "x.json"), "--",
+                   "touch", marker)
+        assert r.returncode == 2 and "a decimal number of milliseconds" in r.stderr, r.stderr
+        assert not os.path.exists(marker), f"CMD ran with --interval {bad!r}"
+    r = record(tmp, "--global-limit", "0x100M", "-o", os.path.join(tmp, "x.json"), "--",
+               "touch", marker)
+    assert r.returncode == 2 and not os.path.exists(marker), r.stderr
+    r = subprocess.run([CLI, "top", "--once", "--interval", "1e-1"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2 and "a decimal number of seconds" in r.stderr, r.stderr
+    env = dict(os.environ, LD_PRELOAD=LIB, FLEETPROF_STARTUP="1", FLEETPROF_INTERVAL_MS="0x10")
+    r = subprocess.run(["true"], env=env, capture_output=True, text=True, timeout=30)
+    assert "ignoring FLEETPROF_INTERVAL_MS=0x10: expected a decimal number" in r.stderr, r.stderr
+    out = os.path.join(tmp, "ok.json")
+    r = record(tmp, "--interval", "0.5", "--no-summary", "-o", out, "--", "touch", marker)
+    assert r.returncode == 0 and os.path.exists(marker), r.stderr
+
+
 def test_every_process_evicted_by_the_limit_is_named(tmp):
     """A global limit that cannot hold the fleet: the exit profiles it evicts before the
     capture are named in its log (before, only evictions during a capture were: the file
@@ -876,4 +900,5 @@ if __name__ == "__main__":
         test_second_capture_is_refused_while_one_runs,
         test_capture_errors,
         test_capture_of_an_empty_fleet_fails_fast,
+        test_numbers_are_decimal_only,
     ])
