@@ -9,25 +9,31 @@
 
 static void test_durations_take_plain_decimals_to_the_nearest_ns(void **state)
 {
-    uint64_t ns = 0;
+    static const struct {
+        const char *text;
+        double unit_ns;
+        uint64_t min_ns, max_ns, want_ns;
+    } cases[] = {
+            {"0.3", 1e9, 0, UINT64_C(3600000000000), 300000000},
+            {"0.25", 1e9, 0, UINT64_C(3600000000000), 250000000},
+            {"0.05", 1e6, 50000, 1000000000, 50000},
+            {".5", 1e6, 0, 1000000000, 500000},
+            {"2.", 1e6, 0, 1000000000, 2000000},
+            {"1000", 1e6, 50000, 1000000000, 1000000000},
+            {"007", 1e6, 0, 1000000000, 7000000},
+            {"0.000001", 1e9, 0, 10000, 1000},
+    };
 
     (void)state;
-    assert_int_equal(parse_duration("0.3", 1e9, 0, UINT64_C(3600000000000), &ns), 0);
-    assert_int_equal(ns, 300000000);
-    assert_int_equal(parse_duration("0.25", 1e9, 0, UINT64_C(3600000000000), &ns), 0);
-    assert_int_equal(ns, 250000000);
-    assert_int_equal(parse_duration("0.05", 1e6, 50000, 1000000000, &ns), 0);
-    assert_int_equal(ns, 50000);
-    assert_int_equal(parse_duration(".5", 1e6, 0, 1000000000, &ns), 0);
-    assert_int_equal(ns, 500000);
-    assert_int_equal(parse_duration("2.", 1e6, 0, 1000000000, &ns), 0);
-    assert_int_equal(ns, 2000000);
-    assert_int_equal(parse_duration("1000", 1e6, 50000, 1000000000, &ns), 0);
-    assert_int_equal(ns, 1000000000);
-    assert_int_equal(parse_duration("007", 1e6, 0, 1000000000, &ns), 0);
-    assert_int_equal(ns, 7000000);
-    assert_int_equal(parse_duration("0.000001", 1e9, 0, 10000, &ns), 0);
-    assert_int_equal(ns, 1000);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t ns = 0;
+
+        if (parse_duration(cases[i].text, cases[i].unit_ns, cases[i].min_ns, cases[i].max_ns,
+                           &ns) != 0 ||
+            ns != cases[i].want_ns)
+            fail_msg("\"%s\": %llu ns, expected %llu", cases[i].text, (unsigned long long)ns,
+                     (unsigned long long)cases[i].want_ns);
+    }
 }
 
 static void test_other_forms_of_numbers_are_refused(void **state)
