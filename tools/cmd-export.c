@@ -4,7 +4,10 @@
  * Speedscope read: one line per distinct stack, `process (pid);thread;root frame;...;leaf
  * frame count`.
  *
- * Counts are samples, as in the profile (a sample with no stack is `(no stack)`). Names keep
+ * A line's count is its CPU time in nanoseconds (the samples' threadCPUDelta: a waiting
+ * thread's samples weigh nothing, and stacks that used no CPU are left out), or with
+ * `--weight samples` its samples, as in the profile, waiting ones included. A sample with no
+ * stack is `(no stack)`. Names keep
  * their spaces (the count is after the last one); the separator `;` and line breaks inside a
  * name become `:` and spaces, so a line always splits back into the frames it came from.
  */
@@ -30,15 +33,20 @@ static void usage(FILE *out)
 {
     (void)fprintf(
             out,
-            "Usage: fleetprof export --format collapsed|pprof [--split] [-o OUT] IN.json\n"
+            "Usage: fleetprof export --format collapsed|pprof [--weight cpu|samples] [--split]\n"
+            "                        [-o OUT] IN.json\n"
             "Writes a profile's stacks for other tools. IN may be - (standard input).\n"
             "\n"
-            "  --format collapsed  folded lines (process (pid);thread;frames... count) for\n"
+            "  --format collapsed  folded lines (process (pid);thread;frames... weight) for\n"
             "                      flamegraph.pl, inferno or Speedscope\n"
             "  --format pprof      a gzipped pprof profile (profile.proto) for go tool pprof,\n"
             "                      Pyroscope/Grafana or Speedscope: sample types samples/count\n"
             "                      and cpu/nanoseconds (threadCPUDelta), labels pid, tid,\n"
             "                      process, thread on every sample\n"
+            "  --weight cpu        (default) collapsed: each line weighs its CPU time in ns, so\n"
+            "                      waiting threads weigh nothing; pprof: cpu is shown first\n"
+            "  --weight samples    each line weighs its samples, waiting ones included; pprof:\n"
+            "                      samples is shown first\n"
             "  -o, --output OUT    where to write (default standard output; pprof refuses a\n"
             "                      terminal); written whole or not at all\n"
             "  --split             pprof only: one file per process, OUT/<pid>.pb.gz in the\n"
@@ -82,11 +90,12 @@ static void put_func(FILE *out, const struct pstack_func *f)
  * several addresses or lines are one line of output). */
 struct canon {
     uint32_t func, parent; /* parent: canonical caller + 1, 0 at a root */
-    uint64_t samples;
+    uint64_t weight;       /* samples or CPU ns, per struct collapsed's by_samples */
 };
 
 struct collapsed {
     FILE *out;
+    bool by_samples; /* --weight samples; else CPU ns */
     const struct json_doc *doc;
     struct pstack_funcs funcs;
     uint64_t bad;
@@ -136,13 +145,13 @@ static int export_thread(const struct pstack_process *proc, const struct pstack_
             return -ENOMEM;
         if (k == c->n_canon)
             c->canon[c->n_canon++] = (struct canon){t->func[s], parent, 0};
-        c->canon[k].samples += t->samples[s];
+        c->canon[k].weight += c->by_samples ? t->samples[s] : t->cpu_ns[s];
         c->stack_canon[s] = k;
     }
     for (size_t k = 0; k < c->n_canon; k++) {
         size_t depth = 0;
 
-        if (!c->canon[k].samples)
+        if (!c->canon[k].weight)
             continue;
         for (uint32_t at = (uint32_t)k + 1; at; at = c->canon[at - 1].parent)
             c->path[depth++] = c->canon[at - 1].func;
@@ -153,13 +162,15 @@ static int export_thread(const struct pstack_process *proc, const struct pstack_
             (void)fputc(';', c->out);
             put_func(c->out, &c->funcs.v[c->path[depth]]);
         }
-        (void)fprintf(c->out, " %llu\n", (unsigned long long)c->canon[k].samples);
+        (void)fprintf(c->out, " %llu\n", (unsigned long long)c->canon[k].weight);
     }
-    if (t->no_stack_samples) {
+    if (c->by_samples ? t->no_stack_samples : t->no_stack_cpu_ns) {
         put_name(c->out, label);
         (void)fputc(';', c->out);
         put_name(c->out, t->name ? t->name : "thread");
-        (void)fprintf(c->out, ";(no stack) %llu\n", (unsigned long long)t->no_stack_samples);
+        (void)fprintf(
+                c->out, ";(no stack) %llu\n",
+                (unsigned long long)(c->by_samples ? t->no_stack_samples : t->no_stack_cpu_ns));
     }
     return 0;
 }
@@ -168,16 +179,24 @@ static int export_process(const struct pstack_process *proc, void *userdata)
 {
     struct collapsed *c = userdata;
 
+    if (!c->by_samples && !proc->cpu_known) {
+        (void)fprintf(stderr,
+                      "fleetprof export: process %lld (%s) has no CPU times in the profile "
+                      "(threadCPUDelta in ns or us): use --weight samples\n",
+                      (long long)proc->info.pid, proc->info.name ? proc->info.name : "?");
+        return -EPROTO;
+    }
     return pstack_each_thread(&c->funcs, c->doc, proc, export_thread, c);
 }
 
 /* export --format pprof of the loaded doc. Returns the exit status. */
-static int export_pprof(const struct json_doc *doc, const char *out_path, bool split)
+static int export_pprof(const struct json_doc *doc, const char *out_path, bool split,
+                        enum pprof_weight weight)
 {
     struct pprof_result res;
     char why[768];
 
-    if (pprof_export(doc, out_path, split, &res, why, sizeof(why)) < 0) {
+    if (pprof_export(doc, out_path, split, weight, &res, why, sizeof(why)) < 0) {
         (void)fprintf(stderr, "fleetprof export: %s\n", why);
         return 1;
     }
@@ -190,8 +209,11 @@ static int export_pprof(const struct json_doc *doc, const char *out_path, bool s
 }
 
 /* The reason the arguments are refused, or NULL. */
-static const char *usage_error(const char *format, const char *out_path, bool split, int n_inputs)
+static const char *usage_error(const char *format, const char *weight, const char *out_path,
+                               bool split, int n_inputs)
 {
+    if (weight && strcmp(weight, "cpu") != 0 && strcmp(weight, "samples") != 0)
+        return "unknown --weight (cpu, samples)";
     if (!format)
         return "--format is required";
     if (strcmp(format, "collapsed") != 0 && strcmp(format, "pprof") != 0)
@@ -209,12 +231,11 @@ static const char *usage_error(const char *format, const char *out_path, bool sp
 
 int cmd_export(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"format", required_argument, NULL, 'f'},
-                                             {"output", required_argument, NULL, 'o'},
-                                             {"split", no_argument, NULL, 's'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    const char *format = NULL, *out_path = NULL, *in, *bad_usage;
+    static const struct option longopts[] = {
+            {"format", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
+            {"split", no_argument, NULL, 's'},        {"weight", required_argument, NULL, 'w'},
+            {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+    const char *format = NULL, *weight = NULL, *out_path = NULL, *in, *bad_usage;
     struct json_doc *doc = NULL;
     struct collapsed col = {0};
     bool split = false;
@@ -235,6 +256,9 @@ int cmd_export(int argc, char **argv)
         case 's':
             split = true;
             break;
+        case 'w':
+            weight = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -243,7 +267,7 @@ int cmd_export(int argc, char **argv)
             return 2;
         }
     }
-    bad_usage = usage_error(format, out_path, split, argc - optind);
+    bad_usage = usage_error(format, weight, out_path, split, argc - optind);
     if (bad_usage) {
         (void)fprintf(stderr, "fleetprof export: %s\n", bad_usage);
         usage(stderr);
@@ -258,7 +282,9 @@ int cmd_export(int argc, char **argv)
         return 1;
     }
     if (!strcmp(format, "pprof")) {
-        status = export_pprof(doc, out_path, split);
+        status = export_pprof(doc, out_path, split,
+                              weight && !strcmp(weight, "samples") ? PPROF_WEIGHT_SAMPLES
+                                                                   : PPROF_WEIGHT_CPU);
         json_doc_free(doc);
         return status;
     }
@@ -280,8 +306,9 @@ int cmd_export(int argc, char **argv)
     }
     col.out = out;
     col.doc = doc;
+    col.by_samples = weight && !strcmp(weight, "samples");
     r = pstack_each_process(doc, export_process, &col);
-    if (r < 0)
+    if (r == -ENOMEM)
         (void)fprintf(stderr, "fleetprof export: out of memory\n");
     else if (col.bad > 0)
         (void)fprintf(stderr,

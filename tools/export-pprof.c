@@ -90,6 +90,7 @@ struct pprof {
     double start_ms, end_ms; /* since the epoch */
     double interval_ms;      /* 0: unknown */
     int64_t comment;         /* string index of meta.product; 0: none */
+    bool by_samples;         /* the default sample type is samples/count, not cpu */
 };
 
 static bool str_same(const void *ctx, const void *key, uint64_t index)
@@ -209,6 +210,7 @@ struct exporter {
     const struct json_doc *doc;
     const char *out_path; /* borrowed */
     bool split;
+    bool by_samples; /* PPROF_WEIGHT_SAMPLES */
     char *why;
     size_t why_size;
     struct pstack_funcs funcs;
@@ -592,7 +594,7 @@ static int pack_tables(const struct pprof *pp, struct gz_sink *sink)
     }
     prof.n_sample_type = 2;
     prof.sample_type = type_ptrs;
-    prof.default_sample_type = types[1].type;
+    prof.default_sample_type = pp->by_samples ? types[0].type : types[1].type;
     prof.period_type = &period;
     prof.period = (int64_t)llround(pp->interval_ms * 1e6);
     if (pp->has_start) {
@@ -760,6 +762,7 @@ static int export_process(const struct pstack_process *proc, void *userdata)
         if (pprof_init(&single) < 0)
             return -ENOMEM;
         x->pp = &single;
+        single.by_samples = x->by_samples;
         set_interval(x, &single, root);
         set_interval(x, &single, proc->value);
         if (set_comment(x, &single, root) < 0) {
@@ -805,11 +808,15 @@ static int export_process(const struct pstack_process *proc, void *userdata)
 }
 
 int pprof_export(const struct json_doc *doc, const char *out_path, bool split,
-                 struct pprof_result *ret, char *why, size_t why_size)
+                 enum pprof_weight weight, struct pprof_result *ret, char *why, size_t why_size)
 {
     const struct json_value *root = json_doc_root(doc);
-    struct exporter x = {
-            .doc = doc, .out_path = out_path, .split = split, .why = why, .why_size = why_size};
+    struct exporter x = {.doc = doc,
+                         .out_path = out_path,
+                         .split = split,
+                         .by_samples = weight == PPROF_WEIGHT_SAMPLES,
+                         .why = why,
+                         .why_size = why_size};
     double start;
     int r;
 
@@ -822,6 +829,7 @@ int pprof_export(const struct json_doc *doc, const char *out_path, bool split,
         if (pprof_init(&x.one) < 0)
             return fail(&x, -ENOMEM, "%s", "");
         x.pp = &x.one;
+        x.one.by_samples = x.by_samples;
         set_interval(&x, &x.one, root);
         if (set_comment(&x, &x.one, root) < 0) {
             pprof_done(&x.one);
@@ -868,7 +876,7 @@ int pprof_export_file(const char *json_path, const char *out_path, struct pprof_
         (void)snprintf(why, why_size, "%s: %s", json_path, what);
         return r;
     }
-    r = pprof_export(doc, out_path, false, ret, why, why_size);
+    r = pprof_export(doc, out_path, false, PPROF_WEIGHT_CPU, ret, why, why_size);
     json_doc_free(doc);
     return r;
 }

@@ -28,14 +28,22 @@ struct pprof_result {
     uint64_t bytes;       /* gzipped bytes in the files (0 for standard output) */
 };
 
-/* Writes doc as pprof. Without split: one profile for the whole file into out_path (NULL or
+/* Which sample type a viewer shows first (the profile's default_sample_type): both are
+ * always in every sample. */
+enum pprof_weight {
+    PPROF_WEIGHT_CPU,     /* cpu/nanoseconds: where the CPU went (idle weighs nothing) */
+    PPROF_WEIGHT_SAMPLES, /* samples/count: every sample, waiting ones included */
+};
+
+/* Writes doc as pprof, weight its default sample type. Without split: one profile for the whole
+ * file into out_path (NULL or
  * "-": standard output), which is replaced atomically (written to a temporary file beside it,
  * then renamed). With split: out_path is a directory, created if missing, and each process
  * gets its own DIR/<pid>.pb.gz (a pid seen again in the same file: <pid>.2.pb.gz, ...).
  * Returns 0 and fills *ret; or a negative errno (-ENOMEM, the I/O error) with one line in why
  * (why_size bytes, NUL-terminated) that names the file; then no file is left half-written. */
 int pprof_export(const struct json_doc *doc, const char *out_path, bool split,
-                 struct pprof_result *ret, char *why, size_t why_size);
+                 enum pprof_weight weight, struct pprof_result *ret, char *why, size_t why_size);
 
 /* Loads the profile json_path and writes it as one pprof file out_path (record and capture's
  * --pprof). Errors as pprof_export(), plus those of reading json_path. */

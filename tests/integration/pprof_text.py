@@ -80,6 +80,7 @@ class Pprof:
                                               one(line, "line"), one(loc, "mapping_id"))
         self.sample_types = [(self.s(one(t, "type")), self.s(one(t, "unit")))
                              for t in tree.get("sample_type", [])]
+        self.default_sample_type = self.s(one(tree, "default_sample_type"))
         self.samples = []
         for s in tree.get("sample", []):
             labels = {}

@@ -258,15 +258,32 @@ def test_a_process_title_names_the_process(tmp):
     assert names == {"workload"}, names
 
 
+def folded_totals(text):
+    """Per pid and per leaf frame, the weights of folded lines; each line splits back into
+    process;thread;frames and a positive whole weight."""
+    got_proc, got_leaf = {}, {}
+    for line in text.splitlines():
+        path, count = line.rsplit(" ", 1)
+        frames = path.split(";")
+        assert len(frames) >= 3 and int(count) > 0, line
+        pid = int(frames[0].rsplit("(", 1)[1].rstrip(")"))
+        got_proc[pid] = got_proc.get(pid, 0) + int(count)
+        got_leaf[frames[-1]] = got_leaf.get(frames[-1], 0) + int(count)
+    return got_proc, got_leaf
+
+
 def test_export_collapsed_totals_equal_the_profiles(tmp):
     """`fleetprof export --format collapsed` of a recorded fleet: every line splits back into
-    process;thread;frames and a count; per process and per leaf function, the counts equal
-    the profile's samples (from stdin and to -o alike)."""
+    process;thread;frames and a weight. By default the weight is CPU: per process and per
+    leaf function the lines hold the profile's threadCPUDelta (ns), and a thread that waits
+    weighs nothing; with --weight samples they hold its samples, waiting ones included (from
+    stdin and to -o alike)."""
     out = os.path.join(tmp, "fleet.json")
     r = record(tmp, "--no-summary", "-o", out, "--", WORKLOAD, "prefork", "3", "0.5")
     assert r.returncode == 0, r.stderr
     doc = check_file(out)
-    want_proc, want_leaf = {}, {}
+    assert doc["meta"]["sampleUnits"]["threadCPUDelta"] == "ns", doc["meta"]["sampleUnits"]
+    want_proc, want_leaf, cpu_proc, cpu_leaf = {}, {}, {}, {}
     for p in processes(doc):
         pid = p["meta"]["fleetprof"]["pid"]
         for t in p["threads"]:
@@ -281,34 +298,48 @@ def test_export_collapsed_totals_equal_the_profiles(tmp):
                 want_proc[pid] = want_proc.get(pid, 0) + 1
                 leaf = leaf.replace(";", ":")
                 want_leaf[leaf] = want_leaf.get(leaf, 0) + 1
+                cpu = row[sms["threadCPUDelta"]] or 0
+                if cpu:
+                    cpu_proc[pid] = cpu_proc.get(pid, 0) + cpu
+                    cpu_leaf[leaf] = cpu_leaf.get(leaf, 0) + cpu
+    weighted = subprocess.run([CLI, "export", "--format", "collapsed", out],
+                              capture_output=True, text=True, timeout=60)
+    assert weighted.returncode == 0, weighted.stderr
+    got_proc, got_leaf = folded_totals(weighted.stdout)
+    assert got_proc == cpu_proc, (got_proc, cpu_proc)
+    assert got_leaf == cpu_leaf
+    assert max(got_leaf, key=got_leaf.get).startswith("wl_worker_task_"), \
+        sorted(got_leaf.items(), key=lambda kv: -kv[1])[:5]
+    waiting = sum(want_leaf.values()) - sum(
+        1 for p in processes(doc) for t in p["threads"] for row in t["samples"]["data"]
+        if row[t["samples"]["schema"]["threadCPUDelta"]])
     folded = os.path.join(tmp, "fleet.folded")
-    e = subprocess.run([CLI, "export", "--format", "collapsed", "-o", folded, out],
-                       capture_output=True, text=True, timeout=60)
+    e = subprocess.run([CLI, "export", "--format", "collapsed", "--weight", "samples", "-o",
+                        folded, out], capture_output=True, text=True, timeout=60)
     assert e.returncode == 0, e.stderr
     with open(out) as f:
-        piped = subprocess.run([CLI, "export", "--format", "collapsed", "-"], stdin=f,
-                               capture_output=True, text=True, timeout=60)
+        piped = subprocess.run([CLI, "export", "--format", "collapsed", "--weight", "samples",
+                                "-"], stdin=f, capture_output=True, text=True, timeout=60)
     assert piped.returncode == 0, piped.stderr
     text = open(folded).read()
     assert text == piped.stdout
-    dash = subprocess.run([CLI, "export", "--format", "collapsed", "-o", "-", out],
-                          capture_output=True, text=True, timeout=60, cwd=tmp)
+    dash = subprocess.run([CLI, "export", "--format", "collapsed", "--weight", "samples",
+                           "-o", "-", out], capture_output=True, text=True, timeout=60, cwd=tmp)
     assert dash.returncode == 0 and dash.stdout == text, dash.stderr
     assert not os.path.exists(os.path.join(tmp, "-")), "-o - wrote a file named -"
-    got_proc, got_leaf = {}, {}
-    for line in text.splitlines():
-        path, count = line.rsplit(" ", 1)
-        frames = path.split(";")
-        assert len(frames) >= 3, line
-        pid = int(frames[0].rsplit("(", 1)[1].rstrip(")"))
-        got_proc[pid] = got_proc.get(pid, 0) + int(count)
-        got_leaf[frames[-1]] = got_leaf.get(frames[-1], 0) + int(count)
+    got_proc, got_leaf = folded_totals(text)
     assert got_proc == want_proc, (got_proc, want_proc)
+    # The fleet had samples that used no CPU (threads waiting): one each by samples, and
+    # nothing by CPU (the totals above).
+    assert waiting > 0
     assert got_leaf == want_leaf
     assert any(k.startswith("wl_worker_task_") for k in got_leaf), sorted(got_leaf)[:10]
     bad = subprocess.run([CLI, "export", "--format", "svg", out], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "unknown --format" in bad.stderr, bad.stderr
+    bad = subprocess.run([CLI, "export", "--format", "collapsed", "--weight", "wall", out],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown --weight" in bad.stderr, bad.stderr
 
 
 def export(*args, stdin=None):
@@ -349,7 +380,12 @@ def test_export_pprof_totals_equal_the_profiles(tmp):
     assert {f"wl_worker_task_{i}" for i in range(3)} <= set(pp.totals()[1]), pp.totals()[1]
     assert any(line > 0 for _, line in pp.located_functions()), "no line numbers"
     tree = pp.tree
-    assert pp.s(pprof_text.one(tree, "default_sample_type")) == "cpu"
+    assert pp.default_sample_type == "cpu"
+    e = export("--format", "pprof", "--weight", "samples", "-o", pb, out)
+    assert e.returncode == 0, e.stderr
+    by_samples = pprof_text.Pprof(pb)
+    assert by_samples.default_sample_type == "samples"
+    assert by_samples.totals() == pp.totals(), "--weight changes what is shown first, not what"
     (period_type,) = tree["period_type"]
     assert (pp.s(pprof_text.one(period_type, "type")),
             pp.s(pprof_text.one(period_type, "unit"))) == ("cpu", "nanoseconds")
