@@ -587,24 +587,26 @@ static void print_not_the_programs(const struct summary *s)
     (void)printf(".\n");
     if (!none.samples && !s->bad.samples)
         return;
-    (void)printf("  No stack: %llu samples (%.2f%%):", (unsigned long long)none.samples,
-                 summary_percent(none.samples, s->all.samples));
+    (void)printf("  No stack: %llu sample%s (%.2f%%)", (unsigned long long)none.samples,
+                 none.samples == 1 ? "" : "s", summary_percent(none.samples, s->all.samples));
     for (size_t f = 0; f < s->funcs.n; f++) {
         const struct pstack_func *fn = &s->funcs.v[f];
 
         if (!is_no_stack(fn) || !s->fleet[f].self.samples)
             continue;
-        /* "(no stack: unwinding failed)" -> "unwinding failed 3" */
+        /* "(no stack: unwinding failed)" -> "unwinding failed (3)" */
+        (void)fputs(any ? "; " : ": ", stdout);
         if (fn->name_len > 11 && fn->name[9] == ':')
             summary_print_clean(fn->name + 11, fn->name_len - 12);
         else
             (void)fputs("no reason given", stdout);
-        (void)printf(" %llu;", (unsigned long long)s->fleet[f].self.samples);
+        (void)printf(" (%llu)", (unsigned long long)s->fleet[f].self.samples);
         any = true;
     }
     if (s->bad.samples)
-        (void)printf(" invalid stack indexes %llu;", (unsigned long long)s->bad.samples);
-    (void)printf("%s\n", any || s->bad.samples ? "" : " none");
+        (void)printf("%sinvalid stack indexes (%llu)", any ? "; " : ": ",
+                     (unsigned long long)s->bad.samples);
+    (void)printf(".\n");
 }
 
 static void print_header(const struct summary *s)

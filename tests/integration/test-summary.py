@@ -10,6 +10,7 @@ import atexit
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,12 @@ def test_summary_of_200_short_lived_children(tmp):
     s = summary_json(out)
     assert len(s["processes"]) == 201 and "dropped 0." in text, text
     assert "wl_short_task" in "\n".join(section(text, "Top functions of the fleet"))
+    # Each child has one sample without a stack, its CPU before the profiler's start: said
+    # in a sentence ("1 sample", reasons with their counts in parentheses).
+    (no_stack,) = [line for line in lines if line.strip().startswith("No stack:")]
+    assert re.fullmatch(r"  No stack: \d+ samples? \(\d+\.\d\d%\): [^;()]+[^;]*? \(\d+\)"
+                        r"(; [^;]+ \(\d+\))*\.", no_stack), no_stack
+    assert "before the profiler started" in no_stack, no_stack
 
 
 def test_ranked_by_cpu_not_by_sleeping_samples(tmp):
