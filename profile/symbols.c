@@ -1150,6 +1150,99 @@ char *prof_symbol_demangle(const char *name, size_t len)
     return out;
 }
 
+/* DW_EH_PE_datarel | DW_EH_PE_sdata4: .eh_frame_hdr's table as GNU ld writes it, each entry
+ * two 32-bit offsets from the section's start (a function's first address, its FDE). */
+#define EH_HDR_TABLE_DATAREL_SDATA4 0x3b
+/* udata4, sdata4 and their pc-relative forms: the 4-byte encodings of the header's own two
+ * fields that GNU ld and lld write. */
+static bool eh_pe_is_4_bytes(uint8_t enc)
+{
+    return enc != 0xff && ((enc & 0x0f) == 0x03 || (enc & 0x0f) == 0x0b);
+}
+
+/* The first address (ELF vaddr) of the function that vaddr is in, from the search table of
+ * the module's .eh_frame_hdr: the greatest start at or below vaddr. False without a table
+ * this reads. */
+static bool eh_frame_hdr_start(const struct sym_module *m, uint64_t vaddr, uint64_t *ret_start)
+{
+    GElf_Addr bias;
+    Elf *elf = dwfl_module_getelf(m->mod, &bias);
+    Elf_Scn *scn = NULL;
+    size_t shstrndx;
+
+    if (!elf || elf_getshdrstrndx(elf, &shstrndx) != 0)
+        return false;
+    while ((scn = elf_nextscn(elf, scn))) {
+        GElf_Shdr shdr;
+        const char *name;
+        Elf_Data *data;
+        const uint8_t *p;
+        uint32_t count;
+        size_t lo, hi;
+
+        if (!gelf_getshdr(scn, &shdr) || !(name = elf_strptr(elf, shstrndx, shdr.sh_name)) ||
+            strcmp(name, ".eh_frame_hdr") != 0)
+            continue;
+        data = elf_getdata(scn, NULL);
+        p = data ? data->d_buf : NULL;
+        /* version 1, then the encodings of eh_frame_ptr, fde_count and the table */
+        if (!p || data->d_size < 12 || p[0] != 1 || !eh_pe_is_4_bytes(p[1]) ||
+            !eh_pe_is_4_bytes(p[2]) || p[3] != EH_HDR_TABLE_DATAREL_SDATA4)
+            return false;
+        memcpy(&count, p + 8, sizeof(count));
+        if (count == 0 || count > (data->d_size - 12) / 8)
+            return false;
+        /* The greatest entry whose start is at or below vaddr. */
+        lo = 0;
+        hi = count;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            int32_t rel;
+
+            memcpy(&rel, p + 12 + mid * 8, sizeof(rel));
+            if ((uint64_t)((int64_t)shdr.sh_addr + rel) <= vaddr)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == 0)
+            return false;
+        {
+            int32_t rel;
+
+            memcpy(&rel, p + 12 + (lo - 1) * 8, sizeof(rel));
+            *ret_start = (uint64_t)((int64_t)shdr.sh_addr + rel);
+        }
+        return true;
+    }
+    return false;
+}
+
+/* Code that no symbol covers (a stripped program without its debug file): named by the start
+ * of its function, "<module>+0x<start>" as addr2line takes it, so that the samples of a
+ * function are one entry, not one per instruction. Stripping keeps .eh_frame: an FDE must
+ * cover the address (its call-frame information, from libdw), and the search table of
+ * .eh_frame_hdr gives the FDE's first address. Into buf; false when either is missing. */
+static bool cfi_function_name(const struct sym_module *m, uint64_t vaddr, char *buf, size_t size)
+{
+    Dwarf_Addr bias;
+    Dwarf_Frame *frame = NULL;
+    Dwarf_CFI *cfi = dwfl_module_eh_cfi(m->mod, &bias);
+    const char *slash = m->path ? strrchr(m->path, '/') : NULL;
+    uint64_t start;
+    int n;
+
+    if (!m->path || !cfi || dwarf_cfi_addrframe(cfi, vaddr + m->bias - bias, &frame) != 0) {
+        free(frame);
+        return false;
+    }
+    free(frame);
+    if (!eh_frame_hdr_start(m, vaddr, &start))
+        return false;
+    n = snprintf(buf, size, "%s+0x%" PRIx64, slash ? slash + 1 : m->path, start);
+    return n > 0 && (size_t)n < size;
+}
+
 /* Resolves vaddr in m with libdwfl into e. Returns 0 or -ENOMEM. */
 static int entry_resolve(struct prof_symbols *s, struct sym_module *m, uint64_t vaddr,
                          struct sym_entry *e)
@@ -1157,12 +1250,20 @@ static int entry_resolve(struct prof_symbols *s, struct sym_module *m, uint64_t 
     GElf_Addr addr = vaddr + m->bias;
     const struct sym_func *func;
     const char *name;
+    char start_name[PATH_MAX + 32];
 
     /* The full .symtab names static functions too; without one (stripped, no debug file)
      * only .dynsym's exported functions are known. */
     if (!m->funcs_built && build_funcs(s, m) < 0)
         return -ENOMEM;
     func = find_func(m, addr);
+    if (!func && cfi_function_name(m, vaddr, start_name, sizeof(start_name))) {
+        e->function = str_pool_intern(&s->strings, start_name, strlen(start_name));
+        if (!e->function)
+            return -ENOMEM;
+        count_debug_file(s, m);
+        return 0;
+    }
     if (!func) {
         e->status = -ENOENT;
         count_debug_file(s, m);

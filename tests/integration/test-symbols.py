@@ -342,14 +342,32 @@ def call_site_offset(module):
     return int(addr.strip().rstrip(":"), 16) + len(raw.split()) - 1
 
 
+def fde_ranges(path):
+    """The [start, end) of each function the module's .eh_frame describes (its FDEs), as
+    readelf reads them, not as fleetprof does."""
+    out = subprocess.run(["readelf", "--debug-dump=frames", path], check=True,
+                         capture_output=True, text=True).stdout
+    return [(int(a, 16), int(b, 16)) for a, b in re.findall(r"FDE .*pc=([0-9a-f]+)\.\.([0-9a-f]+)",
+                                                            out)]
+
+
+def fde_start(path, offset):
+    """The first address of the function (FDE) that holds offset."""
+    (start,) = [a for a, b in fde_ranges(path) if a <= offset < b]
+    return start
+
+
 def test_module_without_symbols(tmp):
     # sym-wait calls back through a module with no function symbols (linked -s, the function
-    # hidden): its frame is named by module and offset, the offset of the call instruction
-    # in that module's file, and the same whoever resolved it. One process, two symbolizers
-    # over the same samples: a gather resolved by the daemon, then its exit profile resolved
-    # locally once the daemon is gone (as in test_service_gives_the_local_symbols).
+    # hidden): its frame is named by module and the start of its function, as .eh_frame
+    # gives it (the call instruction is inside that function), and the same whoever resolved
+    # it. One process, two symbolizers over the same samples: a gather resolved by the
+    # daemon, then its exit profile resolved locally once the daemon is gone (as in
+    # test_service_gives_the_local_symbols).
     module = os.path.basename(NOSYMS)
-    want = f"{module}+0x{call_site_offset(NOSYMS):x} (in {module})"
+    call = call_site_offset(NOSYMS)
+    assert fde_start(NOSYMS, call) < call, "the call is not past its function's start"
+    want = f"{module}+0x{fde_start(NOSYMS, call):x} (in {module})"
     local_out = os.path.join(tmp, "local.json")
     d = Daemon(tmp)
     try:
@@ -685,6 +703,91 @@ def test_cxx_names_are_demangled(tmp):
     assert any(n.startswith(want) for n in fns), sorted(fns)[:20]
 
 
+def cpu_by_innermost_frame_in(proc, module):
+    """{location: CPU ns} of the process's samples, by the innermost frame of module on each
+    sample's stack (samples without one left out)."""
+    out = {}
+    for t in proc["threads"]:
+        fs = t["frameTable"]["schema"]
+        names = [t["stringTable"][row[fs["location"]]] for row in t["frameTable"]["data"]]
+        st, ss = t["stackTable"]["data"], t["stackTable"]["schema"]
+        sms = t["samples"]["schema"]
+        for row in t["samples"]["data"]:
+            idx = row[sms["stack"]]
+            while idx is not None:
+                name = names[st[idx][ss["frame"]]]
+                if name.endswith(f" (in {module})"):
+                    out[name] = out.get(name, 0) + (row[sms["threadCPUDelta"]] or 0)
+                    break
+                idx = st[idx][ss["prefix"]]
+    return out
+
+
+def test_a_stripped_program_is_ranked_by_function(tmp):
+    """A stripped program (no .symtab, no debug file) with a known split: 60 ms of CPU in one
+    function, 30 in another, each spread over many instructions. Its samples are two
+    entries, each named by its function's start as the unstripped twin's symbol table gives
+    it (`wl-stripped+0x<start>`), holding the split: not one entry per instruction."""
+    stripped = os.path.join(BUILD, "tests", "workloads", "wl-stripped")
+    full = stripped + "-full"
+    syms = subprocess.run(["nm", full], check=True, capture_output=True, text=True).stdout
+    start = {name: int(addr, 16) for addr, _, name in
+             (line.split() for line in syms.splitlines() if len(line.split()) == 3)}
+    want_a = f"wl-stripped+0x{start['stripped_work_a']:x} (in wl-stripped)"
+    want_b = f"wl-stripped+0x{start['stripped_work_b']:x} (in wl-stripped)"
+    assert "stripped_work_a" not in subprocess.run(["nm", "-D", stripped], capture_output=True,
+                                                   text=True).stdout
+    d = Daemon(tmp)
+    try:
+        out = os.path.join(tmp, "stripped.json")
+        local = os.path.join(tmp, "local.json")
+        r = subprocess.run([stripped, "60", "30"], env=env(d, FLEETPROF_OUTPUT=local),
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        capture_ok(d.sock, out)
+    finally:
+        d.stop()
+    for name, path in (("daemon", out), ("local", local)):
+        (proc,) = [p for p in pc.all_processes(checked(path)) if p.get("threads")]
+        cpu = cpu_by_innermost_frame_in(proc, "wl-stripped")
+        total = sum(cpu.values())
+        a, b = cpu.get(want_a, 0), cpu.get(want_b, 0)
+        assert a + b >= 0.9 * total, (name, want_a, want_b, cpu)
+        # 60:30, on a kernel that samples every tick's worth of CPU.
+        assert 1.4 < a / max(b, 1) < 2.8, (name, a / 1e6, b / 1e6, cpu)
+        s = subprocess.run([CLI, "summary", path], capture_output=True, text=True, timeout=60)
+        assert f"wl-stripped+0x{start['stripped_work_a']:x}" in s.stdout, s.stdout
+
+
+def test_a_stripped_debian_program_is_named_by_function_starts(tmp):
+    """Debian's gzip is stripped (.eh_frame kept). Compressing 8 MiB: each of its frames is
+    named by the start of a function its .eh_frame describes (read by readelf, not by us),
+    and its CPU gathers in a few such functions instead of a scatter of addresses."""
+    gzip = shutil.which("gzip")
+    if not gzip or ".symtab" in subprocess.run(["readelf", "-S", gzip], capture_output=True,
+                                               text=True).stdout:
+        raise taplib.Skip(f"no stripped gzip here ({gzip})")
+    data = os.path.join(tmp, "data")
+    with open(data, "wb") as f:
+        f.write(os.urandom(8 << 20))
+    module = os.path.basename(os.path.realpath(gzip))
+    starts = {a for a, _ in fde_ranges(os.path.realpath(gzip))}
+    out = os.path.join(tmp, "gzip.json")
+    r = subprocess.run([gzip, "-c", data], env=env(FLEETPROF_OUTPUT=out),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+    assert r.returncode == 0, r.stderr
+    (proc,) = [p for p in pc.all_processes(checked(out)) if p.get("threads")]
+    cpu = cpu_by_innermost_frame_in(proc, module)
+    assert cpu, f"no frame in {module}"
+    for loc in cpu:
+        m = re.fullmatch(re.escape(module) + r"\+0x([0-9a-f]+) \(in " + re.escape(module) + r"\)",
+                         loc)
+        assert m and int(m[1], 16) in starts, f"{loc}: not a function start of {module}"
+    top = max(cpu.values())
+    assert len(cpu) <= 40 and top >= 0.2 * sum(cpu.values()), sorted(
+        cpu.items(), key=lambda kv: -kv[1])[:10]
+
+
 LIBC_NAMES_ONLY = libc_compressed_dwarf_bytes() > MAX_COMPRESSED_DWARF
 
 taplib.run([
@@ -699,4 +802,6 @@ taplib.run([
     test_vdso_frames_are_named,
     test_falls_back_to_local_without_a_daemon,
     test_cxx_names_are_demangled,
+    test_a_stripped_program_is_ranked_by_function,
+    test_a_stripped_debian_program_is_named_by_function_starts,
 ])
