@@ -42,7 +42,7 @@ static void usage(FILE *out)
             "  --format pprof      a gzipped pprof profile (profile.proto) for go tool pprof,\n"
             "                      Pyroscope/Grafana or Speedscope: sample types samples/count\n"
             "                      and cpu/nanoseconds (threadCPUDelta), labels pid, tid,\n"
-            "                      process, thread on every sample\n"
+            "                      process, thread, command on every sample\n"
             "  --weight cpu        (default) collapsed: each line weighs its CPU time in ns, so\n"
             "                      waiting threads weigh nothing; pprof: cpu is shown first\n"
             "  --weight samples    each line weighs its samples, waiting ones included; pprof:\n"

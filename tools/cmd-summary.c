@@ -33,6 +33,7 @@
 #define DEFAULT_TOP        10
 #define MAX_TOP            100000
 #define PROGRAM_TOP        3  /* functions on a program's line */
+#define PROGRAM_COMMANDS   3  /* command lines under a program whose processes differ in them */
 #define PROGRAMS_SHOWN     12 /* program lines before "... more" */
 #define DEFAULT_TREE_DEPTH 16
 #define TREE_MIN_PERCENT   1.0 /* call paths below this share are left out of --tree */
@@ -69,6 +70,10 @@ struct program {
     struct weight all;
     struct top_entry top[PROGRAM_TOP];
     size_t n_top;
+    /* Its processes' command lines (meta.product), the first PROGRAM_COMMANDS different ones
+     * with how many processes ran each; other_commands: processes that ran another. */
+    const char *commands[PROGRAM_COMMANDS]; /* borrowed */
+    size_t command_procs[PROGRAM_COMMANDS], n_commands, other_commands;
 };
 
 /* --tree: the fleet's stacks merged by function path, under one node per program. */
@@ -412,6 +417,25 @@ static int sort_pid(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Counts a process's command line (NULL: unknown) in its program. */
+static void program_add_command(struct program *g, const char *command)
+{
+    size_t k;
+
+    if (!command || !*command)
+        return;
+    for (k = 0; k < g->n_commands && strcmp(g->commands[k], command) != 0; k++)
+        ;
+    if (k < g->n_commands) {
+        g->command_procs[k]++;
+    } else if (g->n_commands < PROGRAM_COMMANDS) {
+        g->commands[g->n_commands] = command;
+        g->command_procs[g->n_commands++] = 1;
+    } else {
+        g->other_commands++;
+    }
+}
+
 /* Puts every process in a program: same name, same role (and, in a file with live and
  * exited processes, the same state). */
 static int group_programs(struct summary *s)
@@ -458,6 +482,7 @@ static int group_programs(struct summary *s)
         }
         pr->program = (uint32_t)g;
         s->programs[g].procs++;
+        program_add_command(&s->programs[g], pr->p.info.command);
         if (pr->p.info.execd_into)
             s->programs[g].execd++; /* rebuilt from its chunks too, but it did not die */
         else
@@ -639,6 +664,24 @@ static void print_header(const struct summary *s)
         (void)printf("Ranked by samples: the profile's CPU deltas are not in ns or us.\n");
 }
 
+/* Under a program whose processes ran different command lines (git's subcommands share
+ * the name "git"): which, and how many processes each. */
+static void print_program_commands(const struct program *g)
+{
+    if (g->n_commands < 2 && !g->other_commands)
+        return;
+    (void)printf("  %5s %6s %9s %9s    commands: ", "", "", "", "");
+    for (size_t k = 0; k < g->n_commands; k++) {
+        (void)printf("%s", k ? ", " : "");
+        (void)print_cut(g->commands[k], strlen(g->commands[k]), 48);
+        (void)printf(" (%zu)", g->command_procs[k]);
+    }
+    if (g->other_commands)
+        (void)printf(", %zu more process%s with others", g->other_commands,
+                     g->other_commands == 1 ? "" : "es");
+    (void)putchar('\n');
+}
+
 static void print_programs(const struct summary *s, const uint32_t *order)
 {
     size_t shown = s->n_programs > PROGRAMS_SHOWN + 1 ? PROGRAMS_SHOWN : s->n_programs;
@@ -683,6 +726,7 @@ static void print_programs(const struct summary *s, const uint32_t *order)
             (void)printf(" %.0f%%", share(s, &g->top[k].c.self, &g->all));
         }
         (void)putchar('\n');
+        print_program_commands(g);
     }
     if (rest_procs)
         (void)printf("  %5zu %5.1f%% %9.1f %9llu  ... %zu more programs (--per-process, --json)\n",
@@ -745,6 +789,11 @@ static void print_process(const struct summary *s, const struct proc_result *pr)
     if (s->cpu_known)
         (void)printf(", %.1f ms of CPU", (double)pr->all.cpu_ns / 1e6);
     (void)printf(")%s\n", pr->n_top ? ":" : "");
+    if (pr->p.info.command) {
+        (void)printf("  command: ");
+        summary_print_cleans(pr->p.info.command);
+        (void)putchar('\n');
+    }
     print_top_table(s, pr->top, pr->n_top, &pr->all);
     if (pr->profiler.samples)
         (void)printf("  profiler overhead: %.2f%% of %s (%llu samples)\n",
@@ -941,6 +990,10 @@ static int write_json(struct summary *s, const uint32_t *order)
             json_writer_null(w, "ppid");
         json_writer_string(w, "name", pr->p.info.name ? pr->p.info.name : "?");
         json_writer_string(w, "role", role_text(s, pr));
+        if (pr->p.info.command)
+            json_writer_string(w, "command", pr->p.info.command);
+        else
+            json_writer_null(w, "command");
         json_writer_bool(w, "exit", pr->p.info.exit);
         json_writer_bool(w, "recovered", pr->p.info.recovered != NULL);
         if (pr->p.info.execd_into)

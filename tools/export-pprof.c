@@ -48,8 +48,8 @@ struct pp_location {
 };
 
 struct pp_thread {
-    int64_t pid, tid;        /* tid -1: unknown (no label) */
-    int64_t process, thread; /* string indexes */
+    int64_t pid, tid;                 /* tid -1: unknown (no label) */
+    int64_t process, thread, command; /* string indexes; command 0: unknown (no label) */
 };
 
 struct pp_sample {
@@ -128,12 +128,16 @@ enum {
     STR_TID,
     STR_PROCESS,
     STR_THREAD,
+    STR_COMMAND,
 };
+/* The labels of a thread's samples: pid, process, thread, command (if known), tid (if
+ * known). */
+#define LABELS_MAX 5
 
 static int pprof_init(struct pprof *pp)
 {
-    static const char *const fixed[] = {"",    "samples", "count",   "cpu",   "nanoseconds",
-                                        "pid", "tid",     "process", "thread"};
+    static const char *const fixed[] = {"",    "samples", "count",   "cpu",    "nanoseconds",
+                                        "pid", "tid",     "process", "thread", "command"};
 
     memset(pp, 0, sizeof(*pp));
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
@@ -408,8 +412,11 @@ static int export_thread(const struct pstack_process *proc, const struct pstack_
     pp->threads[th] = (struct pp_thread){.pid = proc->info.pid,
                                          .tid = t->tid,
                                          .process = str_index(pp, proc->info.name),
-                                         .thread = str_index(pp, t->name ? t->name : "thread")};
-    if (pp->threads[th].process < 0 || pp->threads[th].thread < 0)
+                                         .thread = str_index(pp, t->name ? t->name : "thread"),
+                                         .command = proc->info.command && *proc->info.command
+                                                            ? str_index(pp, proc->info.command)
+                                                            : 0};
+    if (pp->threads[th].process < 0 || pp->threads[th].thread < 0 || pp->threads[th].command < 0)
         return -ENOMEM;
     pp->n_threads++;
     x->res.samples += t->samples_total;
@@ -628,31 +635,41 @@ out:
 /* Packs the samples, SAMPLE_BATCH per Profile message. */
 static int pack_samples(const struct pprof *pp, struct gz_sink *sink)
 {
-    Perftools__Profiles__Label *labels = calloc(pp->n_threads * 4 + 1, sizeof(*labels));
-    Perftools__Profiles__Label **label_ptrs = calloc(pp->n_threads * 4 + 1, sizeof(*label_ptrs));
+    Perftools__Profiles__Label *labels = calloc(pp->n_threads * LABELS_MAX + 1, sizeof(*labels));
+    Perftools__Profiles__Label **label_ptrs =
+            calloc(pp->n_threads * LABELS_MAX + 1, sizeof(*label_ptrs));
+    size_t *n_labels = calloc(pp->n_threads + 1, sizeof(*n_labels));
     Perftools__Profiles__Sample *samples = calloc(SAMPLE_BATCH, sizeof(*samples));
     Perftools__Profiles__Sample **sample_ptrs = calloc(SAMPLE_BATCH, sizeof(*sample_ptrs));
     int64_t(*values)[2] = calloc(SAMPLE_BATCH, sizeof(*values));
     int r = -ENOMEM;
 
-    if (!labels || !label_ptrs || !samples || !sample_ptrs || !values)
+    if (!labels || !label_ptrs || !n_labels || !samples || !sample_ptrs || !values)
         goto out;
-    /* Each thread's labels, shared by its samples: pid, process, thread[, tid]. */
-    for (size_t i = 0; i < pp->n_threads * 4; i++) {
+    /* Each thread's labels, shared by its samples. */
+    for (size_t i = 0; i < pp->n_threads * LABELS_MAX; i++) {
         perftools__profiles__label__init(&labels[i]);
         label_ptrs[i] = &labels[i];
     }
     for (size_t i = 0; i < pp->n_threads; i++) {
-        Perftools__Profiles__Label *l = &labels[i * 4];
+        Perftools__Profiles__Label *l = &labels[i * LABELS_MAX];
+        size_t n = 0;
 
-        l[0].key = STR_PID;
-        l[0].num = pp->threads[i].pid;
-        l[1].key = STR_PROCESS;
-        l[1].str = pp->threads[i].process;
-        l[2].key = STR_THREAD;
-        l[2].str = pp->threads[i].thread;
-        l[3].key = STR_TID;
-        l[3].num = pp->threads[i].tid;
+        l[n].key = STR_PID;
+        l[n++].num = pp->threads[i].pid;
+        l[n].key = STR_PROCESS;
+        l[n++].str = pp->threads[i].process;
+        l[n].key = STR_THREAD;
+        l[n++].str = pp->threads[i].thread;
+        if (pp->threads[i].command) {
+            l[n].key = STR_COMMAND;
+            l[n++].str = pp->threads[i].command;
+        }
+        if (pp->threads[i].tid >= 0) {
+            l[n].key = STR_TID;
+            l[n++].num = pp->threads[i].tid;
+        }
+        n_labels[i] = n;
     }
     for (size_t at = 0; at < pp->n_samples && !sink->err; at += SAMPLE_BATCH) {
         Perftools__Profiles__Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
@@ -668,8 +685,8 @@ static int pack_samples(const struct pprof *pp, struct gz_sink *sink)
             samples[i].value = values[i];
             samples[i].n_location_id = s->depth;
             samples[i].location_id = pp->pool + s->at;
-            samples[i].label = &label_ptrs[(size_t)s->thread * 4];
-            samples[i].n_label = pp->threads[s->thread].tid >= 0 ? 4 : 3;
+            samples[i].label = &label_ptrs[(size_t)s->thread * LABELS_MAX];
+            samples[i].n_label = n_labels[s->thread];
             sample_ptrs[i] = &samples[i];
         }
         prof.n_sample = n;
@@ -680,6 +697,7 @@ static int pack_samples(const struct pprof *pp, struct gz_sink *sink)
 out:
     free(labels);
     free(label_ptrs);
+    free(n_labels);
     free(samples);
     free(sample_ptrs);
     free(values);

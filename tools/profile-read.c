@@ -87,9 +87,10 @@ void profile_process_describe(const struct json_doc *doc, const struct json_valu
                           &ret->pid) < 0 &&
         profile_value_int(doc, json_object_get(doc, main_thread, "pid"), &ret->pid) < 0)
         ret->pid = -1;
+    ret->command = json_value_string(doc, json_object_get(doc, meta, "product"), NULL);
     s = json_value_string(doc, json_object_get(doc, main_thread, "processName"), NULL);
     if (!s)
-        s = json_value_string(doc, json_object_get(doc, meta, "product"), NULL);
+        s = ret->command;
     if (s)
         ret->name = s;
     ret->exit = json_value_is_true(

@@ -29,6 +29,8 @@ struct profile_process {
     int64_t pid;            /* meta.fleetprof.pid, else the GeckoMain thread's, else -1 */
     const char *name;       /* borrowed from the document: the GeckoMain thread's processName,
                                else meta.product, else "?"; may hold control characters */
+    const char *command;    /* borrowed: meta.product, the process's command line (its
+                             * arguments joined by spaces); NULL if none */
     bool exit;              /* meta.fleetprof.exit is true: an exit profile; else live */
     const char *recovered;  /* meta.fleetprof.recovered: read back from a dead process's
                              * chunks ("chunk file", "shared memory"); NULL if not */

@@ -395,9 +395,13 @@ def test_export_pprof_totals_equal_the_profiles(tmp):
     # Labels on every sample: the process's pid and name, the thread's name and tid.
     names = {p["meta"]["fleetprof"]["pid"]: p["threads"][0]["processName"]
              for p in processes(doc)}
+    commands = {p["meta"]["fleetprof"]["pid"]: p["meta"]["product"] for p in processes(doc)}
     for values, locs, labels in pp.samples:
         assert labels["process"] == names[labels["pid"]], labels
         assert labels["thread"] and isinstance(labels["tid"], int), labels
+        # Its command line, to tell apart processes of one program (git's subcommands).
+        assert labels["command"] == commands[labels["pid"]], labels
+        assert labels["command"].startswith(WORKLOAD + " prefork"), labels
     # A worker function's location is in the workload's mapping, named by its path and
     # build id (the lib's codeId).
     lib = next(lib for lib in processes(doc)[1]["libs"] if lib["name"] == "workload")

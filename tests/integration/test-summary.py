@@ -126,6 +126,30 @@ def test_summary_of_200_short_lived_children(tmp):
     assert "before the profiler started" in no_stack, no_stack
 
 
+def test_processes_of_one_program_are_told_apart_by_command_line(tmp):
+    """One program run with different arguments (as git's subcommands are all "git"): its
+    program line lists the command lines with how many processes ran each; --per-process
+    and --json give each process's own."""
+    stripped = os.path.join(BUILD, "tests", "workloads", "wl-stripped")
+    out = os.path.join(tmp, "commands.json")
+    r = rec.record(tmp, "--no-summary", "-o", out, "--", "sh", "-c",
+                   f"{stripped} 5 5; {stripped} 8 5; {stripped} 5 5")
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    text = summary(out)
+    programs = section(text, "Programs (")
+    (row,) = [i for i, line in enumerate(programs)
+              if "wl-stripped" in line and line.split()[0].isdigit()]
+    assert programs[row].split()[0] == "3", programs
+    assert re.search(r"commands: .*wl-stripped 5 5 \(2\), .*wl-stripped 8 5 \(1\)$",
+                     programs[row + 1]), programs
+    per = summary(out, "--per-process")
+    assert per.count(f"  command: {stripped} 5 5\n") == 2, per
+    assert per.count(f"  command: {stripped} 8 5\n") == 1, per
+    s = summary_json(out)
+    commands = sorted(p["command"] for p in s["processes"] if "wl-stripped" in p["name"])
+    assert commands == [f"{stripped} 5 5", f"{stripped} 5 5", f"{stripped} 8 5"], commands
+
+
 def test_ranked_by_cpu_not_by_sleeping_samples(tmp):
     """A process that sleeps is sampled as often as one that computes: by samples (--wall)
     its sleep comes first; by CPU (the default) the computation does, as `perf report` and
@@ -248,6 +272,7 @@ if __name__ == "__main__":
         test_the_digest_counts_by_kind_not_by_words,
         test_demo_summary_fits_a_screen,
         test_summary_of_200_short_lived_children,
+        test_processes_of_one_program_are_told_apart_by_command_line,
         test_ranked_by_cpu_not_by_sleeping_samples,
         test_per_process_and_pid_views,
         test_log_view_has_every_event,
