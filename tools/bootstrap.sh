@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fleetprof needs to build and test, only those missing.
 # Uses sudo when not root. Prints nothing and changes nothing when all are present.
-# With --with-servers (CI), also the real servers some tests profile when they are installed
-# (nginx-light and ab: the privilege-drop test; postgresql-15, its initdb and pgbench: the
-# benchmark 'real'); Debian starts nginx's and PostgreSQL's services (a cluster 15/main on
+# With --with-servers (CI), also the real servers and programs some tests use when they are
+# installed (nginx-light and ab: the privilege-drop test; postgresql-15, its initdb and
+# pgbench: the benchmark 'real'; chromium: rendering the SVG flame graph, headless); Debian starts nginx's and PostgreSQL's services (a cluster 15/main on
 # port 5432) on install unless policy-rc.d forbids it, so a developer's ./run test does not
 # ask for them.
 set -euo pipefail
@@ -21,7 +21,7 @@ packages=(
     zlib1g-dev protobuf-compiler
 )
 if [[ ${1:-} == --with-servers ]]; then
-    packages+=(nginx-light apache2-utils postgresql-15)
+    packages+=(nginx-light apache2-utils postgresql-15 chromium)
 fi
 
 missing=()

@@ -25,6 +25,7 @@
 #include "json/reader.h"
 #include "tools/commands.h"
 #include "tools/export-pprof.h"
+#include "tools/export-svg.h"
 #include "tools/idmap.h"
 #include "tools/profile-read.h"
 #include "tools/profile-stacks.h"
@@ -33,8 +34,8 @@ static void usage(FILE *out)
 {
     (void)fprintf(
             out,
-            "Usage: fleetprof export --format collapsed|pprof [--weight cpu|samples] [--split]\n"
-            "                        [-o OUT] IN.json\n"
+            "Usage: fleetprof export --format collapsed|pprof|svg [--weight cpu|samples]\n"
+            "                        [--split] [-o OUT] IN.json\n"
             "Writes a profile's stacks for other tools. IN may be - (standard input).\n"
             "\n"
             "  --format collapsed  folded lines (process (pid);thread;frames... weight) for\n"
@@ -43,6 +44,8 @@ static void usage(FILE *out)
             "                      Pyroscope/Grafana or Speedscope: sample types samples/count\n"
             "                      and cpu/nanoseconds (threadCPUDelta), labels pid, tid,\n"
             "                      process, thread, command on every sample\n"
+            "  --format svg        a flame graph in one self-contained SVG file: any browser\n"
+            "                      opens it offline (click a box to zoom; Search highlights)\n"
             "  --weight cpu        (default) collapsed: each line weighs its CPU time in ns, so\n"
             "                      waiting threads weigh nothing; pprof: cpu is shown first\n"
             "  --weight samples    each line weighs its samples, waiting ones included; pprof:\n"
@@ -216,8 +219,9 @@ static const char *usage_error(const char *format, const char *weight, const cha
         return "unknown --weight (cpu, samples)";
     if (!format)
         return "--format is required";
-    if (strcmp(format, "collapsed") != 0 && strcmp(format, "pprof") != 0)
-        return "unknown --format (collapsed, pprof)";
+    if (strcmp(format, "collapsed") != 0 && strcmp(format, "pprof") != 0 &&
+        strcmp(format, "svg") != 0)
+        return "unknown --format (collapsed, pprof, svg)";
     if (n_inputs != 1)
         return "one input file, or -";
     if (split && strcmp(format, "pprof") != 0)
@@ -307,8 +311,14 @@ int cmd_export(int argc, char **argv)
     col.out = out;
     col.doc = doc;
     col.by_samples = weight && !strcmp(weight, "samples");
-    r = pstack_each_process(doc, export_process, &col);
-    if (r == -ENOMEM)
+    if (!strcmp(format, "svg")) {
+        r = svg_export(doc, argv[optind], col.by_samples, out, why, sizeof(why));
+        if (r < 0)
+            (void)fprintf(stderr, "fleetprof export: %s\n", why);
+    } else {
+        r = pstack_each_process(doc, export_process, &col);
+    }
+    if (r == -ENOMEM && strcmp(format, "svg") != 0)
         (void)fprintf(stderr, "fleetprof export: out of memory\n");
     else if (col.bad > 0)
         (void)fprintf(stderr,

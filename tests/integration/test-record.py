@@ -10,6 +10,7 @@ Usage: test-record.py BUILD_DIR   (TAP output)
 import atexit
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -334,7 +335,7 @@ def test_export_collapsed_totals_equal_the_profiles(tmp):
     assert waiting > 0
     assert got_leaf == want_leaf
     assert any(k.startswith("wl_worker_task_") for k in got_leaf), sorted(got_leaf)[:10]
-    bad = subprocess.run([CLI, "export", "--format", "svg", out], capture_output=True,
+    bad = subprocess.run([CLI, "export", "--format", "html", out], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "unknown --format" in bad.stderr, bad.stderr
     bad = subprocess.run([CLI, "export", "--format", "collapsed", "--weight", "wall", out],
@@ -614,6 +615,75 @@ def test_record_demo_fleet_of_eight_workers(tmp):
         mine = [f for f in process_functions(p) if f in jobs]
         assert len(mine) == 1, f"a worker shows exactly its own job: {mine}"
     assert {f for p in workers for f in process_functions(p) if f in jobs} == set(jobs)
+
+
+def svg_frames(path):
+    """The flame graph's boxes as (label, depth, x, width, tooltip), read as XML."""
+    import xml.etree.ElementTree as ET
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    root = ET.parse(path).getroot()
+    out = []
+    for g in root.iter("{http://www.w3.org/2000/svg}g"):
+        if g.get("class") != "f":
+            continue
+        rect = g.find("s:rect", ns)
+        out.append((g.get("data-n"), int(g.get("data-d")), float(rect.get("x")),
+                    float(rect.get("width")), g.find("s:title", ns).text))
+    return root, out
+
+
+def chromium_dom(path):
+    """The page as headless Chromium leaves it once its scripts ran (the DOM, serialized)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser:
+        raise taplib.Skip("no chromium here (tools/bootstrap.sh --with-servers installs it)")
+    r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--dump-dom", "file://" + path], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "<svg" in r.stdout, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_export_svg_is_a_flame_graph_a_browser_renders(tmp):
+    """`fleetprof export --format svg` of the demo: one self-contained file (no script, style
+    or font from elsewhere) whose boxes are as wide as their CPU, the whole fleet's at the
+    bottom; each worker function is a box. Headless Chromium runs its script (every box
+    taken in hand for zoom and search) and shows each worker function's name."""
+    demo = os.path.join(BUILD, "tools", "demo", "demo-fleet")
+    out = os.path.join(tmp, "demo.json")
+    r = record(tmp, "--no-summary", "-o", out, "--", demo, "--workers", "4", "--seconds", "1",
+               "--helpers-per-sec", "2")
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    doc = check_file(out)
+    svg = os.path.join(tmp, "demo.svg")
+    e = subprocess.run([CLI, "export", "--format", "svg", "-o", svg, out], capture_output=True,
+                       text=True, timeout=60)
+    assert e.returncode == 0, e.stderr
+    text = open(svg).read()
+    assert not re.search(r"(href|src)=|@import|url\(|https?://(?!www\.w3\.org/)", text), \
+        "the SVG refers to something outside itself"
+    root, frames = svg_frames(svg)
+    (all_box,) = [f for f in frames if f[1] == 0]
+    total_ms = sum((row[t["samples"]["schema"]["threadCPUDelta"]] or 0)
+                   for p in processes(doc) for t in p["threads"] for row in t["samples"]["data"]) / 1e6
+    shown_ms = float(re.search(r"\(([0-9.]+) ms, 100\.00%\)", all_box[4])[1])
+    assert abs(shown_ms - total_ms) < 0.01, (shown_ms, total_ms)
+    # Widths are shares of the CPU: the processes' boxes tile the whole fleet's.
+    procs = [f for f in frames if f[1] == 1]
+    assert abs(sum(f[3] for f in procs) - all_box[3]) < 0.05 * len(procs) + 0.5, procs
+    jobs = ("demo_worker_compress", "demo_worker_hash", "demo_worker_parse", "demo_worker_render")
+    labels = {f[0] for f in frames}
+    for job in jobs:
+        assert any(label.endswith("!" + job) for label in labels), (job, sorted(labels)[:30])
+    dom = chromium_dom(svg)
+    ready = re.search(r'data-ready="(\d+)"', dom)
+    assert ready and int(ready[1]) == len(frames), "the page's script did not run over every box"
+    shown = set(re.findall(r"<text[^>]*>([^<]*)</text>", dom))
+    for job in jobs:
+        assert any(job in t for t in shown), (job, sorted(shown)[:40])
+    bad = subprocess.run([CLI, "export", "--format", "svg", "--weight", "samples", "-o", svg, out],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 0 and "samples, 100.00%)" in open(svg).read(), bad.stderr
 
 
 def test_record_exit_status_is_cmds(tmp):
@@ -941,4 +1011,5 @@ if __name__ == "__main__":
         test_capture_errors,
         test_capture_of_an_empty_fleet_fails_fast,
         test_numbers_are_decimal_only,
+        test_export_svg_is_a_flame_graph_a_browser_renders,
     ])
