@@ -79,6 +79,33 @@ def thread_cpu_ms(t, scale):
     return sum((row[sms["threadCPUDelta"]] or 0) for row in t["samples"]["data"]) * scale
 
 
+def samples_text(ps, scale):
+    """A process's samples for a failure: (time, CPU ms, leaf-first frames) of each thread's."""
+    out = []
+    for p in ps:
+        for t in p["threads"]:
+            sms = t["samples"]["schema"]
+            names = pc.frame_names(t)
+            st, ss = t["stackTable"]["data"], t["stackTable"]["schema"]
+            rows = []
+            for row in t["samples"]["data"]:
+                frames, idx = [], row[sms["stack"]]
+                while idx is not None and len(frames) < 4:
+                    frames.append(names[st[idx][ss["frame"]]])
+                    idx = st[idx][ss["prefix"]]
+                rows.append((round(row[sms["time"]], 2),
+                             round((row[sms.get("threadCPUDelta", -1)] or 0) * scale, 3)
+                             if "threadCPUDelta" in sms else None, frames))
+            out.append((t.get("name"), t.get("tid"), rows[:40]))
+    return out
+
+
+def fleetprof_log(p):
+    """The runtime's own counters for a process (profilingLog), for a failure."""
+    logs = list((p.get("profilingLog") or {}).values())
+    return (logs[0].get("runtime") if logs else None, fleetprof_meta(p))
+
+
 def has_function(p, function):
     return any(function in stack for t in p.get("threads") or [] for stack in pc.sample_stacks(t))
 
@@ -182,7 +209,9 @@ def check_children(tmp, how):
                        reaped[pid]))
     if unnamed:
         problems.append(f"{len(unnamed)} children have no sample with {FUNCTION} on the stack: "
-                        f"{unnamed[:20]}")
+                        f"{unnamed[:20]}; the first's samples: "
+                        f"{samples_text(entries[unnamed[0]], scale)}; its runtime log: "
+                        f"{[fleetprof_log(p) for p in entries[unnamed[0]]]}")
 
     ratios.sort()
     short = [x for x in ratios if x[3] - x[2] > SHORT_MAX_MS]
