@@ -634,6 +634,39 @@ static void print_not_the_programs(const struct summary *s)
     (void)printf(".\n");
 }
 
+/* The timer captures a process took (its profilingLog's runtime.handlerCaptures), 0 when
+ * it does not say. */
+static uint64_t handler_captures(const struct json_doc *d, const struct json_value *proc)
+{
+    const struct json_value *pl = json_object_get(d, proc, "profilingLog");
+    const struct json_value *entry;
+    uint64_t sum = 0;
+
+    for (size_t i = 0; (entry = json_object_value_at(d, pl, i)); i++) {
+        const struct json_value *runtime = json_object_get(d, entry, "runtime");
+        int64_t n;
+
+        if (profile_value_int(d, json_object_get(d, runtime, "handlerCaptures"), &n) == 0 && n > 0)
+            sum += (uint64_t)n;
+    }
+    return sum;
+}
+
+/* The interval the timers achieved: the CPU of the processes that say how many captures they
+ * took, per capture, in ms; 0 when it cannot be told. */
+static double measured_interval_ms(const struct summary *s)
+{
+    uint64_t captures = 0, cpu_ns = 0;
+
+    for (size_t i = 0; s->cpu_known && i < s->n_procs; i++) {
+        uint64_t n = handler_captures(s->doc, s->procs[i].p.value);
+
+        captures += n;
+        cpu_ns += n ? s->procs[i].all.cpu_ns : 0;
+    }
+    return captures ? (double)cpu_ns / 1e6 / (double)captures : 0;
+}
+
 static void print_header(const struct summary *s)
 {
     const struct json_doc *d = s->doc;
@@ -645,9 +678,15 @@ static void print_header(const struct summary *s)
     (void)printf(": %zu process%s, %llu samples", s->n_procs, s->n_procs == 1 ? "" : "es",
                  (unsigned long long)s->all.samples);
     if (interval) {
+        double measured = measured_interval_ms(s);
+
         (void)printf(", interval ");
         summary_print_clean(interval, len);
         (void)printf(" ms");
+        /* What the kernel gave: a CPU timer is checked at its tick (4 ms on a 250 Hz
+         * kernel), and a busy machine runs a thread between ticks. */
+        if (measured > 0)
+            (void)printf(" (measured: a stack per %.2f ms of CPU)", measured);
     }
     if (s->cpu_known && s->all.cpu_ns < 1000000000)
         (void)printf(", %.1f ms of CPU", (double)s->all.cpu_ns / 1e6);
@@ -973,6 +1012,10 @@ static int write_json(struct summary *s, const uint32_t *order)
         json_writer_uint(w, "cpuNs", s->all.cpu_ns);
     else
         json_writer_null(w, "cpuNs");
+    if (measured_interval_ms(s) > 0)
+        json_writer_double(w, "measuredIntervalMs", measured_interval_ms(s));
+    else
+        json_writer_null(w, "measuredIntervalMs");
     json_writer_array_begin(w, "processes");
     for (size_t i = 0; i < s->n_procs; i++) {
         const struct proc_result *pr = &s->procs[i];

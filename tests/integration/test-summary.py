@@ -150,6 +150,32 @@ def test_processes_of_one_program_are_told_apart_by_command_line(tmp):
     assert commands == [f"{stripped} 5 5", f"{stripped} 5 5", f"{stripped} 8 5"], commands
 
 
+def test_the_header_states_the_interval_achieved(tmp):
+    """The interval asked is not the interval got: CPU timers fire at the kernel's tick (a
+    busy thread at 1 ms gets a stack per 4 ms of CPU on a 250 Hz kernel). The header says
+    both, the measured one from the file's own counts (each process's CPU over its
+    runtime.handlerCaptures), and --json gives it as measuredIntervalMs."""
+    stripped = os.path.join(BUILD, "tests", "workloads", "wl-stripped")
+    out = os.path.join(tmp, "interval.json")
+    r = rec.record(tmp, "--no-summary", "-o", out, "--", stripped, "60", "30")
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    doc = rec.check_file(out)
+    captures = cpu_ns = 0
+    for p in rec.processes(doc):
+        n = sum(v["runtime"]["handlerCaptures"] for v in p["profilingLog"].values())
+        captures += n
+        if n:
+            cpu_ns += sum(row[t["samples"]["schema"]["threadCPUDelta"]] or 0
+                          for t in p["threads"] for row in t["samples"]["data"])
+    assert captures > 0, "no capture counted in the file"
+    head = summary(out).splitlines()[0]
+    m = re.search(r", interval 1 ms \(measured: a stack per ([0-9.]+) ms of CPU\)", head)
+    assert m, head
+    assert abs(float(m[1]) - cpu_ns / 1e6 / captures) < 0.006, (head, cpu_ns, captures)
+    assert float(m[1]) >= 0.9, head  # never more often than asked
+    assert abs(summary_json(out)["measuredIntervalMs"] - cpu_ns / 1e6 / captures) < 1e-6
+
+
 def test_ranked_by_cpu_not_by_sleeping_samples(tmp):
     """A process that sleeps is sampled as often as one that computes: by samples (--wall)
     its sleep comes first; by CPU (the default) the computation does, as `perf report` and
@@ -273,6 +299,7 @@ if __name__ == "__main__":
         test_demo_summary_fits_a_screen,
         test_summary_of_200_short_lived_children,
         test_processes_of_one_program_are_told_apart_by_command_line,
+        test_the_header_states_the_interval_achieved,
         test_ranked_by_cpu_not_by_sleeping_samples,
         test_per_process_and_pid_views,
         test_log_view_has_every_event,
