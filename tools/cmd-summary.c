@@ -711,8 +711,13 @@ static void print_program_commands(const struct program *g)
         return;
     (void)printf("  %5s %6s %9s %9s    commands: ", "", "", "", "");
     for (size_t k = 0; k < g->n_commands; k++) {
+        /* The program by its name, as on the line above: its arguments are what differs. */
+        const char *c = g->commands[k], *space = strchr(c, ' ');
+        const char *slash = memrchr(c, '/', space ? (size_t)(space - c) : strlen(c));
+
+        c = slash ? slash + 1 : c;
         (void)printf("%s", k ? ", " : "");
-        (void)print_cut(g->commands[k], strlen(g->commands[k]), 48);
+        (void)print_cut(c, strlen(c), 48);
         (void)printf(" (%zu)", g->command_procs[k]);
     }
     if (g->other_commands)
@@ -828,12 +833,12 @@ static void print_process(const struct summary *s, const struct proc_result *pr)
     if (s->cpu_known)
         (void)printf(", %.1f ms of CPU", (double)pr->all.cpu_ns / 1e6);
     (void)printf(")%s\n", pr->n_top ? ":" : "");
+    print_top_table(s, pr->top, pr->n_top, &pr->all);
     if (pr->p.info.command) {
         (void)printf("  command: ");
         summary_print_cleans(pr->p.info.command);
         (void)putchar('\n');
     }
-    print_top_table(s, pr->top, pr->n_top, &pr->all);
     if (pr->profiler.samples)
         (void)printf("  profiler overhead: %.2f%% of %s (%llu samples)\n",
                      share(s, &pr->profiler, &pr->all), rank_name(s),

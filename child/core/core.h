@@ -152,7 +152,6 @@ struct rt_thread {
      * has not run meanwhile (the signal is pending), so they all get the stack the capture
      * brings, written when it lands. */
     uint64_t request_ns;
-    uint64_t request_cpu_ns; /* sampler-owned: its CPU when a drain last asked a capture */
     uint32_t deferred_ticks;
     uint64_t deferred_first_ns, deferred_last_ns;
     uint64_t last_entry_ns;     /* time of the thread's last sample or same-sample */

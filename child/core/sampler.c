@@ -92,11 +92,7 @@ static uint32_t label_native_depth(const struct rt_capture *c, uint64_t code_add
 }
 
 /* At most this much CPU of a thread caught asleep is put down to the signal that woke it. */
-#define RT_SIGNAL_COST_MAX_NS    (200 * 1000)
-/* A sampled thread that ran this many intervals since its last capture is asked for one
- * (drain_timer_thread()): twice the gap of a 250 Hz kernel's ticks, which a busy thread's
- * timer normally leaves between its signals. */
-#define RT_REQUEST_SAMPLED_AFTER 8
+#define RT_SIGNAL_COST_MAX_NS (200 * 1000)
 
 /* Time in the sampling handler per capture (entry to exit, user space: the kernel's
  * delivery and sigreturn are not in it), in buckets of RT_HANDLER_BUCKET_NS up to
@@ -536,6 +532,18 @@ static void take_start_up_captures(struct rt_thread *t)
     }
 }
 
+/* The capture the sampler asked of timer thread t: its stack, no CPU of its own (that stays
+ * with the timer's next capture, or the thread's end). Registry lock held. */
+static void write_requested_capture(struct rt_thread *t, bool paused)
+{
+    if (!paused) {
+        t->capture.cpu_delta_ns = 0;
+        t->capture.cpu_ns = t->last_cpu_ns;
+        write_timer_capture(t, &t->capture);
+    }
+    atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
+}
+
 /* Thread t's timer captures since the last drain, then its time off the CPU up to now (or
  * to its end); `last` (the sampler is stopping) or a thread that ended also writes the CPU
  * it used since its last capture, on its last stack. Returns whether it made a capture.
@@ -544,34 +552,28 @@ static bool drain_timer_thread(struct rt_thread *t, uint64_t now, bool paused, b
 {
     bool captured = false;
     uint64_t end, cpu, ran, iv = rt.cfg.interval_ns;
+    int requested;
 
     take_start_up_captures(t);
     put_before_start(t, now, last);
     if (!t->last_entry_ns)
         t->last_entry_ns = t->register_ns;
-    /* A capture the sampler asked for (below), landed: the stack, no CPU of its own. */
-    switch (atomic_load_explicit(&t->capture.state, memory_order_acquire)) {
-    case RT_CAPTURE_FULL:
-        if (!paused) {
-            t->capture.cpu_delta_ns = 0;
-            t->capture.cpu_ns = t->last_cpu_ns;
-            write_timer_capture(t, &t->capture);
-        }
+    /* A capture the sampler asked for (below), landed: the stack, no CPU of its own, written
+     * in time order among the timer's (written before older ones, it left each of them one
+     * sample however much CPU it carried). */
+    requested = atomic_load_explicit(&t->capture.state, memory_order_acquire);
+    if (requested == RT_CAPTURE_REQUESTED && (!t->live || last))
+        /* its handler can no longer run (rt_self cleared first) */
         atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
-        captured = true;
-        break;
-    case RT_CAPTURE_REQUESTED:
-        if (!t->live || last) /* its handler can no longer run (rt_self cleared first) */
-            atomic_store_explicit(&t->capture.state, RT_CAPTURE_EMPTY, memory_order_release);
-        break;
-    default:
-        break;
-    }
     for (;;) {
         struct rt_capture *c = &t->ring[t->ring_tail % RT_CAPTURE_RING];
 
         if (atomic_load_explicit(&c->state, memory_order_acquire) != RT_CAPTURE_FULL)
             break;
+        if (requested == RT_CAPTURE_FULL && c->time_ns > t->capture.time_ns) {
+            write_requested_capture(t, paused);
+            requested = RT_CAPTURE_EMPTY;
+        }
         if (paused)
             t->last_cpu_ns = c->cpu_ns;
         else
@@ -580,6 +582,9 @@ static bool drain_timer_thread(struct rt_thread *t, uint64_t now, bool paused, b
         t->ring_tail++;
         captured = true;
     }
+    if (requested == RT_CAPTURE_FULL)
+        write_requested_capture(t, paused);
+    captured = captured || requested == RT_CAPTURE_FULL;
     if (t->tail_written)
         return captured;
     end = t->live ? now : t->unregister_ns;
@@ -612,20 +617,11 @@ static bool drain_timer_thread(struct rt_thread *t, uint64_t now, bool paused, b
      * may run only between the kernel's ticks: beside two CPU hogs, 1 short-lived child in
      * 120 used its 20 ms and had no sample): one signal from here, as the tick path sends,
      * only while /proc shows it running or runnable (a signal is taken before it runs on:
-     * no wait of its is cut short, but for one it enters in the microseconds between). The
-     * same for a sampled thread that ran RT_REQUEST_SAMPLED_AFTER intervals since its last
-     * capture, and since the last ask (its tail's CPU then goes to where it is now, not to
-     * a stack it left long ago: beside three hogs, 1 forked child in 1600 had its one
-     * capture in the fork handler and its 20 ms charged there). */
-    if (t->live && !last &&
-        (t->sampled ? ran >= RT_REQUEST_SAMPLED_AFTER * iv &&
-                              cpu - t->request_cpu_ns >= RT_REQUEST_SAMPLED_AFTER * iv
-                    : ran >= 4 * iv) &&
-        !(atomic_load(&t->wait.seq) & 1u) &&
+     * no wait of its is cut short, but for one it enters in the microseconds between). */
+    if (t->live && !last && !t->sampled && ran >= 4 * iv && !(atomic_load(&t->wait.seq) & 1u) &&
         atomic_load_explicit(&t->capture.state, memory_order_acquire) == RT_CAPTURE_EMPTY &&
         !atomic_load(&rt.exec_pending) && thread_runnable(t->tid)) {
         t->request_ns = now;
-        t->request_cpu_ns = cpu;
         t->deferred_ticks = 0;
         atomic_store_explicit(&t->capture.state, RT_CAPTURE_REQUESTED, memory_order_release);
         if (signal_thread(t) != 0)

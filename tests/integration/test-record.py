@@ -678,9 +678,21 @@ def test_export_svg_is_a_flame_graph_a_browser_renders(tmp):
     dom = chromium_dom(svg)
     ready = re.search(r'data-ready="(\d+)"', dom)
     assert ready and int(ready[1]) == len(frames), "the page's script did not run over every box"
-    shown = set(re.findall(r"<text[^>]*>([^<]*)</text>", dom))
+    # Each worker function's box, after the script fitted its label: the whole name in its
+    # tooltip, and a label the box can hold (its name, or a cut of it where it is narrow).
+    boxes = re.findall(r'<g class="f"[^>]*data-n="([^"]*)"[^>]*><title>([^<]*)</title>'
+                       r'<rect[^>]*width="([0-9.]+)"[^>]*?/?>(?:</rect>)?'
+                       r'<text[^>]*?(?:/>|>([^<]*)</text>)', dom)
+    assert len(boxes) == len(frames), (len(boxes), len(frames), dom[:3000])
     for job in jobs:
-        assert any(job in t for t in shown), (job, sorted(shown)[:40])
+        mine = [b for b in boxes if b[0].endswith("!" + job)]
+        assert mine, (job, [b[0] for b in boxes][:40])
+        for name, title, width, label in mine:
+            assert title.startswith(name + " ("), (name, title)
+            fits = label == name or (label.endswith("..") and name.startswith(label[:-2]))
+            assert fits or (label == "" and float(width) < 30), (name, width, label)
+        assert any(label == name for name, _, _, label in mine) or \
+            max(float(w) for _, _, w, _ in mine) < len(mine[0][0]) * 7.2 + 6, (job, mine)
     bad = subprocess.run([CLI, "export", "--format", "svg", "--weight", "samples", "-o", svg, out],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 0 and "samples, 100.00%)" in open(svg).read(), bad.stderr
