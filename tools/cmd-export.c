@@ -315,16 +315,14 @@ int cmd_export(int argc, char **argv)
         r = svg_export(doc, argv[optind], col.by_samples, out, why, sizeof(why));
         if (r < 0)
             (void)fprintf(stderr, "fleetprof export: %s\n", why);
-    } else {
-        r = pstack_each_process(doc, export_process, &col);
-    }
-    if (r == -ENOMEM && strcmp(format, "svg") != 0)
+    } else if ((r = pstack_each_process(doc, export_process, &col)) == -ENOMEM) {
         (void)fprintf(stderr, "fleetprof export: out of memory\n");
-    else if (col.bad > 0)
+    } else if (col.bad > 0) {
         (void)fprintf(stderr,
                       "fleetprof export: %llu samples had stacks that are not in their "
                       "thread's tables (left out)\n",
                       (unsigned long long)col.bad);
+    }
     if ((out != stdout ? fclose(out) : fflush(out)) != 0 && r >= 0) {
         (void)fprintf(stderr, "fleetprof export: cannot write %s: %s\n",
                       out_path ? out_path : "standard output", strerror(errno));

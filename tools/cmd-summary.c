@@ -1000,6 +1000,7 @@ static void write_function(struct json_writer *w, const struct summary *s,
 
 static int write_json(struct summary *s, const uint32_t *order)
 {
+    double measured = measured_interval_ms(s);
     struct json_writer *w;
     uint32_t *touched;
     struct top_entry *top = NULL;
@@ -1017,8 +1018,8 @@ static int write_json(struct summary *s, const uint32_t *order)
         json_writer_uint(w, "cpuNs", s->all.cpu_ns);
     else
         json_writer_null(w, "cpuNs");
-    if (measured_interval_ms(s) > 0)
-        json_writer_double(w, "measuredIntervalMs", measured_interval_ms(s));
+    if (measured > 0)
+        json_writer_double(w, "measuredIntervalMs", measured);
     else
         json_writer_null(w, "measuredIntervalMs");
     json_writer_array_begin(w, "processes");
