@@ -709,14 +709,29 @@ static void print_program_commands(const struct program *g)
 {
     if (g->n_commands < 2 && !g->other_commands)
         return;
-    (void)printf("  %5s %6s %9s %9s    commands: ", "", "", "", "");
+    /* The most-run first, ties by text: the file's process order is the order of exits. */
+    size_t order[PROGRAM_COMMANDS];
     for (size_t k = 0; k < g->n_commands; k++) {
+        size_t j = k;
+        for (; j > 0; j--) {
+            size_t prev = order[j - 1];
+            if (g->command_procs[prev] > g->command_procs[k] ||
+                (g->command_procs[prev] == g->command_procs[k] &&
+                 strcmp(g->commands[prev], g->commands[k]) <= 0))
+                break;
+            order[j] = prev;
+        }
+        order[j] = k;
+    }
+    (void)printf("  %5s %6s %9s %9s    commands: ", "", "", "", "");
+    for (size_t i = 0; i < g->n_commands; i++) {
+        size_t k = order[i];
         /* The program by its name, as on the line above: its arguments are what differs. */
         const char *c = g->commands[k], *space = strchr(c, ' ');
         const char *slash = memrchr(c, '/', space ? (size_t)(space - c) : strlen(c));
 
         c = slash ? slash + 1 : c;
-        (void)printf("%s", k ? ", " : "");
+        (void)printf("%s", i ? ", " : "");
         (void)print_cut(c, strlen(c), 48);
         (void)printf(" (%zu)", g->command_procs[k]);
     }

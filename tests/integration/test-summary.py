@@ -128,12 +128,13 @@ def test_summary_of_200_short_lived_children(tmp):
 
 def test_processes_of_one_program_are_told_apart_by_command_line(tmp):
     """One program run with different arguments (as git's subcommands are all "git"): its
-    program line lists the command lines with how many processes ran each; --per-process
-    and --json give each process's own."""
+    program line lists the command lines with how many processes ran each, the most-run
+    first (the one run first is listed second); --per-process and --json give each
+    process's own."""
     stripped = os.path.join(BUILD, "tests", "workloads", "wl-stripped")
     out = os.path.join(tmp, "commands.json")
     r = rec.record(tmp, "--no-summary", "-o", out, "--", "sh", "-c",
-                   f"{stripped} 5 5; {stripped} 8 5; {stripped} 5 5")
+                   f"{stripped} 8 5; {stripped} 5 5; {stripped} 5 5")
     assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
     text = summary(out)
     programs = section(text, "Programs (")
