@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/grow.h"
 #include "common/hash.h"
@@ -27,9 +28,34 @@ struct fg_group {
     uint64_t stamp;               /* message serial that last named it (duplicates) */
 };
 
+/* Settled totals: every process reports its cumulative totals when they changed, at most
+ * every quarter of a second, so the latest ones move in steps at each process's own times
+ * and a rate over a short interval of the daemon's clock is 0 or several times the truth.
+ * A report also gives the totals at the settled time: the latest time up to which every
+ * process's totals are known (its last report, or a time it was quiet up to), each
+ * interpolated between the two of its own reports around it. Their differences over the
+ * settled times' are right over any interval, as processes come and go. */
+#define FG_POINTS   4 /* of each process's latest reports, kept to interpolate between */
+/* A process reports within a quarter of a second of a change (its sampler's tick, every
+ * 20 ms or 100 ms when idle, asks; its IPC thread sends): one quiet for longer than this,
+ * with room for a loaded machine, had nothing to report. */
+#define FG_QUIET_NS (1000ull * 1000 * 1000)
+
+struct fg_point {
+    uint64_t t_ns; /* the process's CLOCK_MONOTONIC when it read these */
+    uint64_t cpu_ns, events, slow_events;
+};
+
+/* The latest points, oldest first. */
+struct fg_points {
+    struct fg_point v[FG_POINTS];
+    uint32_t n;
+};
+
 struct fg_slot {
     uint32_t gid;
     struct prof_group_totals t; /* the process's latest totals; t.name unused */
+    struct fg_points pts;
 };
 
 struct fleet_groups_proc {
@@ -41,6 +67,10 @@ struct fleet_groups_proc {
     bool final;            /* that one was its last */
     uint64_t cpu_reported; /* process_cpu_ns of its latest GroupStats */
     uint64_t cpu_seen;     /* from cpu_fn, for a process that never reported */
+    uint64_t known_ns;     /* its totals are known up to this time: its latest GroupStats',
+                            * a settled time since, or when it joined */
+    uint64_t left_ns;      /* when it left (exited list) */
+    struct fg_points cpu;  /* its process CPU time: reported, or cpu_fn's */
     struct fg_slot *slots; /* owned, n_slots used of cap_slots */
     uint32_t n_slots;
     size_t cap_slots;
@@ -71,6 +101,9 @@ struct fleet_groups {
     size_t plan_cap;
     struct fleet_groups_stats stats;
     char why[FLEET_GROUPS_WHY_BYTES];
+    fleet_groups_clock_fn clock;
+    void *clock_userdata;
+    uint64_t settled_ns; /* of the latest report: reports never settle earlier */
 };
 
 /* A name looked up in fleet_groups.by_name. */
@@ -125,14 +158,79 @@ static void proc_free(struct fleet_groups_proc *p)
     free(p);
 }
 
+static uint64_t monotonic_ns(void *userdata)
+{
+    struct timespec ts;
+
+    (void)userdata;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 int fleet_groups_new(struct fleet_groups **ret)
 {
     struct fleet_groups *fg = calloc(1, sizeof(*fg));
 
     if (!fg)
         return -ENOMEM;
+    fg->clock = monotonic_ns;
     *ret = fg;
     return 0;
+}
+
+void fleet_groups_set_clock(struct fleet_groups *fg, fleet_groups_clock_fn clock, void *userdata)
+{
+    fg->clock = clock ? clock : monotonic_ns;
+    fg->clock_userdata = userdata;
+}
+
+/* ---- points ----------------------------------------------------------------------------- */
+
+static void points_add(struct fg_points *pts, const struct fg_point *pt)
+{
+    if (pts->n == FG_POINTS) {
+        memmove(pts->v, pts->v + 1, (FG_POINTS - 1) * sizeof(pts->v[0]));
+        pts->n--;
+    }
+    pts->v[pts->n++] = *pt;
+}
+
+static uint64_t points_last_ns(const struct fg_points *pts)
+{
+    return pts->n ? pts->v[pts->n - 1].t_ns : 0;
+}
+
+/* From a towards b by num/den (num < den). Totals only grow; a process CPU time read from
+ * /proc, then reported, may not: held at a. */
+static uint64_t between(uint64_t a, uint64_t b, uint64_t num, uint64_t den)
+{
+    return b > a ? a + (uint64_t)((double)(b - a) * ((double)num / (double)den)) : a;
+}
+
+/* The totals at t: the latest before it, moved along the line to the next one. Before the
+ * first point, the first (older ones are gone: a process reporting faster than settling). */
+static struct fg_point points_at(const struct fg_points *pts, uint64_t t)
+{
+    struct fg_point r = {.t_ns = t};
+    uint32_t i;
+
+    if (pts->n == 0)
+        return r;
+    if (t >= pts->v[pts->n - 1].t_ns)
+        return pts->v[pts->n - 1];
+    if (t <= pts->v[0].t_ns)
+        return pts->v[0];
+    for (i = 1; pts->v[i].t_ns <= t; i++)
+        ;
+    {
+        const struct fg_point *a = &pts->v[i - 1], *b = &pts->v[i];
+        uint64_t num = t - a->t_ns, den = b->t_ns - a->t_ns;
+
+        r.cpu_ns = between(a->cpu_ns, b->cpu_ns, num, den);
+        r.events = between(a->events, b->events, num, den);
+        r.slow_events = between(a->slow_events, b->slow_events, num, den);
+    }
+    return r;
 }
 
 struct fleet_groups *fleet_groups_free(struct fleet_groups *fg)
@@ -250,6 +348,8 @@ struct fleet_groups_proc *fleet_groups_join(struct fleet_groups *fg, int32_t pid
     p->start_ns = start_ns;
     (void)snprintf(p->name, sizeof(p->name), "%s", name ? name : "?");
     p->live = true;
+    p->known_ns = fg->clock(fg->clock_userdata);
+    points_add(&p->cpu, &(struct fg_point){.t_ns = p->known_ns});
     list_append(&fg->live, p);
     fg->stats.processes++;
     fg->stats.live++;
@@ -262,6 +362,7 @@ void fleet_groups_leave(struct fleet_groups *fg, struct fleet_groups_proc *p)
         return;
     list_remove(&fg->live, p);
     p->live = false;
+    p->left_ns = fg->clock(fg->clock_userdata);
     fg->stats.live--;
     for (uint32_t s = 0; s < p->n_slots; s++)
         fg->groups[p->slots[s].gid]->live--;
@@ -361,7 +462,7 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
                        const Fleetprof__GroupStats *m, const char **ret_why)
 {
     uint32_t new_slots = 0;
-    uint64_t serial;
+    uint64_t serial, now, t, zero_ns;
 
     if (!p)
         return refuse(fg, ret_why, "the daemon had no memory for this process's groups");
@@ -409,11 +510,11 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
         }
         fg->groups[gid]->stamp = serial;
         if (slot != UINT32_MAX) {
-            struct prof_group_totals now;
+            struct prof_group_totals next;
             const char *field;
 
-            from_wire(w, &now);
-            field = went_back(&p->slots[slot].t, &now);
+            from_wire(w, &next);
+            field = went_back(&p->slots[slot].t, &next);
             if (field)
                 return refuse(fg, ret_why, "group '%s': %s went backwards (cumulative totals)",
                               w->name, field);
@@ -427,11 +528,19 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
     if (new_slots && reserve_slots(p, new_slots) < 0)
         return -ENOMEM;
 
-    /* Pass two: cannot fail. */
+    /* Pass two: cannot fail. The totals' time: the process's own, kept between its previous
+     * report and now (not said, or a clock of its own: a time namespace's). */
+    now = fg->clock(fg->clock_userdata);
+    t = m->time_ns && m->time_ns <= now ? m->time_ns : now;
+    if (t < p->known_ns) /* a report late for a time settled without it */
+        t = p->known_ns;
+    if (t < points_last_ns(&p->cpu))
+        t = points_last_ns(&p->cpu);
+    zero_ns = p->known_ns; /* a group it reports first was at 0 as far as reports said */
     for (size_t i = 0; i < m->n_groups; i++) {
         struct fg_group *g = fg->groups[fg->plan[i].gid];
         struct fg_slot *s;
-        struct prof_group_totals now;
+        struct prof_group_totals totals;
 
         if (fg->plan[i].slot == UINT32_MAX) {
             s = &p->slots[p->n_slots];
@@ -443,13 +552,18 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
             if (g->processes++ == 0)
                 fg->measured++;
             g->live++;
+            points_add(&s->pts, &(struct fg_point){.t_ns = zero_ns});
         } else {
             s = &p->slots[fg->plan[i].slot];
         }
-        from_wire(m->groups[i], &now);
-        add_increase(&g->sum, &s->t, &now);
-        s->t = now;
+        from_wire(m->groups[i], &totals);
+        add_increase(&g->sum, &s->t, &totals);
+        s->t = totals;
+        points_add(&s->pts,
+                   &(struct fg_point){t, totals.cpu_ns, totals.events, totals.slow_events});
     }
+    points_add(&p->cpu, &(struct fg_point){.t_ns = t, .cpu_ns = m->process_cpu_ns});
+    p->known_ns = t;
     p->cpu_reported = m->process_cpu_ns;
     p->reported = true;
     p->final = m->final;
@@ -486,6 +600,81 @@ static int by_cpu_desc(const void *a, const void *b)
     return strcmp(x->totals->name, y->totals->name);
 }
 
+static void settled_to_wire(struct fg_point pt, Fleetprof__SettledTotals *w)
+{
+    fleetprof__settled_totals__init(w);
+    w->cpu_ns = pt.cpu_ns;
+    w->events = pt.events;
+    w->slow_events = pt.slow_events;
+}
+
+/* A process's never-reported CPU time read for a report becomes a point this often at most:
+ * the points then cover the settling delay. */
+#define FG_READ_SPACING_NS (200ull * 1000 * 1000)
+
+static void points_hold(struct fg_points *pts, uint64_t t)
+{
+    if (pts->n && points_last_ns(pts) < t) {
+        struct fg_point pt = pts->v[pts->n - 1];
+
+        pt.t_ns = t;
+        points_add(pts, &pt);
+    }
+}
+
+/* The settled time: every live process has reported up to it, or was quiet since. Never
+ * earlier than the previous report's. A quiet process's totals are held at it: a report
+ * that comes later moves them from there, never before (a settled total never changes). */
+static uint64_t settle(struct fleet_groups *fg, uint64_t now)
+{
+    uint64_t t = now, quiet = now > FG_QUIET_NS ? now - FG_QUIET_NS : 0;
+
+    for (const struct fleet_groups_proc *p = fg->live.head; p; p = p->next) {
+        uint64_t known = p->known_ns > quiet ? p->known_ns : quiet;
+
+        if (known < t)
+            t = known;
+    }
+    if (t < fg->settled_ns)
+        t = fg->settled_ns;
+    fg->settled_ns = t;
+    for (struct fleet_groups_proc *p = fg->live.head; p; p = p->next) {
+        if (p->known_ns >= t)
+            continue;
+        p->known_ns = t;
+        points_hold(&p->cpu, t);
+        for (uint32_t i = 0; i < p->n_slots; i++)
+            points_hold(&p->slots[i].pts, t);
+    }
+    return t;
+}
+
+/* What p's latest totals hold beyond the settled time t, added to *cpu and, by group id, to
+ * later[]. */
+static void add_unsettled(const struct fleet_groups_proc *p, uint64_t t, uint64_t *cpu,
+                          struct fg_point *later)
+{
+    uint64_t latest = p->reported ? p->cpu_reported : p->cpu_seen;
+    struct fg_point at = points_at(&p->cpu, t);
+
+    if (latest > at.cpu_ns)
+        *cpu += latest - at.cpu_ns;
+    for (uint32_t i = 0; i < p->n_slots; i++) {
+        const struct fg_slot *s = &p->slots[i];
+        struct fg_point a = points_at(&s->pts, t);
+        struct fg_point *l = &later[s->gid];
+
+        l->cpu_ns += s->t.cpu_ns > a.cpu_ns ? s->t.cpu_ns - a.cpu_ns : 0;
+        l->events += s->t.events > a.events ? s->t.events - a.events : 0;
+        l->slow_events += s->t.slow_events > a.slow_events ? s->t.slow_events - a.slow_events : 0;
+    }
+}
+
+static uint64_t minus(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
 /* Rows of group gid by process, live ones first, into the report's breakdown. */
 static int add_breakdown(struct fleet_groups *fg, uint32_t gid, Fleetprof__FleetGroup *out,
                          struct fleet_groups_report *r)
@@ -499,7 +688,8 @@ static int add_breakdown(struct fleet_groups *fg, uint32_t gid, Fleetprof__Fleet
     r->procs = calloc(g->processes, sizeof(*r->procs));
     r->proc_ptrs = calloc(g->processes, sizeof(*r->proc_ptrs));
     r->proc_totals = calloc(g->processes, sizeof(*r->proc_totals));
-    if (!r->procs || !r->proc_ptrs || !r->proc_totals)
+    r->proc_settled = calloc(g->processes, sizeof(*r->proc_settled));
+    if (!r->procs || !r->proc_ptrs || !r->proc_totals || !r->proc_settled)
         return -ENOMEM;
     for (size_t l = 0; l < 2; l++) {
         for (const struct fleet_groups_proc *p = lists[l]->head; p && n < g->processes;
@@ -515,6 +705,8 @@ static int add_breakdown(struct fleet_groups *fg, uint32_t gid, Fleetprof__Fleet
             gp->exited = !p->live;
             to_wire(&p->slots[s].t, g->name, &r->proc_totals[n]);
             gp->totals = &r->proc_totals[n];
+            settled_to_wire(points_at(&p->slots[s].pts, r->msg.settled_ns), &r->proc_settled[n]);
+            gp->settled = &r->proc_settled[n];
             r->proc_ptrs[n++] = gp;
         }
     }
@@ -529,7 +721,8 @@ int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
 {
     struct fleet_groups_report r;
     uint32_t want = UINT32_MAX;
-    uint64_t cpu = fg->exited_cpu_ns;
+    uint64_t cpu = fg->exited_cpu_ns, unsettled_cpu = 0, now = fg->clock(fg->clock_userdata);
+    struct fg_point *later = NULL;
     size_t n = 0;
 
     memset(&r, 0, sizeof(r));
@@ -538,9 +731,30 @@ int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
         r.groups = calloc(fg->measured, sizeof(*r.groups));
         r.group_ptrs = calloc(fg->measured, sizeof(*r.group_ptrs));
         r.totals = calloc(fg->measured, sizeof(*r.totals));
-        if (!r.groups || !r.group_ptrs || !r.totals)
+        r.settled = calloc(fg->measured, sizeof(*r.settled));
+        later = calloc(fg->n_groups, sizeof(*later));
+        if (!r.groups || !r.group_ptrs || !r.totals || !r.settled || !later)
             goto err;
     }
+    /* The CPU of live processes that never reported, read now. */
+    for (struct fleet_groups_proc *p = fg->live.head; cpu_fn && p; p = p->next) {
+        uint64_t seen;
+
+        if (p->reported)
+            continue;
+        seen = cpu_fn(p->pid, cpu_userdata);
+        if (seen > p->cpu_seen)
+            p->cpu_seen = seen;
+        if (now >= points_last_ns(&p->cpu) + FG_READ_SPACING_NS)
+            points_add(&p->cpu, &(struct fg_point){.t_ns = now, .cpu_ns = p->cpu_seen});
+    }
+    r.msg.settled_ns = settle(fg, now);
+    for (const struct fleet_groups_proc *p = fg->live.head; later && p; p = p->next)
+        add_unsettled(p, r.msg.settled_ns, &unsettled_cpu, later);
+    /* Exited ones in the order they left: only those that left after it can hold more. */
+    for (const struct fleet_groups_proc *p = fg->exited.tail; p && p->left_ns > r.msg.settled_ns;
+         p = p->prev)
+        add_unsettled(p, r.msg.settled_ns, &unsettled_cpu, later);
     if (per_process_group && *per_process_group) {
         size_t len = strlen(per_process_group);
 
@@ -556,6 +770,12 @@ int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
         fleetprof__fleet_group__init(out);
         to_wire(&g->sum, g->name, &r.totals[n]);
         out->totals = &r.totals[n];
+        settled_to_wire(
+                (struct fg_point){.cpu_ns = minus(g->sum.cpu_ns, later[i].cpu_ns),
+                                  .events = minus(g->sum.events, later[i].events),
+                                  .slow_events = minus(g->sum.slow_events, later[i].slow_events)},
+                &r.settled[n]);
+        out->settled = &r.settled[n];
         out->processes = g->processes;
         out->live_processes = g->live;
         if (i == want && add_breakdown(fg, i, out, &r) < 0)
@@ -564,18 +784,13 @@ int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
     }
     if (n > 1) /* qsort's array may not be NULL, even empty */
         qsort(r.group_ptrs, n, sizeof(*r.group_ptrs), by_cpu_desc);
-    for (struct fleet_groups_proc *p = fg->live.head; p; p = p->next) {
-        if (!p->reported && cpu_fn) {
-            uint64_t now = cpu_fn(p->pid, cpu_userdata);
-
-            if (now > p->cpu_seen)
-                p->cpu_seen = now;
-        }
+    for (const struct fleet_groups_proc *p = fg->live.head; p; p = p->next)
         cpu += p->reported ? p->cpu_reported : p->cpu_seen;
-    }
     for (const struct fleet_groups_proc *p = fg->exited.head; p; p = p->next)
         cpu += p->cpu_reported;
     r.msg.fleet_cpu_ns = cpu;
+    r.msg.settled_fleet_cpu_ns = minus(cpu, unsettled_cpu);
+    free(later);
     r.msg.processes = (uint32_t)fg->stats.processes;
     r.msg.n_groups = n;
     r.msg.groups = r.group_ptrs;
@@ -583,6 +798,7 @@ int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
     return 0;
 
 err:
+    free(later);
     fleet_groups_report_done(&r);
     return -ENOMEM;
 }
@@ -592,9 +808,11 @@ void fleet_groups_report_done(struct fleet_groups_report *r)
     free(r->groups);
     free(r->group_ptrs);
     free(r->totals);
+    free(r->settled);
     free(r->procs);
     free(r->proc_ptrs);
     free(r->proc_totals);
+    free(r->proc_settled);
     memset(r, 0, sizeof(*r));
 }
 

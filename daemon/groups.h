@@ -31,6 +31,11 @@ int fleet_groups_new(struct fleet_groups **ret);
 /* Accepts NULL; returns NULL. Every fleet_groups_proc goes with it. */
 struct fleet_groups *fleet_groups_free(struct fleet_groups *fg);
 
+/* The clock of the times in reports and of the joins and leaves (CLOCK_MONOTONIC ns by
+ * default; tests give theirs). A GroupStats' own time (time_ns) is on the same clock. */
+typedef uint64_t (*fleet_groups_clock_fn)(void *userdata);
+void fleet_groups_set_clock(struct fleet_groups *fg, fleet_groups_clock_fn clock, void *userdata);
+
 /* A profiled process joined (Hello). start_ns (Hello.start_ns, the runtime's start; 0 =
  * unknown) tells a process that reconnected (same pid and start, not yet final: its row is
  * taken up again, so its cumulative totals are not counted twice) from a new one (a new
@@ -67,12 +72,14 @@ typedef uint64_t (*fleet_groups_cpu_fn)(int32_t pid, void *userdata);
 struct fleet_groups_report {
     Fleetprof__GroupsReport msg; /* request_id and time_ns are the caller's to set */
     /* private */
-    Fleetprof__FleetGroup *groups;       /* owned, msg.n_groups */
-    Fleetprof__FleetGroup **group_ptrs;  /* owned */
-    Fleetprof__GroupTotals *totals;      /* owned */
-    Fleetprof__GroupProcess *procs;      /* owned, the breakdown of one group */
-    Fleetprof__GroupProcess **proc_ptrs; /* owned */
-    Fleetprof__GroupTotals *proc_totals; /* owned */
+    Fleetprof__FleetGroup *groups;          /* owned, msg.n_groups */
+    Fleetprof__FleetGroup **group_ptrs;     /* owned */
+    Fleetprof__GroupTotals *totals;         /* owned */
+    Fleetprof__SettledTotals *settled;      /* owned */
+    Fleetprof__GroupProcess *procs;         /* owned, the breakdown of one group */
+    Fleetprof__GroupProcess **proc_ptrs;    /* owned */
+    Fleetprof__GroupTotals *proc_totals;    /* owned */
+    Fleetprof__SettledTotals *proc_settled; /* owned */
 };
 
 /* Fills *ret: fleet sums per group (groups measured by at least one process, most charged
@@ -80,6 +87,10 @@ struct fleet_groups_report {
  * fleet_cpu_ns = the latest process CPU time each process reported, or for a live process
  * that never reported, cpu_fn's answer (may be NULL), kept as its last known value once it
  * is gone. per_process_group (NULL or "" = none) adds that group's rows by process.
+ * settled_ns is the latest time every live process's totals are known up to (its latest
+ * GroupStats, or FG_QUIET_NS ago for one that had nothing to report), never earlier than
+ * the previous report's; the settled totals (fleet, groups, breakdown) are the totals at
+ * that time, each process's interpolated between its own reports' times.
  * Returns 0 or -ENOMEM (then *ret needs no _done). */
 int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
                         fleet_groups_cpu_fn cpu_fn, void *cpu_userdata,

@@ -31,12 +31,14 @@
 #include "tools/daemon-client.h"
 #include "tools/top-model.h"
 
-#define INTERVAL_MAX_NS    (3600 * 1000000000ull)
-#define INTERVAL_MIN_NS    50000000ull
-/* Processes send their totals about once a second: a rate over less would show them in
- * steps (0, then 5 times the truth at a 0.2 s interval). */
-#define RATE_WINDOW_MIN_NS 1000000000ull
-#define HISTORY_MAX        (RATE_WINDOW_MIN_NS / INTERVAL_MIN_NS + 2)
+#define INTERVAL_MAX_NS (3600 * 1000000000ull)
+#define INTERVAL_MIN_NS 50000000ull
+/* Reports kept for rates: the settled time moves as processes report (every quarter of a
+ * second each, late on a loaded machine), so the one to take rates against can be that far
+ * back, besides the interval. */
+#define HISTORY_MAX     64
+/* Rates over at least half the interval, or (--once) what there is after this long. */
+#define ONCE_SETTLE_NS  (3000ull * 1000 * 1000)
 
 /* ---- one request ---------------------------------------------------------------------- */
 
@@ -293,6 +295,7 @@ static int signals_install(void)
 struct top {
     const char *socket_path; /* borrowed */
     uint64_t interval_ns;
+    uint64_t started_ns;
     bool once, json, tty;
     char *group;    /* owned: the group broken down, NULL for the fleet view */
     char *selected; /* owned: the group row marked on a terminal, NULL for none */
@@ -427,15 +430,12 @@ static void history_drop(struct top *t, size_t n)
 
 /* Gets a report. rotate: a scheduled refresh (the report joins the history); otherwise the
  * view changed (another group) and the report replaces the current one, rates staying
- * against the same older one. Rates are over the newest report at least max(interval, 1 s)
- * older than the current one, or the oldest kept while there is none yet. */
+ * against the same older one. A report settled at the same time as the one before it
+ * replaces it too: it has nothing newer to rate. Rates are against the report settled
+ * nearest to an interval before the current one (top_history_pick()). */
 static int refresh(struct top *t, bool rotate)
 {
-    /* Half an interval of slack: reports come an interval apart give or take the requests'
-     * jitter, and one a little short of it must still count as the previous report. */
-    uint64_t window = (t->interval_ns > RATE_WINDOW_MIN_NS ? t->interval_ns : RATE_WINDOW_MIN_NS) -
-                      t->interval_ns / 2;
-    struct top_snapshot *snap, *cur;
+    struct top_snapshot *snap, *cur, *prev;
     struct fetch f;
     int r;
 
@@ -447,18 +447,25 @@ static int refresh(struct top *t, bool rotate)
         explain_fetch_error(t->socket_path, &f);
         return r;
     }
-    if (!rotate && t->n_hist >= 2) {
+    if (t->n_hist >= 2 && (!rotate || t->hist[t->n_hist - 1]->settled_ns == snap->settled_ns)) {
         top_snapshot_free(t->hist[t->n_hist - 1]);
         t->n_hist--;
     }
     if (t->n_hist == HISTORY_MAX)
         history_drop(t, 1);
     t->hist[t->n_hist++] = cur = snap;
-    history_drop(t, top_history_pick(t->hist, t->n_hist, window));
+    history_drop(t, top_history_pick(t->hist, t->n_hist, t->interval_ns));
+    /* No rates over less than half the interval (a first window can be a millisecond: a
+     * process reported just after the first report was settled), unless --once has waited
+     * long enough for more. */
+    prev = t->n_hist >= 2 ? t->hist[0] : NULL;
+    if (prev && 2 * (cur->settled_ns - prev->settled_ns) < t->interval_ns &&
+        !(t->once && now_ns() - t->started_ns >= t->interval_ns + ONCE_SETTLE_NS))
+        prev = NULL;
     if (t->have_view)
         top_view_done(&t->view);
     t->have_view = false;
-    r = top_view_build(t->n_hist >= 2 ? t->hist[0] : NULL, cur, t->group, &t->view);
+    r = top_view_build(prev, cur, t->group, &t->view);
     if (r < 0) {
         term_restore();
         fprintf(stderr, "fleetprof: out of memory\n");
@@ -584,7 +591,7 @@ static void top_usage(FILE *out)
             "screen shows cumulative totals until a second report gives rates.\n"
             "\n"
             "  --interval S   seconds between refreshes (default 1; fractions allowed)\n"
-            "  --once         one snapshot, then exit: two reports S apart give the rates\n"
+            "  --once         one snapshot, then exit: reports S apart give the rates\n"
             "                 (--interval 0: one report, cumulative totals only)\n"
             "  --json         JSON instead of text: one object per refresh (with --once, one)\n"
             "  --group NAME   that group's processes instead of the groups\n"
@@ -592,9 +599,9 @@ static void top_usage(FILE *out)
             "                 else /tmp/fleetprof-$UID/fleetprof.sock)\n"
             "\n"
             "On a terminal: q quits, Up/Down marks a group, Enter shows its processes (g: the\n"
-            "top group's), Esc goes back. Processes send their totals about once a second, so\n"
-            "with an interval below 1 s the rates cover about the last second (the header says\n"
-            "over how long).\n");
+            "top group's), Esc goes back. Processes send their totals every quarter of a second,\n"
+            "each at its own time: rates are over the interval up to the time every process had\n"
+            "reported up to (the header says over how long, to how long ago).\n");
 }
 
 static int parse_args(struct top *t, int argc, char **argv)
@@ -740,6 +747,7 @@ int cmd_top(const char *socket_path, int argc, char **argv)
     if (t.tty)
         term.keys = isatty(STDIN_FILENO) == 1 && tcgetattr(STDIN_FILENO, &term.saved) == 0;
     deadline = now_ns();
+    t.started_ns = deadline;
     for (;;) {
         r = refresh(&t, rotate);
         if (r == -EINTR) {

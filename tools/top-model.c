@@ -11,7 +11,8 @@
 
 /* ---- snapshots --------------------------------------------------------------------------- */
 
-static int copy_totals(struct top_totals *dst, const Fleetprof__GroupTotals *src)
+static int copy_totals(struct top_totals *dst, const Fleetprof__GroupTotals *src,
+                       const Fleetprof__SettledTotals *settled)
 {
     memset(dst, 0, sizeof(*dst));
     /* An empty message on the wire: all zero, named "" (names are never NULL here). */
@@ -32,6 +33,9 @@ static int copy_totals(struct top_totals *dst, const Fleetprof__GroupTotals *src
     /* A sender with more buckets: the extra ones are the open-ended top bucket's. */
     for (size_t b = 0; b < src->n_durations; b++)
         dst->durations[b < TOP_BUCKETS ? b : TOP_BUCKETS - 1] += src->durations[b];
+    dst->settled_cpu_ns = settled ? settled->cpu_ns : src->cpu_ns;
+    dst->settled_events = settled ? settled->events : src->events;
+    dst->settled_slow_events = settled ? settled->slow_events : src->slow_events;
     return 0;
 }
 
@@ -65,6 +69,9 @@ int top_snapshot_from_report(const Fleetprof__GroupsReport *rep, const char *bre
     s->time_ns = rep->time_ns;
     s->fleet_cpu_ns = rep->fleet_cpu_ns;
     s->processes = rep->processes;
+    /* A daemon that does not settle: its latest totals, at the time of the report. */
+    s->settled_ns = rep->settled_ns ? rep->settled_ns : rep->time_ns;
+    s->settled_fleet_cpu_ns = rep->settled_ns ? rep->settled_fleet_cpu_ns : rep->fleet_cpu_ns;
     if (breakdown && !(s->breakdown = strdup(breakdown)))
         goto err_free;
     if (rep->n_groups) {
@@ -77,7 +84,7 @@ int top_snapshot_from_report(const Fleetprof__GroupsReport *rep, const char *bre
         struct top_group *g = &s->groups[i];
 
         s->n_groups = i + 1; /* freed from here on, even half-filled */
-        if (copy_totals(&g->totals, fg->totals) < 0)
+        if (copy_totals(&g->totals, fg->totals, rep->settled_ns ? fg->settled : NULL) < 0)
             goto err_free;
         g->processes = fg->processes;
         g->live_processes = fg->live_processes;
@@ -94,7 +101,8 @@ int top_snapshot_from_report(const Fleetprof__GroupsReport *rep, const char *bre
             p->pid = gp->pid;
             p->exited = gp->exited;
             p->name = strdup(gp->name ? gp->name : "");
-            if (!p->name || copy_totals(&p->totals, gp->totals) < 0)
+            if (!p->name ||
+                copy_totals(&p->totals, gp->totals, rep->settled_ns ? gp->settled : NULL) < 0)
                 goto err_free;
         }
     }
@@ -108,12 +116,24 @@ err_free:
 
 /* ---- rates ------------------------------------------------------------------------------- */
 
-size_t top_history_pick(struct top_snapshot *const *hist, size_t n, uint64_t window_ns)
+size_t top_history_pick(struct top_snapshot *const *hist, size_t n, uint64_t interval_ns)
 {
-    for (size_t i = n > 1 ? n - 1 : 0; i > 0; i--)
-        if (hist[i - 1]->time_ns + window_ns <= hist[n - 1]->time_ns)
-            return i - 1;
-    return 0;
+    size_t best = 0;
+    uint64_t best_miss = UINT64_MAX;
+
+    for (size_t i = 0; i + 1 < n; i++) {
+        uint64_t to = hist[n - 1]->settled_ns, from = hist[i]->settled_ns, span, miss;
+
+        if (from >= to)
+            continue;
+        span = to - from;
+        miss = span > interval_ns ? span - interval_ns : interval_ns - span;
+        if (miss < best_miss) { /* oldest first: a tie keeps the longer span */
+            best = i;
+            best_miss = miss;
+        }
+    }
+    return best;
 }
 
 uint64_t top_quantile_ns(const struct top_totals *t, double q)
@@ -152,9 +172,9 @@ static void fill_row(struct top_row *r, const struct top_totals *cur, const stru
         return;
     /* A group or process new since the previous snapshot did all of its work in the
      * interval as far as we can tell: its whole totals are the interval's. */
-    r->interval_cpu_ns = delta(cur->cpu_ns, prev ? prev->cpu_ns : 0);
-    r->interval_events = delta(cur->events, prev ? prev->events : 0);
-    r->interval_slow_events = delta(cur->slow_events, prev ? prev->slow_events : 0);
+    r->interval_cpu_ns = delta(cur->settled_cpu_ns, prev ? prev->settled_cpu_ns : 0);
+    r->interval_events = delta(cur->settled_events, prev ? prev->settled_events : 0);
+    r->interval_slow_events = delta(cur->settled_slow_events, prev ? prev->settled_slow_events : 0);
     r->cpu_per_s = (double)r->interval_cpu_ns / (double)interval_ns;
 }
 
@@ -212,10 +232,14 @@ int top_view_build(const struct top_snapshot *prev, const struct top_snapshot *c
     v.processes = cur->processes;
     v.fleet_cpu_per_s = NAN;
     /* A daemon that restarted has smaller totals: no rates against its predecessor. */
-    v.rated = prev && prev->time_ns < cur->time_ns && prev->fleet_cpu_ns <= cur->fleet_cpu_ns;
+    v.rated = prev && prev->settled_ns < cur->settled_ns &&
+              prev->settled_fleet_cpu_ns <= cur->settled_fleet_cpu_ns &&
+              prev->fleet_cpu_ns <= cur->fleet_cpu_ns;
     if (v.rated) {
-        v.interval_ns = cur->time_ns - prev->time_ns;
-        fleet_delta = cur->fleet_cpu_ns - prev->fleet_cpu_ns;
+        v.from_ns = prev->settled_ns;
+        v.to_ns = cur->settled_ns;
+        v.interval_ns = cur->settled_ns - prev->settled_ns;
+        fleet_delta = cur->settled_fleet_cpu_ns - prev->settled_fleet_cpu_ns;
         v.fleet_cpu_per_s = (double)fleet_delta / (double)v.interval_ns;
     } else {
         prev = NULL;
@@ -414,6 +438,11 @@ long top_render(FILE *out, const struct top_view *v, const struct top_render_opt
         format_rate(rate, sizeof(rate), v->fleet_cpu_per_s);
         top_format_ns(iv, sizeof(iv), v->interval_ns);
         fprintf(out, "fleet %s CPU/s over %s", rate, iv);
+        /* Its end: the time every process had reported up to. */
+        if (v->time_ns >= v->to_ns + 1000000) {
+            top_format_ns(iv, sizeof(iv), v->time_ns - v->to_ns);
+            fprintf(out, " to %s ago", iv);
+        }
     } else {
         top_format_ns(cpu, sizeof(cpu), v->fleet_cpu_ns);
         fprintf(out, "fleet %s CPU in all (rates from the next refresh)", cpu);
@@ -565,6 +594,9 @@ void top_write_json(FILE *out, const struct top_view *v)
 {
     fprintf(out, "{\"time_ns\":%" PRIu64 ",\"rated\":%s,\"interval_ns\":%" PRIu64, v->time_ns,
             v->rated ? "true" : "false", v->interval_ns);
+    if (v->rated)
+        fprintf(out, ",\"rates_from_ns\":%" PRIu64 ",\"rates_to_ns\":%" PRIu64, v->from_ns,
+                v->to_ns);
     fprintf(out, ",\"fleet_cpu_ns\":%" PRIu64, v->fleet_cpu_ns);
     json_number(out, "fleet_cpu_per_s", v->fleet_cpu_per_s);
     fprintf(out, ",\"processes\":%" PRIu32 ",\"groups\":[", v->processes);

@@ -3,8 +3,10 @@
  *
  * No sockets, terminal or clock here (tools/cmd-top.c does the I/O), so that
  * tests/unit/tools/test-top.c can drive it with made-up reports. Every total in a report is
- * cumulative (since each process started; exited processes stay in), so a rate is the
- * difference of two snapshots over the difference of the daemon's clock between them.
+ * cumulative (since each process started; exited processes stay in). Processes report about
+ * once a second, each at its own times, so a rate is the difference of two snapshots'
+ * settled totals (as of the time every process had reported up to) over the difference of
+ * their settled times: right over any interval, and as processes come and go.
  */
 #ifndef FLEETPROF_TOOLS_TOP_MODEL_H
 #define FLEETPROF_TOOLS_TOP_MODEL_H
@@ -34,6 +36,10 @@ struct top_totals {
     uint64_t migrated;
     uint64_t stale;
     uint64_t durations[TOP_BUCKETS]; /* events per bucket; missing buckets are 0 */
+    /* At the snapshot's settled_ns: what rates are differences of. */
+    uint64_t settled_cpu_ns;
+    uint64_t settled_events;
+    uint64_t settled_slow_events;
 };
 
 struct top_process {
@@ -54,8 +60,12 @@ struct top_group {
 
 /* One GroupsReport, owned by the tool. */
 struct top_snapshot {
-    uint64_t time_ns;         /* the daemon's CLOCK_MONOTONIC when it made the report */
-    uint64_t fleet_cpu_ns;    /* CPU time of the fleet's processes, cumulative */
+    uint64_t time_ns;      /* the daemon's CLOCK_MONOTONIC when it made the report */
+    uint64_t fleet_cpu_ns; /* CPU time of the fleet's processes, cumulative */
+    /* The time every process's totals are known up to (<= time_ns), and the fleet's CPU
+     * then; a daemon that does not say: time_ns and the latest totals. */
+    uint64_t settled_ns;
+    uint64_t settled_fleet_cpu_ns;
     uint32_t processes;       /* known to the daemon, exited ones included */
     struct top_group *groups; /* owned, n_groups entries */
     size_t n_groups;
@@ -71,10 +81,10 @@ int top_snapshot_from_report(const Fleetprof__GroupsReport *rep, const char *bre
 struct top_snapshot *top_snapshot_free(struct top_snapshot *snap);
 
 /* Which of n snapshots (oldest first; the last is the current one) to take rates against:
- * the newest one at least window_ns older than the current one, else the oldest (rates
- * over less while the history is short). The ones before it are needed no more. 0 for
- * n <= 1. */
-size_t top_history_pick(struct top_snapshot *const *hist, size_t n, uint64_t window_ns);
+ * the one whose settled time is before the current one's by the nearest to interval_ns
+ * (the longer of two as near), else the oldest (no rates while every settled time is the
+ * same). The ones before it are needed no more. 0 for n <= 1. */
+size_t top_history_pick(struct top_snapshot *const *hist, size_t n, uint64_t interval_ns);
 
 /* The q-quantile (0 < q <= 1) of per-event charged time from the histogram: the upper bound
  * of the bucket that holds it, or the worst event when that is smaller or the bucket has no
@@ -106,8 +116,9 @@ struct top_row {
 
 /* What one screen shows: the groups ranked, and maybe one group's processes. */
 struct top_view {
-    bool rated;           /* a usable previous snapshot: rates are over interval_ns */
-    uint64_t interval_ns; /* daemon time between the two snapshots; 0 when not rated */
+    bool rated;              /* a usable previous snapshot: rates are over interval_ns */
+    uint64_t interval_ns;    /* between the two snapshots' settled times; 0 when not rated */
+    uint64_t from_ns, to_ns; /* those settled times (daemon CLOCK_MONOTONIC) when rated */
     uint64_t time_ns;
     uint64_t fleet_cpu_ns;
     double fleet_cpu_per_s; /* NAN when not rated */

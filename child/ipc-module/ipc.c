@@ -19,9 +19,10 @@
  *     chunk region (Welcome's region_evictions) writes its evictions into the region's
  *     header instead, and the core's tick applies them the same way;
  *   - Stop/Start/Pause/Resume: sampling paused or resumed, then acknowledged.
- * Performance groups: when their totals changed, at most once per GROUP_STATS_PERIOD_NS,
- * the sampler's tick wakes this thread, which sends the cumulative totals (GroupStats); a
- * process that never uses a group sends none and is never woken for them.
+ * Performance groups: when their totals changed or the process ran, at most once per
+ * GROUP_STATS_PERIOD_NS, the sampler's tick wakes this thread, which sends the cumulative
+ * totals (GroupStats) with the time they were read; a process that never uses a group
+ * sends none and is never woken for them.
  * At exit it sends its last GroupStats (final), its exit profile, then a Final update, and
  * waits (bounded) for them to leave. Without a daemon,
  * or when it goes away, the process simply keeps profiling on its own.
@@ -56,8 +57,11 @@
 #include "proto/fleetprof-protocol.h"
 
 #define EXIT_WAIT_NS          (2ull * 1000 * 1000 * 1000) /* design: bounded wait at exit */
-#define GROUP_STATS_PERIOD_NS (1000ull * 1000 * 1000)     /* GroupStats at most this often */
-#define RECONNECT_DELAY_NS    (100ull * 1000 * 1000)      /* after the program took a descriptor */
+/* GroupStats at most this often: `top` rates over windows between reports, a quarter of a
+ * second at its shortest usual interval. A message of a few hundred bytes per group. */
+#define GROUP_STATS_PERIOD_NS (250ull * 1000 * 1000)
+#define GROUP_STATS_CPU_NS    (1000ull * 1000) /* process CPU that is worth one: more than ours */
+#define RECONNECT_DELAY_NS    (100ull * 1000 * 1000) /* after the program took a descriptor */
 /* The core's functions (ipc-load.c): set once by module_init(), before anything else. */
 static const struct rt_ipc_core *core;
 
@@ -125,6 +129,7 @@ static struct {
     _Atomic int groups_pending; /* set by the sampler's tick, taken by the IPC thread */
     uint64_t groups_gen_asked;  /* sampler only: core->groups_generation() when it last asked */
     uint64_t groups_asked_ns;   /* sampler only: when it last asked (CLOCK_MONOTONIC) */
+    uint64_t groups_cpu_asked;  /* sampler only: the process's CPU time then */
     bool groups_final_sent;     /* IPC thread only: nothing may follow the final GroupStats */
 
     /* Symbolization: a profile writer posts a batch and waits; this thread sends it and
@@ -186,16 +191,25 @@ static void client_tick(void)
     if (ipc.light)
         light_send_spawned();
     (void)pthread_mutex_unlock(&light_lock);
-    /* Totals changed: one wake-up per period at most, and none while no group is used
-     * (the generation stays 0). The clock is read only when there is something to send. */
-    if (gen != ipc.groups_gen_asked && atomic_load(&ipc.connected)) {
+    /* Totals changed, or the process ran (the daemon's fleet CPU is the process CPU these
+     * carry, and it takes a process that sends nothing for a quiet one): one wake-up per
+     * period at most, and none while no group is used (the generation stays 0). */
+    if (gen != 0 && atomic_load(&ipc.connected)) {
         uint64_t now = core->now_ns();
 
         if (ipc.groups_asked_ns == 0 || now - ipc.groups_asked_ns >= GROUP_STATS_PERIOD_NS) {
-            ipc.groups_gen_asked = gen;
-            ipc.groups_asked_ns = now;
-            atomic_store(&ipc.groups_pending, 1);
-            wake_ipc();
+            struct timespec ts;
+            uint64_t cpu;
+
+            (void)clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+            cpu = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+            if (gen != ipc.groups_gen_asked || cpu - ipc.groups_cpu_asked >= GROUP_STATS_CPU_NS) {
+                ipc.groups_gen_asked = gen;
+                ipc.groups_cpu_asked = cpu;
+                ipc.groups_asked_ns = now;
+                atomic_store(&ipc.groups_pending, 1);
+                wake_ipc();
+            }
         }
     }
 }
@@ -320,8 +334,10 @@ static void send_group_stats(bool final)
     if (ipc.groups_final_sent || !ipc.conn || core->groups_generation() == 0)
         return;
     n = core->groups_snapshot(&t);
-    /* Read right after the totals: the daemon divides by it for the process's share. */
+    /* Read right after the totals: the daemon divides by it for the process's share, and
+     * takes the totals as of this time. */
     (void)clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+    msg.time_ns = core->now_ns();
     if (n == 0)
         goto out;
     items = calloc(n, sizeof(*items));

@@ -14,6 +14,7 @@ Every wait is bounded and waits for what the program did, never for a wall-clock
 
 Usage: test-top.py BUILD_DIR   (TAP output)
 """
+import ctypes
 import json
 import os
 import select
@@ -386,17 +387,125 @@ def test_pipe(tmp):
         # --json without --once: one object per line, per refresh, the later ones rated.
         p = subprocess.Popen([CLI, "top", "--socket", d.sock, "--interval", "0.2", "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        objs = [json.loads(p.stdout.readline()) for _ in range(3)]
+        # Rates come once every process has reported since the first (about a second).
+        objs = [json.loads(p.stdout.readline())]
+        while not objs[-1]["rated"]:
+            assert len(objs) < 100, f"no rated refresh in 100 at 0.2 s: {objs[-1]}"
+            objs.append(json.loads(p.stdout.readline()))
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=30)
         assert p.returncode == 0, (p.returncode, err)
-        assert not objs[0]["rated"] and objs[2]["rated"], objs
-        assert objs[0]["time_ns"] < objs[1]["time_ns"] < objs[2]["time_ns"]
-        assert set(GROUPS) <= {g["name"] for g in objs[2]["groups"]}
+        assert not objs[0]["rated"] and len(objs) >= 2, objs
+        assert all(a["time_ns"] < b["time_ns"] for a, b in zip(objs, objs[1:])), objs
+        assert set(GROUPS) <= {g["name"] for g in objs[-1]["groups"]}
     finally:
         if p and p.poll() is None:
             p.kill()
             p.wait()
+        stop_fleet(procs)
+        d.stop()
+
+
+# ---- (c2) rates at short intervals, as processes come and go -------------------------------
+
+class CpuClocks:
+    """Each process's CPU time (CLOCK_PROCESS_CPUTIME_ID through clock_getcpuclockid, all
+    its threads, in ns) read every 10 ms beside CLOCK_MONOTONIC (the daemon's clock): the
+    truth a rate over any window is checked against."""
+
+    def __init__(self, pids):
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.clocks = {}
+        for pid in pids:
+            clk = ctypes.c_int()
+            assert libc.clock_getcpuclockid(pid, ctypes.byref(clk)) == 0, pid
+            self.clocks[pid] = clk.value
+        self.readings = {pid: [] for pid in pids}  # (monotonic ns, cpu ns)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            for pid, clk in self.clocks.items():
+                try:
+                    cpu = time.clock_gettime_ns(clk)
+                except OSError:
+                    continue  # gone: its last reading holds
+                self.readings[pid].append((time.monotonic_ns(), cpu))
+            time.sleep(0.01)
+
+    def at(self, pid, t):
+        """pid's CPU time at t, between the readings around it."""
+        r = self.readings[pid]
+        if not r or t <= r[0][0]:
+            return r[0][1] if r else 0
+        for (t0, c0), (t1, c1) in zip(r, r[1:]):
+            if t0 <= t < t1:
+                return c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+        return r[-1][1]
+
+    def rate(self, t0, t1):
+        return sum(self.at(pid, t1) - self.at(pid, t0) for pid in self.clocks) / (t1 - t0)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+@needs_runtime
+def test_rates_at_short_intervals(tmp):
+    """top --interval 0.25 and --once --interval 0.3 show the CPU/s the fleet burned over
+    the window they name (rates_from_ns..rates_to_ns, the daemon's clock) within 10 %,
+    while a worker ends in the middle: processes report once a second each, so rates are of
+    totals settled at the time every process had reported up to."""
+    d = Daemon(tmp)
+    procs, clocks, p = [], None, None
+    try:
+        # Busy: the machine's CPUs shared among them evenly (a worker that sleeps between
+        # rounds burns in bursts the scheduler places, which a loaded machine spreads).
+        procs = start_fleet(d, 2, rounds=0)
+        # One more that ends after a second or more of rounds (2.5 ms each, alone).
+        procs += start_fleet(d, 1, rounds=500)
+        clocks = CpuClocks([w.pid for w in procs])
+        wait_until(lambda: fleet_reported(d, live_at_least=3), "3 live processes' groups")
+        p = subprocess.Popen([CLI, "top", "--socket", d.sock, "--interval", "0.25", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rated = []
+        deadline = time.monotonic() + 120
+        while len(rated) < 12 or procs[2].poll() is None:
+            assert time.monotonic() < deadline, f"12 rated refreshes not seen: {rated[-1:]}"
+            obj = json.loads(p.stdout.readline())
+            if obj["rated"]:
+                rated.append(obj)
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+        once = []
+        for _ in range(2):
+            once.append(top_json(d.sock, "--interval", "0.3"))
+            assert once[-1]["rated"], once[-1]
+        time.sleep(0.05)  # the last window's end has a reading after it
+        spans = []
+        for obj in rated + once:
+            t0, t1 = obj["rates_from_ns"], obj["rates_to_ns"]
+            assert obj["time_ns"] - 3_000_000_000 < t0 < t1 <= obj["time_ns"], obj
+            truth = clocks.rate(t0, t1)
+            got = obj["fleet_cpu_per_s"]
+            spans.append(f"{(t1 - t0) / 1e6:.0f} ms {got:.3f}/{truth:.3f}")
+            assert truth > 0.1, spans
+            assert abs(got - truth) <= 0.1 * truth, f"fleet CPU/s {got:.3f}, burned {truth:.3f} " \
+                f"over {(t1 - t0) / 1e6:.0f} ms, {(obj['time_ns'] - t1) / 1e6:.0f} ms ago: {spans}"
+        print(f"# windows (CPU/s shown/burned): {', '.join(spans)}")
+        # The windows are near the interval asked once reports allow (each process reports
+        # once a second, so the settled time moves in steps).
+        assert min((o["rates_to_ns"] - o["rates_from_ns"]) for o in rated) <= 600_000_000, spans
+        assert all(o["interval_ns"] >= 150_000_000 for o in once), spans
+    finally:
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+        if clocks:
+            clocks.close()
         stop_fleet(procs)
         d.stop()
 
@@ -476,5 +585,6 @@ def test_errors(tmp):
         d.stop()
 
 
-taplib.run([test_fleet_totals_are_the_sum_of_the_processes, test_terminal,
+taplib.run([test_fleet_totals_are_the_sum_of_the_processes, test_rates_at_short_intervals,
+            test_terminal,
             test_terminal_signals, test_pipe, test_errors])

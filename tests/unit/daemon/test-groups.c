@@ -393,6 +393,128 @@ static void test_reconnection_is_the_same_process(void **state)
     fleet_groups_free(fg);
 }
 
+/* ---- settled totals ---------------------------------------------------------------------- */
+
+#define MS 1000000ull
+
+static uint64_t fake_now;
+
+static uint64_t fake_clock(void *userdata)
+{
+    (void)userdata;
+    return fake_now;
+}
+
+/* Process p reports, at its own time t, group "g" at cpu (events cpu/MS) and process CPU. */
+static void report_at(struct fleet_groups *fg, struct fleet_groups_proc *p, uint64_t t,
+                      uint64_t group_cpu, uint64_t process_cpu)
+{
+    struct msg x;
+    Fleetprof__GroupTotals *g;
+    const char *why = NULL;
+
+    msg_init(&x, process_cpu);
+    g = msg_add(&x, "g", 0);
+    g->cpu_ns = group_cpu;
+    g->events = group_cpu / MS;
+    x.m.time_ns = t;
+    assert_int_equal(fleet_groups_apply(fg, p, &x.m, &why), 0);
+}
+
+/* The totals at the time every process had reported up to, each process's between its own
+ * reports: what `top` divides by the settled times' difference. */
+static void test_settled_totals(void **state)
+{
+    struct fleet_groups *fg;
+    struct fleet_groups_proc *a, *b;
+    struct fleet_groups_report r;
+    const Fleetprof__FleetGroup *g;
+
+    (void)state;
+    assert_int_equal(fleet_groups_new(&fg), 0);
+    fleet_groups_set_clock(fg, fake_clock, NULL);
+    fake_now = 10000 * MS;
+    a = fleet_groups_join(fg, 10, 1, "a");
+    b = fleet_groups_join(fg, 20, 2, "b");
+    /* a burns 1 CPU (all in the group), b 0.5 CPU; a reports at 10.1, 10.35, 10.6 s; b
+     * at 10.2 and 10.45 s. */
+    fake_now = 10100 * MS;
+    report_at(fg, a, 10100 * MS, 100 * MS, 100 * MS);
+    fake_now = 10200 * MS;
+    report_at(fg, b, 10200 * MS, 0, 100 * MS);
+    fake_now = 10350 * MS;
+    report_at(fg, a, 10350 * MS, 350 * MS, 350 * MS);
+    fake_now = 10450 * MS;
+    report_at(fg, b, 10450 * MS, 0, 225 * MS);
+    fake_now = 10600 * MS;
+    report_at(fg, a, 10600 * MS, 600 * MS, 600 * MS);
+    fake_now = 10610 * MS;
+    assert_int_equal(fleet_groups_report(fg, NULL, NULL, NULL, &r), 0);
+    /* b reported last at 10.45 s: a's totals there are between 10.35 and 10.6 s. */
+    assert_int_equal(r.msg.settled_ns, 10450 * MS);
+    assert_int_equal(r.msg.settled_fleet_cpu_ns, 450 * MS + 225 * MS);
+    assert_int_equal(r.msg.fleet_cpu_ns, 600 * MS + 225 * MS); /* the latest, as before */
+    g = find(&r.msg, "g");
+    assert_non_null(g);
+    assert_int_equal(g->totals->cpu_ns, 600 * MS);
+    assert_int_equal(g->settled->cpu_ns, 450 * MS);
+    assert_int_equal(g->settled->events, 450);
+    fleet_groups_report_done(&r);
+
+    /* b goes quiet (an idle process sends nothing): after 1 s, it no longer holds the
+     * settled time back, and its totals are held there. */
+    fake_now = 11600 * MS;
+    report_at(fg, a, 11600 * MS, 1600 * MS, 1600 * MS);
+    fake_now = 11700 * MS;
+    assert_int_equal(fleet_groups_report(fg, NULL, NULL, NULL, &r), 0);
+    assert_int_equal(r.msg.settled_ns, 10700 * MS); /* a second ago */
+    assert_int_equal(r.msg.settled_fleet_cpu_ns, 700 * MS + 225 * MS);
+    fleet_groups_report_done(&r);
+    /* b's next report moves on from there: what was settled at 10.7 s stays. */
+    fake_now = 11800 * MS;
+    report_at(fg, b, 11800 * MS, 0, 325 * MS);
+    fake_now = 11810 * MS;
+    assert_int_equal(fleet_groups_report(fg, NULL, NULL, NULL, &r), 0);
+    assert_int_equal(r.msg.settled_ns, 11600 * MS); /* a's last report */
+    /* b: 225 ms held at 10.7 s, then 100 ms more by 11.8 s, 500/1100 of it by 11.6 s. */
+    assert_int_equal(r.msg.settled_fleet_cpu_ns, 1600 * MS + 225 * MS + 100 * MS * 900 / 1100);
+    fleet_groups_report_done(&r);
+
+    /* a ends with a final report at 12.0 s while b holds the settled time at 11.8 s: a's
+     * CPU after 11.8 s is not counted until the settled time passes its end. */
+    fake_now = 12000 * MS;
+    report_at(fg, a, 12000 * MS, 2000 * MS, 2000 * MS);
+    fleet_groups_leave(fg, a);
+    fake_now = 12010 * MS;
+    assert_int_equal(fleet_groups_report(fg, NULL, NULL, NULL, &r), 0);
+    assert_int_equal(r.msg.settled_ns, 11800 * MS);
+    assert_int_equal(r.msg.settled_fleet_cpu_ns, 1800 * MS + 325 * MS);
+    g = find(&r.msg, "g");
+    assert_int_equal(g->settled->cpu_ns, 1800 * MS);
+    assert_int_equal(g->totals->cpu_ns, 2000 * MS);
+    fleet_groups_report_done(&r);
+    fake_now = 12900 * MS;
+    report_at(fg, b, 12900 * MS, 0, 400 * MS);
+    fake_now = 12910 * MS;
+    assert_int_equal(fleet_groups_report(fg, NULL, NULL, NULL, &r), 0);
+    assert_int_equal(r.msg.settled_ns, 12900 * MS);
+    assert_int_equal(r.msg.settled_fleet_cpu_ns, 2000 * MS + 400 * MS);
+    fleet_groups_report_done(&r);
+
+    /* A report stamped before the process's last one, or after the daemon's clock, is
+     * taken at the last one's time, or at its arrival. */
+    fake_now = 13000 * MS;
+    report_at(fg, b, 5000 * MS, 0, 410 * MS);
+    fake_now = 13100 * MS;
+    report_at(fg, b, 99999 * MS, 0, 420 * MS);
+    fake_now = 13100 * MS;
+    assert_int_equal(fleet_groups_report(fg, NULL, NULL, NULL, &r), 0);
+    assert_int_equal(r.msg.settled_ns, 13100 * MS);
+    assert_int_equal(r.msg.settled_fleet_cpu_ns, 2000 * MS + 420 * MS);
+    fleet_groups_report_done(&r);
+    fleet_groups_free(fg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +523,7 @@ int main(void)
             cmocka_unit_test(test_group_cap_across_messages),
             cmocka_unit_test(test_random_fleets_sum_up),
             cmocka_unit_test(test_reconnection_is_the_same_process),
+            cmocka_unit_test(test_settled_totals),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

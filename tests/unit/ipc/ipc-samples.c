@@ -231,6 +231,7 @@ static Fleetprof__GroupStats group_stats = {
         .n_groups = ARRAY_SIZE(groups_a),
         .groups = groups_a,
         .final = true,
+        .time_ns = 123456789,
 };
 static int32_t spawned_pids[] = {4243, 4244};
 static Fleetprof__Spawned spawned = {
@@ -240,9 +241,15 @@ static Fleetprof__Spawned spawned = {
 };
 static Fleetprof__GroupsRequest groups_req = {
         PROTOBUF_C_MESSAGE_INIT(&fleetprof__groups_request__descriptor), 26, "tenant-a"};
+static Fleetprof__SettledTotals settled_a = {
+        PROTOBUF_C_MESSAGE_INIT(&fleetprof__settled_totals__descriptor), 1500000, 7, 1};
 static Fleetprof__GroupProcess group_proc = {
-        PROTOBUF_C_MESSAGE_INIT(&fleetprof__group_process__descriptor), 4242, "server", true,
-        &group_a};
+        PROTOBUF_C_MESSAGE_INIT(&fleetprof__group_process__descriptor),
+        4242,
+        "server",
+        true,
+        &group_a,
+        &settled_a};
 static Fleetprof__GroupProcess *group_procs[] = {&group_proc};
 static Fleetprof__FleetGroup fleet_group = {
         .base = PROTOBUF_C_MESSAGE_INIT(&fleetprof__fleet_group__descriptor),
@@ -251,6 +258,7 @@ static Fleetprof__FleetGroup fleet_group = {
         .live_processes = 1,
         .n_per_process = ARRAY_SIZE(group_procs),
         .per_process = group_procs,
+        .settled = &settled_a,
 };
 static Fleetprof__FleetGroup *fleet_groups[] = {&fleet_group};
 static Fleetprof__StatusReport status_report = {
@@ -285,6 +293,8 @@ static Fleetprof__GroupsReport groups_report = {
         .processes = 3,
         .n_groups = ARRAY_SIZE(fleet_groups),
         .groups = fleet_groups,
+        .settled_ns = 120000000,
+        .settled_fleet_cpu_ns = 97000000,
 };
 
 #define ENV(field, member, value)                                          \

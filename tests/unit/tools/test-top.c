@@ -76,6 +76,19 @@ static void fake_process(struct fake *f, size_t group, int32_t pid, const char *
     f->proc_ptrs[group][k] = p;
 }
 
+/* The report settled at settled_ns: the fleet's CPU then, and the first group's totals. */
+static void fake_settled(struct fake *f, Fleetprof__SettledTotals *st, uint64_t settled_ns,
+                         uint64_t fleet_cpu_ns, uint64_t cpu_ns, uint64_t events, uint64_t slow)
+{
+    fleetprof__settled_totals__init(st);
+    st->cpu_ns = cpu_ns;
+    st->events = events;
+    st->slow_events = slow;
+    f->groups[0].settled = st;
+    f->rep.settled_ns = settled_ns;
+    f->rep.settled_fleet_cpu_ns = fleet_cpu_ns;
+}
+
 static struct top_snapshot *snap_of(struct fake *f, const char *breakdown)
 {
     struct top_snapshot *s = NULL;
@@ -360,7 +373,8 @@ static void test_breakdown(void **state)
     top_snapshot_free(s1);
 }
 
-/* Below a 1 s interval, rates are over the newest report at least the window older. */
+/* Rates are against the report settled nearest to an interval before the current one;
+ * the longer span of two as near; reports settled at the current time give no span. */
 static void test_history_pick(void **state)
 {
     struct top_snapshot s[6] = {0};
@@ -368,17 +382,74 @@ static void test_history_pick(void **state)
 
     (void)state;
     for (int i = 0; i < 6; i++) {
-        s[i].time_ns = 10 * SEC + (uint64_t)i * 300 * MS; /* 10.0, 10.3, ... 11.5 s */
+        s[i].settled_ns = 10 * SEC + (uint64_t)i * 300 * MS; /* 10.0, 10.3, ... 11.5 s */
+        s[i].time_ns = s[i].settled_ns + SEC;                /* the reports' own: unused */
         h[i] = &s[i];
     }
     assert_int_equal(top_history_pick(h, 0, SEC), 0);
     assert_int_equal(top_history_pick(h, 1, SEC), 0);
     assert_int_equal(top_history_pick(h, 2, SEC), 0); /* too short: the oldest */
-    assert_int_equal(top_history_pick(h, 4, SEC), 0); /* 10.9 - 10.0 < 1 s */
-    assert_int_equal(top_history_pick(h, 5, SEC), 0); /* 11.2 - 10.0 >= 1 s */
-    assert_int_equal(top_history_pick(h, 6, SEC), 1); /* 11.5 - 10.3 = 1.2 s; 10.6: 0.9 s */
+    assert_int_equal(top_history_pick(h, 4, SEC), 0); /* 0.9 s: 0.1 off */
+    assert_int_equal(top_history_pick(h, 5, SEC), 1); /* 1.2 s or 0.9 s: 0.9 s is nearer */
+    assert_int_equal(top_history_pick(h, 6, SEC), 2); /* 11.5 - 10.6 = 0.9 s */
     assert_int_equal(top_history_pick(h, 6, 300 * MS), 4);
-    assert_int_equal(top_history_pick(h, 6, 0), 4); /* the previous report */
+    assert_int_equal(top_history_pick(h, 6, 0), 4);        /* the previous report */
+    assert_int_equal(top_history_pick(h, 6, 450 * MS), 3); /* 0.6 s or 0.3 s: the longer */
+    /* The newest settled where the current one is: it gives no span, 11.2 s does. */
+    s[4].settled_ns = s[5].settled_ns;
+    assert_int_equal(top_history_pick(h, 6, 300 * MS), 3);
+    for (int i = 0; i < 6; i++)
+        s[i].settled_ns = 10 * SEC;
+    assert_int_equal(top_history_pick(h, 6, 300 * MS), 0); /* no span at all: not rated */
+}
+
+/* Rates are differences of the settled totals over the settled times' difference; the
+ * latest totals are what the cumulative columns show. The header names the window and how
+ * long before the report it ended. */
+static void test_rates_are_of_settled_totals(void **state)
+{
+    struct fake f0, f1;
+    Fleetprof__SettledTotals st0, st1;
+    struct top_snapshot *s0, *s1;
+    struct top_view v;
+    struct top_render_opts o = {.selected = -1};
+    char *text, line[256];
+
+    (void)state;
+    fake_init(&f0, 10 * SEC, 900 * MS);
+    fake_group(&f0, "api", 500 * MS, 50, 5);
+    fake_settled(&f0, &st0, 9 * SEC + 600 * MS, 700 * MS, 400 * MS, 40, 4);
+    fake_init(&f1, 10 * SEC + 250 * MS, 1200 * MS);
+    fake_group(&f1, "api", 900 * MS, 90, 9);
+    fake_settled(&f1, &st1, 9 * SEC + 850 * MS, 950 * MS, 550 * MS, 55, 5);
+    s0 = snap_of(&f0, NULL);
+    s1 = snap_of(&f1, NULL);
+    assert_int_equal(top_view_build(s0, s1, NULL, &v), 0);
+    assert_true(v.rated);
+    assert_int_equal(v.interval_ns, 250 * MS);
+    assert_int_equal(v.from_ns, 9 * SEC + 600 * MS);
+    assert_int_equal(v.to_ns, 9 * SEC + 850 * MS);
+    assert_near(v.fleet_cpu_per_s, 1.0, 1e-9);         /* 250 ms of CPU in 250 ms */
+    assert_near(v.groups[0].cpu_per_s, 0.6, 1e-9);     /* 150 ms, not 400 ms */
+    assert_int_equal(v.groups[0].interval_events, 15); /* not 40 */
+    assert_int_equal(v.groups[0].interval_slow_events, 1);
+    assert_near(v.groups[0].share_pct, 60.0, 1e-9);
+    assert_int_equal(v.groups[0].totals->cpu_ns, 900 * MS); /* cumulative: the latest */
+    text = render(&v, &o, NULL);
+    assert_string_equal(nth_line(text, 0, line, sizeof(line)),
+                        "fleetprof top  fleet 1.00 CPU/s over 250.0ms to 400.0ms ago, 4 "
+                        "processes, 1 group");
+    free(text);
+    top_view_done(&v);
+    /* The same settled time again: no rates. */
+    f1.rep.settled_ns = f0.rep.settled_ns;
+    top_snapshot_free(s1);
+    s1 = snap_of(&f1, NULL);
+    assert_int_equal(top_view_build(s0, s1, NULL, &v), 0);
+    assert_false(v.rated);
+    top_view_done(&v);
+    top_snapshot_free(s0);
+    top_snapshot_free(s1);
 }
 
 static void test_format_ns(void **state)
@@ -631,6 +702,7 @@ int main(void)
             cmocka_unit_test(test_counter_going_down_is_zero),
             cmocka_unit_test(test_breakdown),
             cmocka_unit_test(test_history_pick),
+            cmocka_unit_test(test_rates_are_of_settled_totals),
             cmocka_unit_test(test_format_ns),
             cmocka_unit_test(test_render_text),
             cmocka_unit_test(test_render_breakdown),
