@@ -1226,6 +1226,7 @@ static void write_libs(struct json_writer *w, const struct prof_libs *libs)
     for (size_t i = 0; libs && i < libs->count; i++) {
         const struct prof_lib *l = &libs->libs[i];
         const char *path = l->path ? l->path : l->name;
+        const char *slash = l->path ? strrchr(l->path, '/') : NULL;
 
         json_writer_object_begin(w, NULL);
         json_writer_uint(w, "start", l->start);
@@ -1233,7 +1234,8 @@ static void write_libs(struct json_writer *w, const struct prof_libs *libs)
         json_writer_uint(w, "offset", l->offset);
         json_writer_string(w, "name", l->name);
         json_writer_string(w, "path", path);
-        json_writer_string(w, "debugName", l->name);
+        /* The file's, for symbol servers; name may be the link the program was run by. */
+        json_writer_string(w, "debugName", slash ? slash + 1 : l->name);
         json_writer_string(w, "debugPath", path);
         json_writer_string(w, "breakpadId", l->breakpad_id ? l->breakpad_id : "");
         if (l->code_id)
@@ -1328,12 +1330,29 @@ static int find_vdso_callers(struct gecko *g)
     return 0;
 }
 
+/* A function named by its start in the module's file ("redis-check-rdb+0x4710": code no
+ * symbol covers, named by the symbol service, which knows files) in the module's name as
+ * the program was run ("redis-server+0x4710"), into buf; other names as they are. */
+static const char *as_run(const struct prof_lib *lib, const char *function, char *buf, size_t size)
+{
+    const char *slash = lib->path ? strrchr(lib->path, '/') : NULL;
+    const char *file = slash ? slash + 1 : lib->path;
+    size_t len = file ? strlen(file) : 0;
+
+    if (!function || !len || !strcmp(file, lib->name) || strncmp(function, file, len) != 0 ||
+        strncmp(function + len, "+0x", 3) != 0)
+        return function;
+    if (snprintf(buf, size, "%s%s", lib->name, function + len) >= (int)size)
+        return function;
+    return buf;
+}
+
 static int write_frame_table(struct gecko *g, struct gthread *t, struct json_writer *w)
 {
     static const char *const schema[] = {"location",       "relevantForJS", "innerWindowID",
                                          "implementation", "line",          "column",
                                          "category",       "subcategory"};
-    char location[2 * PROF_MAX_STRING + 160];
+    char location[2 * PROF_MAX_STRING + 160], renamed[PROF_MAX_STRING + 64];
 
     write_schema_table(w, "frameTable", schema, sizeof(schema) / sizeof(schema[0]));
     json_writer_array_begin(w, "data");
@@ -1354,7 +1373,8 @@ static int write_frame_table(struct gecko *g, struct gthread *t, struct json_wri
             if (f->request != NO_INDEX) {
                 name.module = g->requests[f->request].lib->name;
                 name.offset = g->requests[f->request].vaddr;
-                name.function = res ? res->function : NULL;
+                name.function = as_run(g->requests[f->request].lib, res ? res->function : NULL,
+                                       renamed, sizeof(renamed));
                 name.caller = g->callers ? g->callers[f->request] : NULL;
             }
             (void)prof_frame_format_location(&name, location, sizeof(location));

@@ -201,6 +201,35 @@ struct self_ctx {
 
 static char *self_exe_path(void);
 
+/* The main program named as the user ran it: a link's name (redis-server is a link to
+ * redis-check-rdb, and the maps name the file), when the path given to exec (AT_EXECFN)
+ * leads to the mapped file. Not a script's name: that leads to its file, not the
+ * interpreter's. Only when the names differ, so that a plain program pays nothing. */
+static int name_as_run(struct prof_lib *lib)
+{
+    const char *execfn = (const char *)getauxval(AT_EXECFN), *base;
+    char *real;
+    bool same;
+
+    if (!execfn)
+        return 0;
+    base = strrchr(execfn, '/');
+    base = base ? base + 1 : execfn;
+    if (!*base || !strcmp(base, lib->name))
+        return 0;
+    real = realpath(execfn, NULL); /* relative to the cwd: may have moved since the exec */
+    same = real && !strcmp(real, lib->path);
+    free(real);
+    if (!same)
+        return 0;
+    real = strdup(base);
+    if (!real)
+        return -ENOMEM;
+    free(lib->name);
+    lib->name = real;
+    return 0;
+}
+
 static int self_add_object(struct dl_phdr_info *info, struct self_ctx *ctx)
 {
     uint64_t start = UINT64_MAX, end = 0, offset = 0;
@@ -208,6 +237,7 @@ static int self_add_object(struct dl_phdr_info *info, struct self_ctx *ctx)
     const char *path;
     char *canon = NULL;
     struct prof_lib *lib;
+    bool is_main = false;
     int r;
 
     for (size_t i = 0; i < info->dlpi_phnum; i++) {
@@ -237,6 +267,7 @@ static int self_add_object(struct dl_phdr_info *info, struct self_ctx *ctx)
     } else if (!ctx->seen_main && (!info->dlpi_name || !info->dlpi_name[0])) {
         /* The first object, with an empty name, is the main program. */
         ctx->seen_main = true;
+        is_main = true;
         path = self_maps_path(&ctx->maps, ehdr_addr ? ehdr_addr : start);
         if (!path) {
             ctx->exe_path = self_exe_path();
@@ -268,6 +299,8 @@ static int self_add_object(struct dl_phdr_info *info, struct self_ctx *ctx)
     lib->bias = info->dlpi_addr;
     r = prof__lib_set_path(lib, path);
     free(canon);
+    if (r == 0 && is_main)
+        r = name_as_run(lib);
     if (r < 0)
         return r;
 

@@ -35,7 +35,8 @@ struct prof_lib {
     uint64_t bias;   /* load bias: runtime address - ELF vaddr (0 for ET_EXEC) */
     uint64_t offset; /* file offset mapped at start (Gecko libs.offset) */
     char *path;      /* owned; absolute, symlinks resolved when possible; NULL for the vdso */
-    char *name;      /* owned; basename of path, or "[vdso]" */
+    char *name;      /* owned; basename of path, or "[vdso]"; the main program's as the
+                      * user ran it (a link's name, the exec'd path's basename) */
     uint8_t build_id[PROF_BUILD_ID_MAX]; /* GNU build-id note (NT_GNU_BUILD_ID) */
     size_t build_id_len;                 /* 0 = none found */
     char *breakpad_id; /* owned; Breakpad debug id: first 16 bytes of the build-id as a GUID

@@ -759,6 +759,35 @@ def test_a_stripped_program_is_ranked_by_function(tmp):
         assert f"wl-stripped+0x{start['stripped_work_a']:x}" in s.stdout, s.stdout
 
 
+def test_a_program_run_by_a_link_is_named_as_run(tmp):
+    """redis-server is a link to redis-check-rdb: the maps name the file, the user ran the
+    link. A stripped program run by a link of another name: its module, its frames and the
+    summary say the link's name; the path (and debugName, for symbol servers) stay the
+    file's."""
+    stripped = os.path.join(BUILD, "tests", "workloads", "wl-stripped")
+    link = os.path.join(tmp, "wl-as-run")
+    os.symlink(stripped, link)
+    d = Daemon(tmp)
+    try:
+        out = os.path.join(tmp, "linked.json")
+        local = os.path.join(tmp, "linked-local.json")
+        r = subprocess.run([link, "30", "30"], env=env(d, FLEETPROF_OUTPUT=local),
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        capture_ok(d.sock, out)
+    finally:
+        d.stop()
+    for name, path in (("daemon", out), ("local", local)):
+        (proc,) = [p for p in pc.all_processes(checked(path)) if p.get("threads")]
+        (lib,) = [lib for lib in proc["libs"] if lib["path"] == os.path.realpath(stripped)]
+        assert lib["name"] == "wl-as-run" and lib["debugName"] == "wl-stripped", (name, lib)
+        cpu = cpu_by_innermost_frame_in(proc, "wl-as-run")
+        assert cpu and all(loc.startswith("wl-as-run+0x") for loc in cpu), (name, cpu)
+        assert sum(cpu.values()) >= 40_000_000, (name, cpu)
+        s = subprocess.run([CLI, "summary", path], capture_output=True, text=True, timeout=60)
+        assert "wl-as-run+0x" in s.stdout and "wl-stripped+0x" not in s.stdout, s.stdout
+
+
 def test_a_stripped_debian_program_is_named_by_function_starts(tmp):
     """Debian's gzip is stripped (.eh_frame kept). Compressing 8 MiB: each of its frames is
     named by the start of a function its .eh_frame describes (read by readelf, not by us),
@@ -803,5 +832,6 @@ taplib.run([
     test_falls_back_to_local_without_a_daemon,
     test_cxx_names_are_demangled,
     test_a_stripped_program_is_ranked_by_function,
+    test_a_program_run_by_a_link_is_named_as_run,
     test_a_stripped_debian_program_is_named_by_function_starts,
 ])
