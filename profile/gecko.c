@@ -169,8 +169,13 @@ struct gcounter {
     uint64_t last_ns;         /* time of the last row: rows never go back in time */
 };
 
+/* A track's label in the front-end (processName): the program and its arguments, this long
+ * at most: git's eight processes read "git pack-objects --all…", not "git" eight times. */
+#define PROCESS_NAME_MAX 80
+
 struct gecko {
     const struct prof_process_info *info;
+    char process_name[PROCESS_NAME_MAX + 4]; /* + "…" and NUL */
     const struct progress_logger *progress;
     struct gthread *threads;
     size_t thread_count, thread_cap;
@@ -1206,6 +1211,7 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_object_begin(w, "fleetprof");
     json_writer_int(w, "pid", info->pid);
     json_writer_int(w, "ppid", info->ppid);
+    json_writer_string(w, "name", info->name ? info->name : "process");
     if (info->forked) /* how `fleetprof summary` tells forked workers from exec'd children */
         json_writer_bool(w, "forked", true);
     json_writer_string(w, "stackwalk", info->stackwalk ? info->stackwalk : "dwarf");
@@ -1422,7 +1428,7 @@ static int write_thread(struct gecko *g, struct gthread *t, struct json_writer *
         json_writer_string(w, "name", fallback);
     }
     json_writer_string(w, "processType", g->info->process_type ? g->info->process_type : "default");
-    json_writer_string(w, "processName", g->info->name ? g->info->name : "process");
+    json_writer_string(w, "processName", g->process_name);
     json_writer_int(w, "pid", g->info->pid);
     json_writer_int(w, "tid", t->tid);
     json_writer_time_ms(w, "registerTime",
@@ -1591,6 +1597,45 @@ static void gecko_done(struct gecko *g)
     json_writer_free(g->overhead);
 }
 
+/* The program by its name, then the command line's arguments when its first word is the
+ * program (by its path or its name; not under a title the program set over it: the title
+ * alone), cut on a character's boundary with "…". */
+static void set_process_name(struct gecko *g)
+{
+    const char *name = g->info->name ? g->info->name : "process";
+    const char *product = g->info->product, *args = product ? strchr(product, ' ') : NULL;
+    size_t len = strlen(name), room = PROCESS_NAME_MAX;
+
+    if (args) {
+        const char *base = memrchr(product, '/', (size_t)(args - product));
+
+        base = base ? base + 1 : product;
+        if ((size_t)(args - base) != len || strncmp(base, name, len) != 0)
+            args = NULL;
+    }
+
+    if (len > room)
+        len = room;
+    memcpy(g->process_name, name, len);
+    room -= len;
+    if (args && args[1]) {
+        size_t n = strlen(args);
+
+        if (n > room) {
+            n = room;
+            while (n > 0 && ((unsigned char)args[n] & 0xc0) == 0x80)
+                n--; /* not inside a UTF-8 sequence */
+            memcpy(g->process_name + len, args, n);
+            memcpy(g->process_name + len + n, "\xe2\x80\xa6", 3); /* … */
+            len += n + 3;
+        } else {
+            memcpy(g->process_name + len, args, n);
+            len += n;
+        }
+    }
+    g->process_name[len] = '\0';
+}
+
 int prof_gecko_write_process(struct json_writer *w, const char *key,
                              const struct prof_process_info *info,
                              struct buf_chunked_buffer *buffer,
@@ -1607,6 +1652,7 @@ int prof_gecko_write_process(struct json_writer *w, const char *key,
     if (!g)
         return -ENOMEM;
     g->info = info;
+    set_process_name(g);
     g->progress = progress;
     g->counters = calloc(info->counter_count ? info->counter_count : 1, sizeof(*g->counters));
     r = g->counters ? new_array_writer(&g->overhead) : -ENOMEM;

@@ -88,7 +88,12 @@ void profile_process_describe(const struct json_doc *doc, const struct json_valu
         profile_value_int(doc, json_object_get(doc, main_thread, "pid"), &ret->pid) < 0)
         ret->pid = -1;
     ret->command = json_value_string(doc, json_object_get(doc, meta, "product"), NULL);
-    s = json_value_string(doc, json_object_get(doc, main_thread, "processName"), NULL);
+    /* The program's name: ours say it in meta.fleetprof (processName, the track's label,
+     * carries its arguments too); another producer's, or an older file, in processName. */
+    s = json_value_string(
+            doc, json_object_get(doc, json_object_get(doc, meta, "fleetprof"), "name"), NULL);
+    if (!s)
+        s = json_value_string(doc, json_object_get(doc, main_thread, "processName"), NULL);
     if (!s)
         s = ret->command;
     if (s)

@@ -27,8 +27,9 @@ int profile_load(const char *path, struct json_doc **ret_doc, char *why, size_t 
 /* What the tools show about one process profile (the top level or one of its processes). */
 struct profile_process {
     int64_t pid;            /* meta.fleetprof.pid, else the GeckoMain thread's, else -1 */
-    const char *name;       /* borrowed from the document: the GeckoMain thread's processName,
-                               else meta.product, else "?"; may hold control characters */
+    const char *name;       /* borrowed from the document: meta.fleetprof.name, else the
+                               GeckoMain thread's processName, else meta.product, else "?";
+                               may hold control characters */
     const char *command;    /* borrowed: meta.product, the process's command line (its
                              * arguments joined by spaces); NULL if none */
     bool exit;              /* meta.fleetprof.exit is true: an exit profile; else live */

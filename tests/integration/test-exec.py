@@ -117,7 +117,9 @@ def test_record_keeps_a_shells_work_before_it_execs(tmp):
     sh_ms = sum(pc.cpu_sampling(t)[1] for t in before["threads"]) * 1000
     print(f"# the shell's part: {sh_ms:.0f} ms of CPU, exec'd into "
           f"{before['meta']['fleetprof']['execdInto']}")
-    assert before["threads"][0]["processName"] == "sh", before["threads"][0]["processName"]
+    assert before["meta"]["fleetprof"]["name"] == "sh", before["meta"]["fleetprof"]
+    # The track's label: the program and its arguments.
+    assert before["threads"][0]["processName"].startswith("sh -c "), before["threads"][0]
     assert before["meta"]["fleetprof"]["execdInto"] == WORKLOAD
     assert sh_ms > 0, "the shell's loop left no CPU in the file"
     assert pc.cpu_ms_in(after, "wl_hot_leaf") >= WORK_S * 1000 * 0.6

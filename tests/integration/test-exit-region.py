@@ -468,8 +468,7 @@ def test_hostile_exit_regions_never_hurt_the_daemon(tmp):
         doc = capture_doc(d, tmp)
         assert d.alive(), d.log()[-2000:]
         built = [p for p in pc.all_processes(doc) if runtime_log(p).get("builtFromRegion")]
-        assert any(p["threads"] and p["threads"][0]["processName"] == "workload"
-                   for p in built), [p["meta"]["fleetprof"] for p in pc.all_processes(doc)]
+        assert any(p["meta"]["fleetprof"]["name"] == "workload" for p in built), [p["meta"]["fleetprof"] for p in pc.all_processes(doc)]
     finally:
         d.stop()
 

@@ -55,7 +55,7 @@ def pid_of(p):
 
 
 def name_of(p):
-    return p["threads"][0].get("processName") if p.get("threads") else None
+    return p["meta"]["fleetprof"].get("name") if p.get("threads") else None
 
 
 def check_workers(tmp, way, seconds=0.6):

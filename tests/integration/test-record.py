@@ -248,15 +248,19 @@ def test_a_process_title_names_the_process(tmp):
     names = {t.get("processName") for p in processes(doc) for t in p["threads"]
              if t["name"] == "GeckoMain"}
     assert names == {"wl: worker busy"}, names
+    assert {p["meta"]["fleetprof"]["name"] for p in processes(doc)} == {"wl: worker busy"}
     s = subprocess.run([CLI, "summary", out], capture_output=True, text=True, timeout=60)
     assert s.returncode == 0, s.stderr
     (line,) = [x for x in s.stdout.splitlines() if "wl: worker busy" in x]
     assert line.split()[0] == "1" and "wl_hot_leaf" in line, s.stdout[:2000]
     r = record(tmp, "-o", out, "--", WORKLOAD, "busy", "0.1")
     doc = check_file(out)
-    names = {t.get("processName") for p in processes(doc) for t in p["threads"]
-             if t["name"] == "GeckoMain"}
+    names = {p["meta"]["fleetprof"]["name"] for p in processes(doc)}
     assert names == {"workload"}, names
+    # The track's label: the program and its arguments.
+    labels = {t.get("processName") for p in processes(doc) for t in p["threads"]
+              if t["name"] == "GeckoMain"}
+    assert labels == {"workload busy 0.1"}, labels
 
 
 def folded_totals(text):
@@ -394,7 +398,7 @@ def test_export_pprof_totals_equal_the_profiles(tmp):
     assert pprof_text.one(tree, "time_nanos") == round(doc["meta"]["startTime"] * 1e6)
     assert 0.4e9 < pprof_text.one(tree, "duration_nanos") < 60e9, tree.get("duration_nanos")
     # Labels on every sample: the process's pid and name, the thread's name and tid.
-    names = {p["meta"]["fleetprof"]["pid"]: p["threads"][0]["processName"]
+    names = {p["meta"]["fleetprof"]["pid"]: p["meta"]["fleetprof"]["name"]
              for p in processes(doc)}
     commands = {p["meta"]["fleetprof"]["pid"]: p["meta"]["product"] for p in processes(doc)}
     for values, locs, labels in pp.samples:

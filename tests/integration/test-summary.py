@@ -89,7 +89,7 @@ def test_demo_summary_fits_a_screen(tmp):
     helpers = [line for line in programs if "demo-fleet-helper" in line]
     assert len(helpers) == 1, text
     n_helpers = sum(1 for p in doc["processes"]
-                    if p["threads"] and p["threads"][0].get("processName") == "demo-fleet-helper")
+                    if p["threads"] and p["meta"]["fleetprof"]["name"] == "demo-fleet-helper")
     assert n_helpers >= 2 and helpers[0].split()[0] == str(n_helpers), (n_helpers, helpers)
     assert "(exec'd child)" in helpers[0], helpers[0]
     assert any("demo-fleet (master)" in line for line in programs), programs
@@ -149,6 +149,13 @@ def test_processes_of_one_program_are_told_apart_by_command_line(tmp):
     s = summary_json(out)
     commands = sorted(p["command"] for p in s["processes"] if "wl-stripped" in p["name"])
     assert commands == [f"{stripped} 5 5", f"{stripped} 5 5", f"{stripped} 8 5"], commands
+    # In the Firefox Profiler, each process's track is labelled by its processName: the
+    # program and its arguments.
+    with open(out) as f:
+        doc = json.load(f)
+    labels = sorted(t["processName"] for p in doc["processes"] for t in p["threads"]
+                    if t["name"] == "GeckoMain" and p["meta"]["fleetprof"]["name"] == "wl-stripped")
+    assert labels == ["wl-stripped 5 5", "wl-stripped 5 5", "wl-stripped 8 5"], labels
 
 
 def test_the_header_states_the_interval_achieved(tmp):
