@@ -193,6 +193,7 @@ struct gecko {
     uint64_t range_start, range_span;
     uint64_t entries, decode_errors, unknown_kinds, samples, same_samples, markers;
     uint64_t unknown_counters, unresolved_frames, label_frames;
+    uint64_t cpu_written_ns; /* the threadCPUDelta of every sample written */
     int symbolizer_error;
     int error;
     /* The stack bytes of the sample entry being read when its thread does not know them yet
@@ -566,6 +567,7 @@ static int write_sample_row(struct gecko *g, struct gthread *t, uint32_t stack, 
     /* The front-end stores time deltas and never re-sorts: keep them non-decreasing. */
     time = time_ns < t->last_sample_ns ? t->last_sample_ns : time_ns;
     t->last_sample_ns = time;
+    g->cpu_written_ns += cpu_delta_ns;
     p = json_writer_raw_begin(t->samples, NULL, 3 * JSON_RAW_NUMBER_BYTES + 8);
     if (!p)
         return json_writer_error(t->samples);
@@ -1535,7 +1537,12 @@ static void write_tail(struct gecko *g, struct json_writer *w)
     json_writer_uint(w, "symbolRequests", g->request_count);
     json_writer_uint(w, "unresolvedFrames", g->unresolved_frames);
     json_writer_int(w, "symbolizerError", g->symbolizer_error);
+    json_writer_uint(w, "cpuNs", g->cpu_written_ns);
     json_writer_object_end(w);
+    /* The interval got, beside meta.interval (asked): a stack per this much CPU. */
+    if (g->info->timer_captures && g->cpu_written_ns)
+        json_writer_double(w, "measuredIntervalMs",
+                           (double)g->cpu_written_ns / 1e6 / (double)g->info->timer_captures);
     if (g->info->runtime_log_json)
         json_writer_splice_text(w, "runtime", g->info->runtime_log_json,
                                 strlen(g->info->runtime_log_json));

@@ -105,6 +105,11 @@ struct prof_process_info {
      * for profilingLog. Not written by prof_gecko_write_process(). */
     uint64_t described_ns;
     const struct prof_runtime_log *runtime_log;
+    /* The stacks the runtime's timers captured (runtime.handlerCaptures), 0 = not known:
+     * with the CPU time the samples carry, the interval measured
+     * (profilingLog[pid].measuredIntervalMs): a CPU timer fires at the kernel's tick, not
+     * at interval_ns. */
+    uint64_t timer_captures;
 };
 
 /* Symbolization in batches: one call per profile with every unique address, so that a

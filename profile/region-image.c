@@ -479,6 +479,7 @@ static int build_image(const uint8_t *mem, size_t len, const char *how,
         ri.info.shutdown_ns = ri.desc->exit_ns;
         ri.info.exit_profile = true;
         ri.info.runtime_log_json = log;
+        ri.info.timer_captures = es.log.handler_captures;
         r = prof_gecko_write_process(w, NULL, &ri.info, ctx.buffer, &counted, NULL);
         goto out;
     }

@@ -535,6 +535,7 @@ int rt_profile_write(struct json_writer *w, uint64_t shutdown_ns, bool exit_prof
     buf_chunked_buffer_get_state(rt.buffer, &ws->state);
     format_runtime_log(ws); /* again after symbolization, if there is any */
     pd->info.runtime_log_json = ws->log;
+    pd->info.timer_captures = rt_sampler_handler_stats().captures;
     pd->info.exit_profile = exit_profile;
     pd->info.group_count = rt_groups_snapshot(&groups);
     pd->info.groups = groups;

@@ -162,7 +162,8 @@ def test_the_header_states_the_interval_achieved(tmp):
     """The interval asked is not the interval got: CPU timers fire at the kernel's tick (a
     busy thread at 1 ms gets a stack per 4 ms of CPU on a 250 Hz kernel). The header says
     both, the measured one from the file's own counts (each process's CPU over its
-    runtime.handlerCaptures), and --json gives it as measuredIntervalMs."""
+    runtime.handlerCaptures), and --json gives it as measuredIntervalMs; so does each
+    process's profilingLog in the file."""
     stripped = os.path.join(BUILD, "tests", "workloads", "wl-stripped")
     out = os.path.join(tmp, "interval.json")
     r = rec.record(tmp, "--no-summary", "-o", out, "--", stripped, "60", "30")
@@ -182,6 +183,16 @@ def test_the_header_states_the_interval_achieved(tmp):
     assert abs(float(m[1]) - cpu_ns / 1e6 / captures) < 0.006, (head, cpu_ns, captures)
     assert float(m[1]) >= 0.9, head  # never more often than asked
     assert abs(summary_json(out)["measuredIntervalMs"] - cpu_ns / 1e6 / captures) < 1e-6
+    # The file says it too, per process, beside the CPU its samples carry.
+    for p in rec.processes(doc):
+        for log in p["profilingLog"].values():
+            n, cpu = log["runtime"]["handlerCaptures"], log["profileWriter"]["cpuNs"]
+            assert cpu == sum(row[t["samples"]["schema"]["threadCPUDelta"]] or 0
+                              for t in p["threads"] for row in t["samples"]["data"]), log
+            if n:
+                assert abs(log["measuredIntervalMs"] - cpu / 1e6 / n) < 1e-6, log
+            else:
+                assert "measuredIntervalMs" not in log, log
 
 
 def test_ranked_by_cpu_not_by_sleeping_samples(tmp):
