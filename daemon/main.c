@@ -4,6 +4,7 @@
  * the library in daemon.h, which `fleetprof record` embeds.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -63,6 +64,66 @@ static void on_log(void *userdata, enum daemon_log_level level, const char *mess
             tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), names[level], message);
 }
 
+/* Detaches from the terminal and the caller: the caller's process waits until this one is
+ * listening, or has said why it cannot (on the caller's stderr), and exits with its status,
+ * so that `fleetprofd && use it` and a script's status are true. Returns in the new
+ * process with the pipe to tell it through (ready()), or -1 with errno in the caller's. */
+static int detach(void)
+{
+    int fds[2];
+    pid_t pid;
+
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -1;
+    pid = fork();
+    if (pid < 0) {
+        (void)close(fds[0]);
+        (void)close(fds[1]);
+        return -1;
+    }
+    if (pid > 0) {
+        unsigned char status = 1;
+        ssize_t n;
+
+        (void)close(fds[1]);
+        do
+            n = read(fds[0], &status, 1);
+        while (n < 0 && errno == EINTR);
+        _exit(n == 1 ? status : 1); /* 1 when it died before saying */
+    }
+    (void)close(fds[0]);
+    (void)setsid();
+    if (chdir("/") < 0) {
+        /* "/" is always there: nothing to tell */
+    }
+    return fds[1];
+}
+
+/* The detached daemon tells its caller's process its status, then lets go of what the
+ * caller may wait on: stdin and stdout, and stderr when it is a pipe or a socket (a
+ * caller reading it, `$(fleetprofd)` or a test's captured output, would wait for the
+ * daemon's end). A terminal or a file keeps its log. */
+static void ready(int fd, unsigned char status)
+{
+    struct stat st;
+    int null;
+
+    while (write(fd, &status, 1) < 0 && errno == EINTR) {
+    }
+    (void)close(fd);
+    if (status != 0)
+        return;
+    null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0)
+        return;
+    (void)dup2(null, STDIN_FILENO);
+    (void)dup2(null, STDOUT_FILENO);
+    if (fstat(STDERR_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+        (void)dup2(null, STDERR_FILENO);
+    if (null > STDERR_FILENO)
+        (void)close(null);
+}
+
 static void on_closed(void *userdata)
 {
     uv_loop_t *loop = userdata;
@@ -119,6 +180,7 @@ int main(int argc, char **argv)
     struct daemon_options opt = {0};
     char socket_path[4096], resolved[4096], reason[IPC_TRUST_REASON_MAX];
     bool foreground = false;
+    int ready_fd = -1; /* detached: the pipe its caller waits on (detach()) */
     uv_loop_t loop;
     int c, r;
 
@@ -218,7 +280,7 @@ int main(int argc, char **argv)
      * a capture's output an EFBIG (the capture fails and says so), not the daemon. */
     (void)signal(SIGPIPE, SIG_IGN);
     (void)signal(SIGXFSZ, SIG_IGN);
-    if (!foreground && daemon(0, 1) < 0) {
+    if (!foreground && (ready_fd = detach()) < 0) {
         fprintf(stderr, "fleetprofd: cannot detach: %s\n", strerror(errno));
         return 1;
     }
@@ -226,6 +288,8 @@ int main(int argc, char **argv)
     r = uv_loop_init(&loop);
     if (r < 0) {
         fprintf(stderr, "fleetprofd: %s\n", uv_strerror(r));
+        if (ready_fd >= 0)
+            ready(ready_fd, 1);
         return 1;
     }
     r = daemon_new(&loop, &opt, &daemon_instance);
@@ -241,8 +305,12 @@ int main(int argc, char **argv)
         else
             fprintf(stderr, "fleetprofd: cannot listen on %s: %s\n", opt.socket_path, strerror(-r));
         (void)uv_loop_close(&loop);
+        if (ready_fd >= 0)
+            ready(ready_fd, 1);
         return 1;
     }
+    if (ready_fd >= 0)
+        ready(ready_fd, 0);
     (void)uv_signal_init(&loop, &sigterm);
     (void)uv_signal_init(&loop, &sigint);
     (void)uv_signal_start(&sigterm, on_signal, SIGTERM);
