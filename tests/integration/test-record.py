@@ -15,6 +15,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import urllib.parse
 import sys
 import tempfile
 import time
@@ -636,13 +637,15 @@ def svg_frames(path):
     return root, out
 
 
-def chromium_dom(path):
-    """The page as headless Chromium leaves it once its scripts ran (the DOM, serialized)."""
+def chromium_dom(path, fragment=""):
+    """The page as headless Chromium leaves it once its scripts ran (the DOM, serialized);
+    fragment: the link's part after '#'."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if not browser:
         raise taplib.Skip("no chromium here (tools/bootstrap.sh --with-servers installs it)")
     r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                        "--dump-dom", "file://" + path], capture_output=True, text=True,
+                        "--dump-dom", "file://" + path + (f"#{fragment}" if fragment else "")],
+                       capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and "<svg" in r.stdout, r.stderr[-2000:]
     return r.stdout
@@ -697,6 +700,40 @@ def test_export_svg_is_a_flame_graph_a_browser_renders(tmp):
             assert fits or (label == "" and float(width) < 30), (name, width, label)
         assert any(label == name for name, _, _, label in mine) or \
             max(float(w) for _, _, w, _ in mine) < len(mine[0][0]) * 7.2 + 6, (job, mine)
+    # A link that opens it searched: the boxes whose name matches are marked, and the share
+    # of the CPU under them is the share of the samples with such a frame on their stack.
+    dom = chromium_dom(svg, "search=demo_worker_")
+    matched = re.search(r'id="matched"[^>]*>Matched: ([0-9.]+)%<', dom)
+    assert matched, dom[:3000]
+    with_worker = 0
+    for p in processes(doc):
+        for t in p["threads"]:
+            names = [t["stringTable"][row[t["frameTable"]["schema"]["location"]]]
+                     for row in t["frameTable"]["data"]]
+            st, ss = t["stackTable"]["data"], t["stackTable"]["schema"]
+            sch = t["samples"]["schema"]
+            for row in t["samples"]["data"]:
+                idx, hit = row[sch["stack"]], False
+                while idx is not None and not hit:
+                    hit = "demo_worker_" in names[st[idx][ss["frame"]]]
+                    idx = st[idx][ss["prefix"]]
+                with_worker += (row[sch["threadCPUDelta"]] or 0) if hit else 0
+    want = 100 * with_worker / 1e6 / total_ms
+    assert abs(float(matched[1]) - want) <= 0.3, (matched[1], want)
+    assert dom.count('fill="rgb(230,0,230)"') >= len(jobs), "matching boxes not marked"
+    # ... and zoomed: the widest box of that name fills the width, what is neither below nor
+    # above it is hidden.
+    name = max((f for f in frames if f[0].endswith("!demo_worker_hash")), key=lambda f: f[3])[0]
+    dom = chromium_dom(svg, "zoom=" + urllib.parse.quote(name))
+    zoomed = [(attrs, re.search(r'data-n="([^"]*)"', attrs)[1], x, w) for attrs, x, w in
+              re.findall(r'<g class="f"([^>]*)><title>[^<]*</title>'
+                         r'<rect[^>]*x="([0-9.]+)"[^>]*width="([0-9.]+)"', dom)]
+    shown = [z for z in zoomed if "display: none" not in z[0]]
+    assert len(zoomed) == len(frames) and 0 < len(shown) < len(frames), (len(zoomed), len(shown))
+    assert any(n == name and float(x) == 10 and abs(float(w) - 1180) < 0.01
+               for _, n, x, w in shown), [z for z in shown if z[1] == name]
+    assert all(float(x) >= 10 - 1e-6 and float(x) + float(w) <= 1190 + 0.01
+               for _, _, x, w in shown), shown[:10]
     bad = subprocess.run([CLI, "export", "--format", "svg", "--weight", "samples", "-o", svg, out],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 0 and "samples, 100.00%)" in open(svg).read(), bad.stderr
