@@ -615,12 +615,12 @@ out:
 /* ---- a short-lived process's exit profile, left in its region -------------------------- */
 
 /* What is copied of such a region at most, in bytes of blocks: a child leaves its exit
- * profile there with at most 64 KiB in its buffer (child/lifecycle/runtime.c), which can lie in two
- * chunks of 256 KiB. A child that claims more is told off, not served: building 512 KiB of
- * entries holds the daemon's loop ~8 ms, and a larger one longer. */
+ * profile there with at most 256 KiB in its buffer (child/lifecycle/runtime.c), which can lie
+ * in two chunks of 256 KiB. A child that claims more is told off, not served: it would cost
+ * a worker's memory and time the child should have spent itself. */
 #define EXIT_REGION_MAX_BYTES (512u << 10)
 
-#define EXIT_REGION_MAX_SLOTS 16u /* slots in use: 64 KiB of buffer spans at most 2 */
+#define EXIT_REGION_MAX_SLOTS 16u /* slots in use: 256 KiB of buffer spans at most 2 or 3 */
 /* The compact copy at most (16 slots of 4 MiB chunks). */
 #define EXIT_IMAGE_MAX_BYTES  ((uint64_t)80 << 20)
 

@@ -629,11 +629,12 @@ static bool session_gone(void)
 }
 
 /* A process whose buffer holds at most this much leaves its exit profile in its region for
- * the daemon to build, when the daemon offers to. Measured (issue #17): the daemon builds
- * ~1,400 entries (64 KiB of buffer) in ~0.8 ms of its single-threaded loop, ~0.55 us an
- * entry; a 20 ms child holds ~130. A larger profile is written here, as before, so that no
- * child stalls the daemon's loop for longer. */
-#define EXIT_IN_REGION_MAX_BYTES (64u << 10)
+ * the daemon to build, when the daemon offers to: a short-lived process, whose profile one of
+ * the daemon's worker threads builds in a few ms (~0.55 us an entry, ~5,600 entries; a 20 ms
+ * child holds ~130), off its loop, while the process ends at once. One that lived long
+ * enough to fill more writes and streams its own, as on a capture's request, so that the
+ * daemon never copies more than half a MiB of a process's chunks (profile/region-image.c). */
+#define EXIT_IN_REGION_MAX_BYTES (256u << 10)
 
 /* Leaves the exit profile in the region for the daemon, if it may: the process ends (its
  * chunks stay as they are: the daemon holds the memfd), the daemon said it would build it,

@@ -270,9 +270,25 @@ def test_exit_profile_with_api_data_on_two_threads_is_built_the_same(tmp):
         d.stop()
 
 
+def test_a_mid_size_exit_profile_is_built_by_the_daemon(tmp):
+    """A child whose buffer holds some 200 KiB (8,000 markers in 0.1 s: more than a 20 ms
+    child's, less than the 256 KiB a short-lived process may leave) leaves it in the region
+    too: the daemon's worker builds it, the process does not write it, and the profile is
+    the one it would have written itself, every marker in it."""
+    d = Daemon(tmp)
+    try:
+        proc, own = built_and_own(d, tmp, [WORKLOAD, "flood", "0.1", "80000"], "workload")
+        markers = sum(len(t["markers"]["data"]) for t in proc["threads"])
+        assert markers > 4000, f"{markers} markers: the buffer is not mid-size"
+        assert markers == sum(len(t["markers"]["data"]) for t in own["threads"])
+    finally:
+        d.stop()
+
+
 def test_a_large_exit_profile_is_still_sent_by_the_child(tmp):
-    """A child whose buffer holds more than a short-lived child's profile writes and sends
-    its exit profile itself: the daemon's loop never builds a large one."""
+    """A child whose buffer holds more than a short-lived process's profile (256 KiB)
+    writes and sends its exit profile itself: the daemon copies no more than half a MiB of
+    a process's chunks to build one."""
     d = Daemon(tmp)
     try:
         p = subprocess.Popen([WORKLOAD, "flood", "0.6", "100000"], env=env(d.sock),
@@ -476,6 +492,7 @@ def test_hostile_exit_regions_never_hurt_the_daemon(tmp):
 taplib.run([
     test_short_child_exit_profile_is_built_by_the_daemon,
     test_exit_profile_with_api_data_on_two_threads_is_built_the_same,
+    test_a_mid_size_exit_profile_is_built_by_the_daemon,
     test_a_large_exit_profile_is_still_sent_by_the_child,
     test_a_child_without_a_daemon_writes_its_profile_as_before,
     test_an_old_daemon_gets_the_exit_profile_as_json,
