@@ -63,15 +63,16 @@ struct fleet_groups_proc {
     uint64_t start_ns; /* Hello.start_ns: with pid, the process's identity */
     char name[64];
     bool live;
-    bool reported;         /* sent a GroupStats that was accepted */
-    bool final;            /* that one was its last */
-    uint64_t cpu_reported; /* process_cpu_ns of its latest GroupStats */
-    uint64_t cpu_seen;     /* from cpu_fn, for a process that never reported */
-    uint64_t known_ns;     /* its totals are known up to this time: its latest GroupStats',
-                            * a settled time since, or when it joined */
-    uint64_t left_ns;      /* when it left (exited list) */
-    struct fg_points cpu;  /* its process CPU time: reported, or cpu_fn's */
-    struct fg_slot *slots; /* owned, n_slots used of cap_slots */
+    bool reported;          /* sent a GroupStats that was accepted */
+    bool final;             /* that one was its last */
+    uint64_t cpu_reported;  /* process_cpu_ns of its latest GroupStats */
+    uint64_t slow_event_ns; /* its latest GroupStats' threshold */
+    uint64_t cpu_seen;      /* from cpu_fn, for a process that never reported */
+    uint64_t known_ns;      /* its totals are known up to this time: its latest GroupStats',
+                             * a settled time since, or when it joined */
+    uint64_t left_ns;       /* when it left (exited list) */
+    struct fg_points cpu;   /* its process CPU time: reported, or cpu_fn's */
+    struct fg_slot *slots;  /* owned, n_slots used of cap_slots */
     uint32_t n_slots;
     size_t cap_slots;
     struct fleetprof_map index;            /* slot by group id (fleetprof_map_mix64) */
@@ -565,6 +566,7 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
     points_add(&p->cpu, &(struct fg_point){.t_ns = t, .cpu_ns = m->process_cpu_ns});
     p->known_ns = t;
     p->cpu_reported = m->process_cpu_ns;
+    p->slow_event_ns = m->slow_event_ns;
     p->reported = true;
     p->final = m->final;
     fg->stats.accepted++;
@@ -814,6 +816,37 @@ void fleet_groups_report_done(struct fleet_groups_report *r)
     free(r->proc_totals);
     free(r->proc_settled);
     memset(r, 0, sizeof(*r));
+}
+
+int fleet_groups_proc_totals(const struct fleet_groups *fg, const struct fleet_groups_proc *p,
+                             struct prof_group_totals **ret, uint64_t *ret_slow_event_ns)
+{
+    struct prof_group_totals *t;
+
+    *ret = NULL;
+    *ret_slow_event_ns = p ? p->slow_event_ns : 0;
+    if (!p || !p->n_slots)
+        return 0;
+    t = calloc(p->n_slots, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < p->n_slots; i++) {
+        t[i] = p->slots[i].t;
+        t[i].name = strdup(fg->groups[p->slots[i].gid]->name);
+        if (!t[i].name) {
+            fleet_groups_totals_free(t, i);
+            return -ENOMEM;
+        }
+    }
+    *ret = t;
+    return (int)p->n_slots;
+}
+
+void fleet_groups_totals_free(struct prof_group_totals *totals, size_t count)
+{
+    for (size_t i = 0; totals && i < count; i++)
+        free((char *)totals[i].name);
+    free(totals);
 }
 
 void fleet_groups_get_stats(const struct fleet_groups *fg, struct fleet_groups_stats *ret)

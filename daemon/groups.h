@@ -18,6 +18,8 @@
 
 #include "proto/fleetprof-protocol.h"
 
+struct prof_group_totals;
+
 #define FLEET_GROUPS_PER_PROCESS_MAX 4096  /* groups one process may report (the runtime's cap) */
 #define FLEET_GROUPS_MAX             65536 /* distinct group names fleet-wide */
 #define FLEET_GROUPS_EXITED_KEPT     65536 /* exited processes whose breakdown is kept */
@@ -96,6 +98,13 @@ int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
                         fleet_groups_cpu_fn cpu_fn, void *cpu_userdata,
                         struct fleet_groups_report *ret);
 void fleet_groups_report_done(struct fleet_groups_report *r);
+
+/* p's latest totals, in the order it first reported them, names copied, and the slow-event
+ * threshold it said (0 = none): the meta of the exit profile the daemon builds from its
+ * region. Returns how many (0: none, *ret NULL) or -ENOMEM; free with fleet_groups_totals_free. */
+int fleet_groups_proc_totals(const struct fleet_groups *fg, const struct fleet_groups_proc *p,
+                             struct prof_group_totals **ret, uint64_t *ret_slow_event_ns);
+void fleet_groups_totals_free(struct prof_group_totals *totals, size_t count);
 
 struct fleet_groups_stats {
     uint64_t accepted;  /* GroupStats applied */

@@ -36,6 +36,7 @@
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 #include "daemon/daemon.h"
+#include "daemon/groups.h"
 #include "daemon/workers.h"
 #include "json/writer.h"
 #include "profile/region-image.h"
@@ -55,8 +56,11 @@ struct build_job {
     enum daemon_build_kind kind;
     int32_t pid;
     char name[64];
-    int fd;         /* a duplicate of the child's region descriptor, the job's */
-    uint64_t limit; /* region_limit() of the daemon, taken on the loop */
+    int fd;                           /* a duplicate of the child's region descriptor, the job's */
+    uint64_t limit;                   /* region_limit() of the daemon, taken on the loop */
+    struct prof_group_totals *groups; /* owned: its group totals (exit builds), n_groups */
+    size_t n_groups;
+    uint64_t slow_event_ns;
     /* The result, written by run(): */
     int r;
     char *json;
@@ -69,7 +73,8 @@ struct build_job {
  * (malloc'd, the caller's) and *ret_len: a dead child's whole copy (mem, len), or a
  * short-lived child's region, its exit profile left there (fd, mem NULL). */
 static int to_json(struct worker_scratch *scratch, const uint8_t *mem, size_t len, int fd,
-                   uint64_t limit, struct prof_recovery *rec, char **ret_json, size_t *ret_len)
+                   uint64_t limit, const struct prof_region_groups *groups,
+                   struct prof_recovery *rec, char **ret_json, size_t *ret_len)
 {
     struct prof_symbolizer symbolizer;
     struct json_writer *w = NULL;
@@ -78,7 +83,7 @@ static int to_json(struct worker_scratch *scratch, const uint8_t *mem, size_t le
     if (r == 0) {
         worker_symbolizer(scratch, &symbolizer);
         r = mem ? prof_region_recover(mem, len, "shared memory", &symbolizer, w, rec)
-                : prof_region_exit_profile(fd, limit, &scratch->image, &scratch->image_cap,
+                : prof_region_exit_profile(fd, limit, &scratch->image, &scratch->image_cap, groups,
                                            &symbolizer, w, rec);
     }
     if (r == 0)
@@ -101,7 +106,9 @@ static void build_run(struct worker_job *job, struct worker_scratch *scratch)
     size_t len = 0;
 
     if (b->kind == DAEMON_BUILD_EXIT) {
-        b->r = to_json(scratch, NULL, 0, b->fd, b->limit, &b->rec, &b->json, &b->len);
+        struct prof_region_groups groups = {b->groups, b->n_groups, b->slow_event_ns};
+
+        b->r = to_json(scratch, NULL, 0, b->fd, b->limit, &groups, &b->rec, &b->json, &b->len);
         if (scratch->image_cap > EXIT_IMAGE_KEPT_BYTES) { /* an unusual one: not kept */
             free(scratch->image);
             scratch->image = NULL;
@@ -113,7 +120,7 @@ static void build_run(struct worker_job *job, struct worker_scratch *scratch)
         if (b->r == 0 && buf_region_read_header(mem, len, &h) < 0)
             b->r = -EBADMSG;
         if (b->r == 0)
-            b->r = to_json(scratch, mem, len, -1, b->limit, &b->rec, &b->json, &b->len);
+            b->r = to_json(scratch, mem, len, -1, b->limit, NULL, &b->rec, &b->json, &b->len);
         free(mem);
     }
     b->build_us = (daemon__now_ns() - start_ns) / 1000;
@@ -197,6 +204,7 @@ static void build_done(struct worker_job *job, bool ran)
     out.how = how;
     b->cb(b->c, &out);
     free(out.json); /* NULL when the callback took it */
+    fleet_groups_totals_free(b->groups, b->n_groups);
     free(b);
 }
 
@@ -241,6 +249,13 @@ bool daemon__region_build(struct conn *c, enum daemon_build_kind kind, daemon_bu
     (void)snprintf(b->name, sizeof(b->name), "%s", c->name);
     b->fd = fd;
     b->limit = daemon__region_limit(d);
+    /* Its group totals, from its GroupStats (the last came before its Final): the exit
+     * profile's meta, as the process would have written them. */
+    if (kind == DAEMON_BUILD_EXIT) {
+        int n = fleet_groups_proc_totals(d->groups, c->groups, &b->groups, &b->slow_event_ns);
+
+        b->n_groups = n > 0 ? (size_t)n : 0;
+    }
     workers_submit(d->workers, &b->job);
     return true;
 }

@@ -408,6 +408,7 @@ static int exit_info(const struct recovered_info *ri, struct exit_symbols *es)
 /* how: where a dead process's chunks came from; NULL: the exit profile a child left in its
  * region (its exit description required, no crash record, not marked recovered). */
 static int build_image(const uint8_t *mem, size_t len, const char *how,
+                       const struct prof_region_groups *groups,
                        const struct prof_symbolizer *symbolizer, struct json_writer *w,
                        struct prof_recovery *ret)
 {
@@ -480,6 +481,11 @@ static int build_image(const uint8_t *mem, size_t len, const char *how,
         ri.info.exit_profile = true;
         ri.info.runtime_log_json = log;
         ri.info.timer_captures = es.log.handler_captures;
+        if (groups && groups->count) {
+            ri.info.groups = groups->totals;
+            ri.info.group_count = groups->count;
+            ri.info.slow_event_ns = groups->slow_event_ns;
+        }
         r = prof_gecko_write_process(w, NULL, &ri.info, ctx.buffer, &counted, NULL);
         goto out;
     }
@@ -520,7 +526,7 @@ int prof_region_recover(const uint8_t *mem, size_t len, const char *how,
                         const struct prof_symbolizer *symbolizer, struct json_writer *w,
                         struct prof_recovery *ret)
 {
-    return build_image(mem, len, how, symbolizer, w, ret);
+    return build_image(mem, len, how, NULL, symbolizer, w, ret);
 }
 
 /* The whole file, copied: a reader of another process's memory never reads it twice. */
@@ -737,6 +743,7 @@ static int read_in_use(int fd, uint64_t limit, uint8_t **scratch, size_t *scratc
 }
 
 int prof_region_exit_profile(int fd, uint64_t limit, uint8_t **scratch, size_t *scratch_cap,
+                             const struct prof_region_groups *groups,
                              const struct prof_symbolizer *symbolizer, struct json_writer *w,
                              struct prof_recovery *ret)
 {
@@ -744,5 +751,5 @@ int prof_region_exit_profile(int fd, uint64_t limit, uint8_t **scratch, size_t *
     size_t len = 0;
     int r = read_in_use(fd, limit, scratch, scratch_cap, &mem, &len);
 
-    return r < 0 ? r : build_image(mem, len, NULL, symbolizer, w, ret);
+    return r < 0 ? r : build_image(mem, len, NULL, groups, symbolizer, w, ret);
 }

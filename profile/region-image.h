@@ -39,12 +39,24 @@ struct prof_recovery {
 int prof_region_recover(const uint8_t *mem, size_t len, const char *how,
                         const struct prof_symbolizer *symbolizer, struct json_writer *w,
                         struct prof_recovery *ret);
+struct prof_group_totals;
+
+/* A process's performance group totals, known apart from its region (the daemon has them
+ * from its GroupStats, the last at its exit): meta.fleetprof.groups of its exit profile. */
+struct prof_region_groups {
+    const struct prof_group_totals *totals; /* count of them, borrowed */
+    size_t count;
+    uint64_t slow_event_ns; /* 0 = unknown */
+};
+
 /* Writes, as the next value of w, the exit profile a process left in its region file fd
  * (hostile bytes: only the parts in use are copied, into *scratch, grown as needed to
- * *scratch_cap bytes, the caller's to free; a region larger than limit is refused). 0,
- * -ENODATA (no description of the process's end), -E2BIG (more than a short-lived process's
- * profile), -EBADMSG (not a region), or another negative errno. */
+ * *scratch_cap bytes, the caller's to free; a region larger than limit is refused); groups
+ * (may be NULL) for its meta. 0, -ENODATA (no description of the process's end), -E2BIG
+ * (more than a short-lived process's profile), -EBADMSG (not a region), or another negative
+ * errno. */
 int prof_region_exit_profile(int fd, uint64_t limit, uint8_t **scratch, size_t *scratch_cap,
+                             const struct prof_region_groups *groups,
                              const struct prof_symbolizer *symbolizer, struct json_writer *w,
                              struct prof_recovery *ret);
 /* The whole file fd, copied into *ret_mem (malloc'd; the caller frees it), *ret_len bytes:

@@ -320,9 +320,17 @@ static void flush_update(void)
     buf_update_done(&u);
 }
 
-/* Sends every measured group's cumulative totals; final marks the last one (at exit).
- * Nothing when no group was ever used, or after the final one. */
-static void send_group_stats(bool final)
+static int send_env(Fleetprof__Envelope *env);
+
+static int send_env_light(Fleetprof__Envelope *env)
+{
+    return ipc_socket_send_frame(ipc.light_fd, env, -1) > 0 ? 0 : -EIO;
+}
+
+/* Sends every measured group's cumulative totals, through send (the connection's loop, or
+ * a light connection's socket); final marks the last one (at exit). Nothing when no group
+ * was ever used, or after the final one. */
+static void send_group_stats_by(bool final, int (*send)(Fleetprof__Envelope *))
 {
     Fleetprof__Envelope env = FLEETPROF__ENVELOPE__INIT;
     Fleetprof__GroupStats msg = FLEETPROF__GROUP_STATS__INIT;
@@ -331,7 +339,7 @@ static void send_group_stats(bool final)
     struct timespec cpu;
     size_t n;
 
-    if (ipc.groups_final_sent || !ipc.conn || core->groups_generation() == 0)
+    if (ipc.groups_final_sent || core->groups_generation() == 0)
         return;
     n = core->groups_snapshot(&t);
     /* Read right after the totals: the daemon divides by it for the process's share, and
@@ -375,12 +383,18 @@ static void send_group_stats(bool final)
     msg.final = final;
     env.msg_case = FLEETPROF__ENVELOPE__MSG_GROUP_STATS;
     env.group_stats = &msg;
-    if (send_env(&env) == 0 && final)
+    if (send(&env) == 0 && final)
         ipc.groups_final_sent = true;
 out:
     free(items);
     free(ptrs);
     free(t);
+}
+
+static void send_group_stats(bool final)
+{
+    if (ipc.conn)
+        send_group_stats_by(final, send_env);
 }
 
 static void send_ack(uint64_t id)
@@ -1487,6 +1501,9 @@ static void light_finish(void)
     ssize_t sent;
 
     light_send_spawned(); /* those since the last tick */
+    /* The groups' last totals, before the Final: the daemon puts them in an exit profile it
+     * builds from the region, and in `top`'s totals. */
+    send_group_stats_by(true, send_env_light);
     /* Our chunks die with us: the daemon forgets them now, not at EOF; and reads the region
      * when this arrives, if the exit profile is there (client_exit_in_region()). */
     msg.final = true;

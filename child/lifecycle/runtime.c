@@ -638,8 +638,8 @@ static bool session_gone(void)
 
 /* Leaves the exit profile in the region for the daemon, if it may: the process ends (its
  * chunks stay as they are: the daemon holds the memfd), the daemon said it would build it,
- * the profile is small, and it carries nothing the description does not (performance
- * groups' totals). Returns true if the daemon will build it. */
+ * and the profile is small. Performance groups' totals go in the last GroupStats, before
+ * the Final: the daemon puts them in the profile. Returns true if the daemon will build it. */
 static bool exit_profile_in_region(uint64_t now)
 {
     struct buf_chunked_buffer_state st;
@@ -648,8 +648,7 @@ static bool exit_profile_in_region(uint64_t now)
 
     /* FLEETPROF_SYMBOLIZE=local: the user wants no symbol from the daemon, which would
      * symbolize a profile it builds. */
-    if (rt.cfg.symbolize_local || !rt_ipc_exit_in_region_accepted() || !rt_region_active() ||
-        rt_groups_generation() != 0)
+    if (rt.cfg.symbolize_local || !rt_ipc_exit_in_region_accepted() || !rt_region_active())
         return false;
     buf_chunked_buffer_get_state(rt.buffer, &st);
     if (st.range_end - st.range_start > EXIT_IN_REGION_MAX_BYTES)

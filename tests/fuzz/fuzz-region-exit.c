@@ -51,8 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)close(fd);
         return 0;
     }
-    r = prof_region_exit_profile(fd, (uint64_t)64 << 20, &scratch, &scratch_cap, &symbolizer, w,
-                                 NULL);
+    r = prof_region_exit_profile(fd, (uint64_t)64 << 20, &scratch, &scratch_cap, NULL, &symbolizer,
+                                 w, NULL);
     if (r == 0 && json_writer_finish(w) == 0 && json_writer_copy_to(w, &json) == 0) {
         if (!test_json_valid(json, json_writer_length(w)))
             abort();

@@ -24,6 +24,7 @@ from wire import field, frame, split_frames  # noqa: E402
 BUILD = os.path.abspath(sys.argv[1])
 LIB = os.path.join(BUILD, "child", "libfleetprof.so")
 WORKLOAD = os.path.join(BUILD, "tests", "workloads", "workload")
+WL_SPLIT = os.path.join(BUILD, "tests", "workloads", "wl-groups-split")
 HELLO, WELCOME, UPDATE, PROFILE_DATA, SYMBOLIZE, ERROR = 1, 2, 10, 15, 16, 18
 MiB = 1 << 20
 # The runtime log's fields about who symbolized: the daemon's build names them its own way.
@@ -285,6 +286,21 @@ def test_a_mid_size_exit_profile_is_built_by_the_daemon(tmp):
         d.stop()
 
 
+def test_a_child_with_performance_groups_is_built_by_the_daemon(tmp):
+    """A short-lived child that timed performance groups (three threads, 50/30/20): its exit
+    profile is built from its region too, the groups' totals in its meta from its last
+    GroupStats, as it would have written them itself; and what it printed it measured."""
+    d = Daemon(tmp)
+    try:
+        proc, _ = built_and_own(d, tmp, [WL_SPLIT, "20"], "wl-groups-split")
+        groups = {g["name"]: g for g in proc["meta"]["fleetprof"]["groups"]["totals"]}
+        assert set(groups) == {"top-50", "top-30", "top-20"}, groups
+        assert all(g["events"] == 20 for g in groups.values()), groups
+        assert proc["meta"]["fleetprof"]["groups"]["slowEventNs"], proc["meta"]["fleetprof"]
+    finally:
+        d.stop()
+
+
 def test_a_large_exit_profile_is_still_sent_by_the_child(tmp):
     """A child whose buffer holds more than a short-lived process's profile (256 KiB)
     writes and sends its exit profile itself: the daemon copies no more than half a MiB of
@@ -493,6 +509,7 @@ taplib.run([
     test_short_child_exit_profile_is_built_by_the_daemon,
     test_exit_profile_with_api_data_on_two_threads_is_built_the_same,
     test_a_mid_size_exit_profile_is_built_by_the_daemon,
+    test_a_child_with_performance_groups_is_built_by_the_daemon,
     test_a_large_exit_profile_is_still_sent_by_the_child,
     test_a_child_without_a_daemon_writes_its_profile_as_before,
     test_an_old_daemon_gets_the_exit_profile_as_json,
