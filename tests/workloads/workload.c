@@ -60,9 +60,10 @@
  *                                      until its runtime has opened statm (10 s at most) and
  *                                      prints "runtime_fds=N,N" (statm's and the chunk
  *                                      file's descriptor numbers)
- *   workload fork-exec-fds             forks a child that prints "chunk_file_described=N"
- *                                      (1: the runtime's chunk file among its descriptors
- *                                      holds a description, 0: not yet, -1: no such file)
+ *   workload fork-exec-fds             forks a child that prints "chunk_file_described=N
+ *                                      after_us=T" (1: the runtime's chunk file among its
+ *                                      descriptors holds a description, 0: not yet, -1: no
+ *                                      such file; T: us from before the fork to that look)
  *                                      and execs /bin/true
  *   workload bad-fp                    spins with rbp = -16: a frame-pointer walk that trusts
  *                                      it reads address -16 (a profiler bug must not kill us)
@@ -765,6 +766,7 @@ int main(int argc, char **argv)
         }
         return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     } else if (!strcmp(mode, "fork-exec-fds")) {
+        double forked = now_s(); /* before the fork: the runtime's own clock starts after */
         pid_t pid = fork();
         int status;
 
@@ -781,7 +783,8 @@ int main(int argc, char **argv)
                 if (strstr(target, ".chunks"))
                     described = lseek(fd, 4096, SEEK_DATA) >= 0;
             }
-            printf("chunk_file_described=%d\n", described);
+            printf("chunk_file_described=%d after_us=%.0f\n", described,
+                   (now_s() - forked) * 1e6);
             fflush(stdout);
             execl("/bin/true", "true", (char *)NULL);
             _exit(127);
