@@ -773,7 +773,8 @@ int main(int argc, char **argv)
         if (pid == 0) {
             int described = -1;
 
-            for (int fd = 0; fd < 1024; fd++) {
+            /* From the top: the runtime keeps its descriptors high (a quick look). */
+            for (int fd = 1023; fd >= 0 && described < 0; fd--) {
                 char target[256];
 
                 if (!fd_target(fd, target, sizeof(target)))
@@ -783,8 +784,7 @@ int main(int argc, char **argv)
                 if (strstr(target, ".chunks"))
                     described = lseek(fd, 4096, SEEK_DATA) >= 0;
             }
-            printf("chunk_file_described=%d after_us=%.0f\n", described,
-                   (now_s() - forked) * 1e6);
+            printf("chunk_file_described=%d after_us=%.0f\n", described, (now_s() - forked) * 1e6);
             fflush(stdout);
             execl("/bin/true", "true", (char *)NULL);
             _exit(127);
