@@ -723,6 +723,24 @@ def cpu_by_innermost_frame_in(proc, module):
     return out
 
 
+def by_daemon_and_locally(tmp, argv):
+    """Runs argv under a daemon, its own profile to FLEETPROF_OUTPUT too; yields (who, file,
+    its process) for the daemon's capture and for its own file."""
+    d = Daemon(tmp)
+    try:
+        out = os.path.join(tmp, "by-daemon.json")
+        local = os.path.join(tmp, "local.json")
+        r = subprocess.run(argv, env=env(d, FLEETPROF_OUTPUT=local), capture_output=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        capture_ok(d.sock, out)
+    finally:
+        d.stop()
+    for name, path in (("daemon", out), ("local", local)):
+        (proc,) = [p for p in pc.all_processes(checked(path)) if p.get("threads")]
+        yield name, path, proc
+
+
 def test_a_stripped_program_is_ranked_by_function(tmp):
     """A stripped program (no .symtab, no debug file) with a known split: 60 ms of CPU in one
     function, 30 in another, each spread over many instructions. Its samples are two
@@ -737,18 +755,7 @@ def test_a_stripped_program_is_ranked_by_function(tmp):
     want_b = f"wl-stripped+0x{start['stripped_work_b']:x} (in wl-stripped)"
     assert "stripped_work_a" not in subprocess.run(["nm", "-D", stripped], capture_output=True,
                                                    text=True).stdout
-    d = Daemon(tmp)
-    try:
-        out = os.path.join(tmp, "stripped.json")
-        local = os.path.join(tmp, "local.json")
-        r = subprocess.run([stripped, "60", "30"], env=env(d, FLEETPROF_OUTPUT=local),
-                           capture_output=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        capture_ok(d.sock, out)
-    finally:
-        d.stop()
-    for name, path in (("daemon", out), ("local", local)):
-        (proc,) = [p for p in pc.all_processes(checked(path)) if p.get("threads")]
+    for name, path, proc in by_daemon_and_locally(tmp, [stripped, "60", "30"]):
         cpu = cpu_by_innermost_frame_in(proc, "wl-stripped")
         total = sum(cpu.values())
         a, b = cpu.get(want_a, 0), cpu.get(want_b, 0)
@@ -767,18 +774,7 @@ def test_a_program_run_by_a_link_is_named_as_run(tmp):
     stripped = os.path.join(BUILD, "tests", "workloads", "wl-stripped")
     link = os.path.join(tmp, "wl-as-run")
     os.symlink(stripped, link)
-    d = Daemon(tmp)
-    try:
-        out = os.path.join(tmp, "linked.json")
-        local = os.path.join(tmp, "linked-local.json")
-        r = subprocess.run([link, "30", "30"], env=env(d, FLEETPROF_OUTPUT=local),
-                           capture_output=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        capture_ok(d.sock, out)
-    finally:
-        d.stop()
-    for name, path in (("daemon", out), ("local", local)):
-        (proc,) = [p for p in pc.all_processes(checked(path)) if p.get("threads")]
+    for name, path, proc in by_daemon_and_locally(tmp, [link, "30", "30"]):
         (lib,) = [lib for lib in proc["libs"] if lib["path"] == os.path.realpath(stripped)]
         assert lib["name"] == "wl-as-run" and lib["debugName"] == "wl-stripped", (name, lib)
         cpu = cpu_by_innermost_frame_in(proc, "wl-as-run")
