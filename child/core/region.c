@@ -1,11 +1,12 @@
 /* child/core/region.c - the runtime's chunks in a region another process can read
  * (buffer/region.h), so that a process killed or crashed keeps its samples.
  *
- * Without a daemon and with FLEETPROF_DIR or FLEETPROF_OUTPUT set, the region is the file
- * fleetprof-PID.chunks in that directory: removed once an exit profile is written, left for
- * `fleetprof recover` when the process dies without one. Beside the chunks it keeps a
- * ProcessDescription (threads, modules, counters, marker schemas), rewritten by the sampler
- * when one of them changed, so that the profile can be built from the file alone.
+ * Without a daemon (none configured, or no socket where one is) and with FLEETPROF_DIR or
+ * FLEETPROF_OUTPUT set, the region is the file fleetprof-PID.chunks in that directory: removed once
+ * an exit profile is written, left for `fleetprof recover` when the process dies without one.
+ * Beside the chunks it keeps a ProcessDescription (threads, modules, counters, marker schemas),
+ * rewritten by the sampler when one of them changed, so that the profile can be built from the file
+ * alone.
  */
 #include "buffer/region.h"
 
@@ -106,8 +107,12 @@ static int make_locked(void)
     char dir[PATH_MAX];
     int r, fd;
 
-    if (rt.cfg.socket[0]) {
-        /* A daemon's child: a memfd, whose descriptor goes to the daemon with Hello. */
+    /* A daemon's child: a memfd, whose descriptor goes to the daemon with Hello. When its
+     * socket is not there (no daemon started, or gone), the process profiles alone, as it
+     * never tries again: with a directory to write in, its chunks go in a file there, so
+     * that a kill or a crash loses none of them. */
+    if (rt.cfg.socket[0] &&
+        (access(rt.cfg.socket, F_OK) == 0 || region_dir(dir, sizeof(dir)) < 0)) {
         reg.path[0] = '\0';
         r = buf_region_new(rt.cfg.chunk_bytes, NULL, &reg.region);
         goto made;

@@ -105,6 +105,25 @@ def test_sigkill_keeps_samples(tmp):
     assert os.path.exists(chunks)
 
 
+def test_a_process_whose_daemon_is_not_there_keeps_a_chunk_file(tmp):
+    """FLEETPROF_SOCKET names a socket nobody serves (the daemon not started, or gone): the
+    process profiles alone, so its chunks go in FLEETPROF_DIR's file as without a daemon,
+    and a SIGKILL loses none of them (they were in memory nobody else held)."""
+    p = start_killable(tmp, [WORKLOAD, "busy", "120"],
+                       FLEETPROF_SOCKET=os.path.join(tmp, "nobody.sock"))
+    chunks = os.path.join(tmp, f"fleetprof-{p.pid}.chunks")
+    wait_until(lambda: taplib.cpu_seconds(p.pid) >= 0.5 and os.path.exists(chunks),
+               "0.5 s of CPU and a chunk file")
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    out = os.path.join(tmp, "recovered.json")
+    r = recover(out, chunks)
+    assert f"recovered pid {p.pid}" in r.stderr, r.stderr
+    doc = pc.load_valid(out)
+    assert any("wl_hot_leaf" in n for n in pc.functions(doc)), sorted(pc.functions(doc))[:30]
+    assert thread_cpu(doc) >= 0.3, thread_cpu(doc)
+
+
 def test_normal_exit_leaves_no_chunk_file(tmp):
     """A process that writes its profile removes its chunk file: FLEETPROF_DIR, and a
     FLEETPROF_OUTPUT whose directory holds the file meanwhile."""
@@ -331,6 +350,7 @@ def test_recover_over_a_directory(tmp):
 taplib.run([
     test_recover_over_a_directory,
     test_sigkill_keeps_samples,
+    test_a_process_whose_daemon_is_not_there_keeps_a_chunk_file,
     test_normal_exit_leaves_no_chunk_file,
     test_forked_workers_each_keep_their_own,
     test_exec_keeps_the_old_images_chunks_aside,
