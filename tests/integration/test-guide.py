@@ -195,9 +195,19 @@ class Guide:
             if p.poll() is None:
                 p.kill()
             p.wait()
-        # Daemons the guide started detach: found by their socket.
-        for pid in daemons_serving(os.path.join(self.run_dir, "fleetprof.sock")):
+        # Daemons the guide started detach: found by their sockets, all under tmp.
+        for pid in daemons_serving(self.tmp):
             os.kill(pid, signal.SIGTERM)
+
+
+def wait_gone(tmp):
+    """True once no daemon under tmp is left (SIGTERM: they stop within seconds)."""
+    deadline = time.monotonic() + 30
+    while daemons_serving(tmp):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_the_guides_examples_run_as_written(tmp):
@@ -224,6 +234,7 @@ def test_the_guides_examples_run_as_written(tmp):
             assert p.wait(timeout=120) == 0, f"{p.args}: {err[-2000:]}"
     finally:
         g.close()
+    assert not daemons_serving(tmp) or wait_gone(tmp), "a daemon the guide started lives on"
     print(f"# ran {len(lines) - len(left)} of {len(lines)} commands; not here: "
           + "; ".join(left))
     # The commands run here: everything but what needs another program.
@@ -231,7 +242,7 @@ def test_the_guides_examples_run_as_written(tmp):
 
 
 def daemons_serving(path):
-    """Pids of fleetprofd processes whose command line names path."""
+    """Pids of fleetprofd processes with an argument that is path, or under it."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -239,7 +250,7 @@ def daemons_serving(path):
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        if args[0].endswith(b"fleetprofd") and path.encode() in args:
+        if args[0].endswith(b"fleetprofd") and any(a.startswith(path.encode()) for a in args):
             pids.append(int(pid))
     return pids
 
