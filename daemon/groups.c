@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/grow.h"
 #include "common/hash.h"
@@ -159,30 +158,26 @@ static void proc_free(struct fleet_groups_proc *p)
     free(p);
 }
 
-static uint64_t monotonic_ns(void *userdata)
-{
-    struct timespec ts;
-
-    (void)userdata;
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int fleet_groups_new(struct fleet_groups **ret)
 {
     struct fleet_groups *fg = calloc(1, sizeof(*fg));
 
     if (!fg)
         return -ENOMEM;
-    fg->clock = monotonic_ns;
     *ret = fg;
     return 0;
 }
 
 void fleet_groups_set_clock(struct fleet_groups *fg, fleet_groups_clock_fn clock, void *userdata)
 {
-    fg->clock = clock ? clock : monotonic_ns;
+    fg->clock = clock;
     fg->clock_userdata = userdata;
+}
+
+/* The caller's clock; 0 without one (every time is then the same instant). */
+static uint64_t now_of(const struct fleet_groups *fg)
+{
+    return fg->clock ? fg->clock(fg->clock_userdata) : 0;
 }
 
 /* ---- points ----------------------------------------------------------------------------- */
@@ -349,7 +344,7 @@ struct fleet_groups_proc *fleet_groups_join(struct fleet_groups *fg, int32_t pid
     p->start_ns = start_ns;
     (void)snprintf(p->name, sizeof(p->name), "%s", name ? name : "?");
     p->live = true;
-    p->known_ns = fg->clock(fg->clock_userdata);
+    p->known_ns = now_of(fg);
     points_add(&p->cpu, &(struct fg_point){.t_ns = p->known_ns});
     list_append(&fg->live, p);
     fg->stats.processes++;
@@ -363,7 +358,7 @@ void fleet_groups_leave(struct fleet_groups *fg, struct fleet_groups_proc *p)
         return;
     list_remove(&fg->live, p);
     p->live = false;
-    p->left_ns = fg->clock(fg->clock_userdata);
+    p->left_ns = now_of(fg);
     fg->stats.live--;
     for (uint32_t s = 0; s < p->n_slots; s++)
         fg->groups[p->slots[s].gid]->live--;
@@ -531,7 +526,7 @@ int fleet_groups_apply(struct fleet_groups *fg, struct fleet_groups_proc *p,
 
     /* Pass two: cannot fail. The totals' time: the process's own, kept between its previous
      * report and now (not said, or a clock of its own: a time namespace's). */
-    now = fg->clock(fg->clock_userdata);
+    now = now_of(fg);
     t = m->time_ns && m->time_ns <= now ? m->time_ns : now;
     if (t < p->known_ns) /* a report late for a time settled without it */
         t = p->known_ns;
@@ -723,7 +718,7 @@ int fleet_groups_report(struct fleet_groups *fg, const char *per_process_group,
 {
     struct fleet_groups_report r;
     uint32_t want = UINT32_MAX;
-    uint64_t cpu = fg->exited_cpu_ns, unsettled_cpu = 0, now = fg->clock(fg->clock_userdata);
+    uint64_t cpu = fg->exited_cpu_ns, unsettled_cpu = 0, now = now_of(fg);
     struct fg_point *later = NULL;
     size_t n = 0;
 

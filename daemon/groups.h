@@ -33,8 +33,9 @@ int fleet_groups_new(struct fleet_groups **ret);
 /* Accepts NULL; returns NULL. Every fleet_groups_proc goes with it. */
 struct fleet_groups *fleet_groups_free(struct fleet_groups *fg);
 
-/* The clock of the times in reports and of the joins and leaves (CLOCK_MONOTONIC ns by
- * default; tests give theirs). A GroupStats' own time (time_ns) is on the same clock. */
+/* The clock of the times in reports and of the joins and leaves: the daemon's
+ * CLOCK_MONOTONIC (server.c), a test's own; none (every time 0) until set. A GroupStats'
+ * own time (time_ns) is on the same clock. */
 typedef uint64_t (*fleet_groups_clock_fn)(void *userdata);
 void fleet_groups_set_clock(struct fleet_groups *fg, fleet_groups_clock_fn clock, void *userdata);
 

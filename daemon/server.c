@@ -754,6 +754,13 @@ static void before_capture(struct daemon *d)
     daemon__census_settle(d, true);
 }
 
+/* The performance groups' clock: the daemon's, the one the children's reports are on. */
+static uint64_t groups_clock(void *userdata)
+{
+    (void)userdata;
+    return daemon__now_ns();
+}
+
 int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct daemon **ret_daemon)
 {
     struct daemon *d;
@@ -794,6 +801,7 @@ int daemon_new(uv_loop_t *loop, const struct daemon_options *options, struct dae
     r = fleet_groups_new(&d->groups);
     if (r < 0)
         goto err_ctl;
+    fleet_groups_set_clock(d->groups, groups_clock, NULL);
     r = workers_new(loop, DAEMON_WORKERS, DAEMON_SYMBOL_CACHE_BYTES, &d->workers);
     if (r < 0)
         goto err_ctl;

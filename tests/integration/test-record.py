@@ -596,15 +596,20 @@ def test_export_pprof_errors(tmp):
     assert not [f for f in os.listdir(tmp) if ".pb.gz" in f], os.listdir(tmp)
 
 
+def record_demo(tmp, workers, seconds):
+    """Records the demo fleet (2 helpers a second) into demo.json; returns (path, document)."""
+    demo = os.path.join(BUILD, "tools", "demo", "demo-fleet")
+    out = os.path.join(tmp, "demo.json")
+    r = record(tmp, "--no-summary", "-o", out, "--", demo, "--workers", str(workers),
+               "--seconds", str(seconds), "--helpers-per-sec", "2")
+    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
+    return out, check_file(out)
+
+
 def test_record_demo_fleet_of_eight_workers(tmp):
     """The issue's fleet test: the demo with 8 workers is one file with >= 9 processes (master
     + workers + helpers), each worker with samples and its own recognisable function."""
-    demo = os.path.join(BUILD, "tools", "demo", "demo-fleet")
-    out = os.path.join(tmp, "demo.json")
-    r = record(tmp, "--no-summary", "-o", out, "--", demo, "--workers", "8", "--seconds", "2",
-               "--helpers-per-sec", "2")
-    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
-    doc = check_file(out)
+    out, doc = record_demo(tmp, 8, 2)
     procs = processes(doc)
     assert len(procs) >= 9, f"{len(procs)} processes for a master and 8 workers"
     jobs = ("demo_worker_compress", "demo_worker_hash", "demo_worker_parse",
@@ -656,12 +661,7 @@ def test_export_svg_is_a_flame_graph_a_browser_renders(tmp):
     or font from elsewhere) whose boxes are as wide as their CPU, the whole fleet's at the
     bottom; each worker function is a box. Headless Chromium runs its script (every box
     taken in hand for zoom and search) and shows each worker function's name."""
-    demo = os.path.join(BUILD, "tools", "demo", "demo-fleet")
-    out = os.path.join(tmp, "demo.json")
-    r = record(tmp, "--no-summary", "-o", out, "--", demo, "--workers", "4", "--seconds", "1",
-               "--helpers-per-sec", "2")
-    assert r.returncode == 0, f"status {r.returncode}: {r.stderr}"
-    doc = check_file(out)
+    out, doc = record_demo(tmp, 4, 1)
     svg = os.path.join(tmp, "demo.svg")
     e = subprocess.run([CLI, "export", "--format", "svg", "-o", svg, out], capture_output=True,
                        text=True, timeout=60)
