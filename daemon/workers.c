@@ -7,6 +7,7 @@
 #include "daemon/workers.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -41,6 +42,9 @@ struct daemon_workers {
     void (*closed)(void *userdata);
     void *closed_userdata;
 };
+
+/* Freed heap a process running workers keeps for their next builds (see workers_new()). */
+#define WORKERS_KEPT_HEAP_BYTES (32 << 20)
 
 static void scratch_free(struct worker_scratch *s)
 {
@@ -158,6 +162,14 @@ int workers_new(uv_loop_t *loop, unsigned threads, size_t symbols_limit_bytes,
 
     if (!loop || threads == 0 || threads > WORKERS_MAX || !ret)
         return -EINVAL;
+    /* A build allocates and frees a few MiB on its worker's arena, chunk-sized blocks among
+     * them. By default glibc maps such blocks afresh (mmap) or gives the freed top back at
+     * once (madvise), and the next build faults the same memory in again: for a short-lived
+     * process's exit profile, more page faults than work. Blocks up to that size come from
+     * the arena instead, and freed memory up to WORKERS_KEPT_HEAP_BYTES stays for the next
+     * build. */
+    (void)mallopt(M_MMAP_THRESHOLD, WORKERS_KEPT_HEAP_BYTES / 8);
+    (void)mallopt(M_TRIM_THRESHOLD, WORKERS_KEPT_HEAP_BYTES);
     w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1170,11 +1171,30 @@ static void write_groups(struct json_writer *w, const struct prof_process_info *
     json_writer_object_end(w);
 }
 
+/* The machine, as every profile's meta describes it: read once per process. A profile costs
+ * a uname() and two reads of /sys/devices/system/cpu/online otherwise, and the daemon writes
+ * one per short-lived process. */
+static struct {
+    char oscpu[200];
+    char machine[65];
+    long cpus;
+} host;
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+
+static void host_read(void)
+{
+    struct utsname u;
+
+    if (uname(&u) == 0) {
+        (void)snprintf(host.oscpu, sizeof(host.oscpu), "%s %s %s", u.sysname, u.release, u.machine);
+        (void)snprintf(host.machine, sizeof(host.machine), "%s", u.machine);
+    }
+    host.cpus = sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 static void write_meta(struct gecko *g, struct json_writer *w)
 {
     const struct prof_process_info *info = g->info;
-    struct utsname u;
-    char oscpu[200];
 
     json_writer_object_begin(w, "meta");
     json_writer_int(w, "version", GECKO_VERSION);
@@ -1190,13 +1210,13 @@ static void write_meta(struct gecko *g, struct json_writer *w)
     json_writer_int(w, "debug", 0);
     json_writer_bool(w, "presymbolicated", true);
     json_writer_string(w, "platform", "Linux");
-    if (uname(&u) == 0) {
-        (void)snprintf(oscpu, sizeof(oscpu), "%s %s %s", u.sysname, u.release, u.machine);
-        json_writer_string(w, "oscpu", oscpu);
-        json_writer_string(w, "abi", u.machine);
+    (void)pthread_once(&host_once, host_read);
+    if (host.oscpu[0]) {
+        json_writer_string(w, "oscpu", host.oscpu);
+        json_writer_string(w, "abi", host.machine);
     }
-    json_writer_int(w, "logicalCPUs", sysconf(_SC_NPROCESSORS_ONLN));
-    json_writer_int(w, "physicalCPUs", sysconf(_SC_NPROCESSORS_ONLN));
+    json_writer_int(w, "logicalCPUs", host.cpus);
+    json_writer_int(w, "physicalCPUs", host.cpus);
     json_writer_uint(w, "startTimeAsClockMonotonicNanosecondsSinceBoot", info->start_ns);
     prof_gecko_write_shared_meta(w);
     write_marker_schemas(w, info);
