@@ -8,11 +8,85 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/map.h"
 #include "daemon/controller.h"
 #include "daemon/core.h"
 #include "daemon/daemon-internal.h"
 
 /* Exit profiles */
+
+static uint64_t exit_pid_hash(int32_t pid)
+{
+    return fleetprof_map_mix64((uint32_t)pid);
+}
+
+static struct exit_profile *exit_newest_of(const struct daemon *d, int32_t pid)
+{
+    uint64_t v;
+
+    return fleetprof_map_find(&d->exit_by_pid, exit_pid_hash(pid), NULL, NULL, NULL, &v)
+                   ? (struct exit_profile *)(uintptr_t)v
+                   : NULL;
+}
+
+void daemon__exit_index_add(struct daemon *d, struct exit_profile *e)
+{
+    e->older_same_pid = exit_newest_of(d, e->pid);
+    if (fleetprof_map_set(&d->exit_by_pid, exit_pid_hash(e->pid), NULL, NULL, NULL, (uintptr_t)e) <
+        0)
+        d->exit_by_pid_lost = true; /* lookups walk the list from now on */
+}
+
+void daemon__exit_index_remove(struct daemon *d, struct exit_profile *e)
+{
+    struct exit_profile *p = exit_newest_of(d, e->pid);
+
+    if (p == e) {
+        if (e->older_same_pid)
+            (void)fleetprof_map_set(&d->exit_by_pid, exit_pid_hash(e->pid), NULL, NULL, NULL,
+                                    (uintptr_t)e->older_same_pid); /* the slot exists */
+        else
+            (void)fleetprof_map_remove(&d->exit_by_pid, exit_pid_hash(e->pid), NULL, NULL, NULL);
+    } else {
+        while (p && p->older_same_pid != e)
+            p = p->older_same_pid;
+        if (p)
+            p->older_same_pid = e->older_same_pid;
+    }
+    e->older_same_pid = NULL;
+    if (!d->exit_profiles && d->exit_by_pid_lost) {
+        /* Empty again: the index is whole again. */
+        fleetprof_map_free(&d->exit_by_pid);
+        d->exit_by_pid_lost = false;
+    }
+}
+
+const struct exit_profile *daemon__exit_profile_of(const struct daemon *d, int32_t pid)
+{
+    if (d->exit_by_pid_lost) {
+        const struct exit_profile *newest = NULL;
+
+        for (const struct exit_profile *e = d->exit_profiles; e; e = e->next)
+            if (e->pid == pid)
+                newest = e;
+        return newest;
+    }
+    return exit_newest_of(d, pid);
+}
+
+bool daemon__exit_profile_reported(const struct daemon *d, int32_t pid)
+{
+    if (d->exit_by_pid_lost) {
+        for (const struct exit_profile *e = d->exit_profiles; e; e = e->next)
+            if (e->pid == pid && !e->before_exec)
+                return true;
+        return false;
+    }
+    for (const struct exit_profile *e = exit_newest_of(d, pid); e; e = e->older_same_pid)
+        if (!e->before_exec)
+            return true;
+    return false;
+}
 
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why)
 {
@@ -22,6 +96,7 @@ void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char 
         d->exit_profiles = e->next;
         if (!d->exit_profiles)
             d->exit_profiles_last = NULL;
+        daemon__exit_index_remove(d, e);
         daemon__log(d, DAEMON_LOG_INFO, "exit profile of child %d (%s, %zu bytes) %s", (int)e->pid,
                     e->name, e->len, why);
         /* Said in the running capture's log, else in the next one's: a process is never
@@ -107,6 +182,8 @@ void daemon__exit_profiles_free(struct daemon *d)
         free(e);
     }
     d->exit_profiles_last = NULL;
+    fleetprof_map_free(&d->exit_by_pid);
+    d->exit_by_pid_lost = false;
 }
 
 void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size_t len,
@@ -143,6 +220,7 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
     else
         d->exit_profiles = e;
     d->exit_profiles_last = e;
+    daemon__exit_index_add(d, e);
     d->stats.exit_profiles++;
     d->stats.exit_profile_bytes += len;
     daemon__log(d, DAEMON_LOG_INFO, "kept the exit profile of child %d (%s, %zu bytes)",

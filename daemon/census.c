@@ -61,12 +61,13 @@ void daemon__census_accept(struct conn *c)
 static const char *profiled_name(struct daemon *d, int32_t pid)
 {
     const struct conn *k = pid > 0 ? daemon__child_by_pid(d, pid) : NULL;
+    const struct exit_profile *e;
 
     if (k)
         return k->name;
-    for (const struct exit_profile *e = d->exit_profiles; pid > 0 && e; e = e->next)
-        if (e->pid == pid)
-            return e->name;
+    e = pid > 0 ? daemon__exit_profile_of(d, pid) : NULL;
+    if (e)
+        return e->name;
     for (k = d->conns; pid > 0 && k; k = k->next)
         if (k->pid == pid) /* ended, its profile being built */
             return k->name;
@@ -242,9 +243,8 @@ static bool reported(const struct daemon *d, const struct census_wait *w)
             (w->kind == CENSUS_SPAWNED || k->connect_ns > w->since_ns))
             return true;
     }
-    for (const struct exit_profile *e = d->exit_profiles; e; e = e->next)
-        if (e->pid == w->pid && !e->before_exec)
-            return true;
+    if (daemon__exit_profile_reported(d, w->pid))
+        return true;
     for (size_t i = 0; i < d->departure_count; i++)
         if (d->departures[i].pid == w->pid && !d->departures[i].never &&
             d->departures[i].time_ns > w->since_ns)

@@ -122,6 +122,7 @@ struct exit_profile {
      * reporting after that exec (its new image may never report). */
     bool before_exec;
     struct exit_profile *next;
+    struct exit_profile *older_same_pid; /* the next of its pid in d->exit_by_pid */
 };
 
 struct daemon_built;
@@ -144,10 +145,16 @@ struct daemon {
     double start_epoch_ms;
     struct exit_profile *exit_profiles;      /* owned list, oldest first */
     struct exit_profile *exit_profiles_last; /* the newest of that list, NULL when empty */
-    struct gather *gather;                   /* the running capture, or NULL */
-    struct loop_pace *pace;                  /* owned; NULL when off */
-    uv_timer_t socket_watch;                 /* is the socket still ours? (server.c) */
-    bool socket_watch_open;                  /* until its close callback */
+    /* The same profiles by pid (fleetprof_map_mix64): one of each pid, the others through
+     * older_same_pid. The census and a capture ask, for each process that ends,
+     * whether its pid left one: a fleet of short-lived processes keeps thousands between
+     * two captures. exit_by_pid_lost: an insert found no memory, so lookups walk the list. */
+    struct fleetprof_map exit_by_pid;
+    bool exit_by_pid_lost;
+    struct gather *gather;   /* the running capture, or NULL */
+    struct loop_pace *pace;  /* owned; NULL when off */
+    uv_timer_t socket_watch; /* is the socket still ours? (server.c) */
+    bool socket_watch_open;  /* until its close callback */
     bool socket_lost_said;
     uv_timer_t linger_timer; /* are the owners of kept regions alive? (recover.c) */
     bool linger_timer_open;  /* until its close callback */
@@ -216,6 +223,14 @@ void daemon__exit_profile_add(struct daemon *d, struct conn *c, char *json, size
 /* Drops the daemon-owned exit profiles received at or before done_ns ("evicted"). */
 void daemon__exit_profiles_evict(struct daemon *d, uint64_t done_ns, const char *why);
 void daemon__exit_profiles_free(struct daemon *d);
+/* The list d->exit_profiles and its index by pid change together: a profile joins or leaves
+ * the index as it joins or leaves the list. */
+void daemon__exit_index_add(struct daemon *d, struct exit_profile *e);
+void daemon__exit_index_remove(struct daemon *d, struct exit_profile *e);
+/* A kept exit profile of pid (for its name), or NULL if none. */
+const struct exit_profile *daemon__exit_profile_of(const struct daemon *d, int32_t pid);
+/* Whether pid has a kept exit profile of an image that ended (not by exec). */
+bool daemon__exit_profile_reported(const struct daemon *d, int32_t pid);
 
 /* departures.c */
 /* A new departure record, or NULL when DEPARTURES_MAX are kept (then counted). */

@@ -835,9 +835,8 @@ static void write_header(struct gather *g, struct json_writer *w)
 /* Whether pid has a stored exit profile or a live connection (a later image of it). */
 static bool pid_reported_since(const struct daemon *d, int32_t pid)
 {
-    for (const struct exit_profile *e = d->exit_profiles; e; e = e->next)
-        if (e->pid == pid && !e->before_exec)
-            return true;
+    if (daemon__exit_profile_reported(d, pid))
+        return true;
     for (const struct conn *c = d->conns; c; c = c->next)
         if (c->kind == CONN_CHILD && c->pid == pid)
             return true;
@@ -887,6 +886,7 @@ static int write_stored(struct gather *g)
         d->exit_profiles = e->next;
         if (!d->exit_profiles)
             d->exit_profiles_last = NULL;
+        daemon__exit_index_remove(d, e);
         d->stats.exit_profiles--;
         d->stats.exit_profile_bytes -= e->len;
         ctl_remove_owned(d->ctl, e->receipt_ns);
@@ -936,6 +936,7 @@ static void give_back(struct gather *g)
         back = calloc(kept, sizeof(*back));
         kept = 0;
         for (struct exit_profile *e = g->taken; e; e = e->next, kept++) {
+            daemon__exit_index_add(d, e);
             d->stats.exit_profiles++;
             d->stats.exit_profile_bytes += e->len;
             if (back) {

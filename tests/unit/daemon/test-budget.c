@@ -45,6 +45,21 @@ static uint64_t owned_bytes(const struct daemon *d)
     return s.released_bytes;
 }
 
+/* Distinct pids among the kept exit profiles. */
+static size_t count_pids(const struct daemon *d)
+{
+    size_t n = 0;
+
+    for (const struct exit_profile *e = d->exit_profiles; e; e = e->next) {
+        const struct exit_profile *o = d->exit_profiles;
+
+        while (o != e && o->pid != e->pid)
+            o = o->next;
+        n += o == e;
+    }
+    return n;
+}
+
 /* What every user of the store relies on: oldest first, receipts strictly increasing, the
  * last pointer right, the stats and the controller agreeing with the list. */
 static void check_store(const struct daemon *d)
@@ -59,6 +74,25 @@ static void check_store(const struct daemon *d)
         n++;
     }
     assert_ptr_equal(d->exit_profiles_last, prev);
+    /* The index by pid holds the list, no more: each profile is in its pid's chain, and
+     * "reported" is whether the list has one of that pid that did not end by exec. */
+    for (e = d->exit_profiles; e; e = e->next) {
+        const struct exit_profile *k = daemon__exit_profile_of(d, e->pid);
+        bool reported = false;
+        size_t chain = 0, same = 0;
+
+        for (const struct exit_profile *o = d->exit_profiles; o; o = o->next)
+            if (o->pid == e->pid) {
+                same++;
+                reported = reported || !o->before_exec;
+            }
+        assert_non_null(k);
+        for (; k; k = k->older_same_pid, chain++)
+            assert_int_equal(k->pid, e->pid);
+        assert_int_equal(chain, same);
+        assert_int_equal(daemon__exit_profile_reported(d, e->pid), reported);
+    }
+    assert_int_equal(d->exit_by_pid.count, 0 + (size_t)count_pids(d));
     assert_int_equal(d->stats.exit_profiles, n);
     assert_int_equal(d->stats.exit_profile_bytes, bytes);
     assert_int_equal(owned_bytes(d), bytes);
@@ -261,7 +295,10 @@ static void test_the_store_stays_consistent(void **state)
         if (test_rng_range(&rng, 0, 3) != 0 || !f.d->exit_profiles) {
             size_t len = (size_t)test_rng_range(&rng, 2, 5000);
 
-            daemon__exit_profile_add(f.d, c, json_of(len), len, NULL, false);
+            /* A few pids, each with images that ended by exec and by exit. */
+            c->pid = 1200 + (int32_t)test_rng_range(&rng, 0, 7);
+            daemon__exit_profile_add(f.d, c, json_of(len), len, NULL,
+                                     test_rng_range(&rng, 0, 2) == 0);
         } else {
             /* At or before a receipt in the list, or just before one. */
             size_t pick = (size_t)test_rng_range(&rng, 0, kept(f.d) - 1), n = 0;
@@ -280,6 +317,7 @@ static void test_the_store_stays_consistent(void **state)
         check_store(f.d);
     }
     assert_int_equal(f.d->departure_count + f.d->departures_dropped, departures);
+    c->pid = 1200; /* as the fixture made it */
     fx_teardown(&f);
 }
 
