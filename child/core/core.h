@@ -278,6 +278,9 @@ extern __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec
 /* > 0 while the calling thread runs the sampling signal's handler (handler.c): the mask
  * changes libunwind makes there are not the program's. */
 extern __thread int rt_in_handler __attribute__((tls_model("initial-exec")));
+/* Set while the handler's libunwind walk runs with every signal blocked (stackwalk.c): the
+ * mask changes libunwind makes meanwhile change nothing, and are not made (preload.c). */
+extern __thread int rt_walk_masked __attribute__((tls_model("initial-exec")));
 /* > 0 while the calling thread is inside the dynamic loader (dlopen, dl_iterate_phdr...). */
 extern __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
 /* The runtime's own entries into the loader and libunwind pass this gate, which a fork

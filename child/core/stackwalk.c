@@ -189,6 +189,28 @@ void rt_stackwalk_forget_after_fork(void)
     warm_started = false;
 }
 
+/* The handler's libunwind walk, with every signal blocked but glibc's two internal ones (as
+ * libunwind blocks them): libunwind blocks and restores them around each of its lookups
+ * itself, two system calls a frame (~30 a sample of a short-lived process, whose frames all
+ * miss its caches); blocked once for the whole walk, they cost two, and preload.c's
+ * sigprocmask() leaves libunwind's own calls undone meanwhile (rt_walk_masked). */
+static void walk_mask_begin(sigset_t *old)
+{
+    sigset_t all;
+
+    (void)sigfillset(&all);
+    if (rt_sigmask_raw(SIG_SETMASK, &all, old) == 0)
+        rt_walk_masked = 1;
+}
+
+static void walk_mask_end(const sigset_t *old)
+{
+    if (!rt_walk_masked)
+        return;
+    rt_walk_masked = 0;
+    (void)rt_sigmask_raw(SIG_SETMASK, old, NULL);
+}
+
 /* A dwarf walk from the interrupted context without unw_backtrace's trace cache. */
 static int step_walk(uint64_t *frames, int max, void *ucontext)
 {
@@ -211,6 +233,7 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
     const ucontext_t *uc = ucontext;
     const greg_t *g = uc->uc_mcontext.gregs;
     uint64_t ip = (uint64_t)g[REG_RIP], sp = (uint64_t)g[REG_RSP], bp = (uint64_t)g[REG_RBP];
+    sigset_t old_mask;
     int n;
 
     c->flags = 0;
@@ -249,8 +272,10 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
             rt_loader_gate_leave();
             break;
         }
+        walk_mask_begin(&old_mask);
         if (!warmed && !atomic_load_explicit(&lazy_threads, memory_order_relaxed)) {
             n = step_walk(c->frames, PROF_MAX_FRAMES, ucontext);
+            walk_mask_end(&old_mask);
             rt_loader_gate_leave();
             if (n > 0 && c->frames[0] == ip) {
                 c->frame_count = (uint32_t)n;
@@ -262,6 +287,7 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
             break;
         }
         n = unw_backtrace((void **)c->frames, PROF_MAX_FRAMES);
+        walk_mask_end(&old_mask);
         rt_loader_gate_leave();
         for (int i = 0; i < n; i++) {
             if (c->frames[i] == ip) {

@@ -27,6 +27,7 @@ struct rt rt = {
 __thread struct rt_thread *rt_self __attribute__((tls_model("initial-exec")));
 __thread int rt_in_loader __attribute__((tls_model("initial-exec")));
 __thread int rt_in_handler __attribute__((tls_model("initial-exec")));
+__thread int rt_walk_masked __attribute__((tls_model("initial-exec")));
 
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;

@@ -508,6 +508,13 @@ static int set_mask(int how, const sigset_t *set, sigset_t *old)
     int saved_errno = errno;
     long r;
 
+    if (rt_walk_masked) {
+        /* libunwind's, inside the handler's walk, which blocked every signal already: the
+         * mask it saves to restore is that one, and nothing changes meanwhile. */
+        if (old)
+            (void)sigfillset(old);
+        return 0;
+    }
     if (set) {
         bool has = sigismember(set, RT_SAMPLE_SIGNAL) == 1;
 
