@@ -37,6 +37,8 @@
    daemon stage is split by the workload's own count of its tree's CPU (bench-fleet's
    tree_cpu_s): what the children pay, and what the daemon and `record` pay
    (record.churn_daemon_cpu_ms_per_process, their fixed cost spread over the run's processes).
+   record.churn_page_faults_per_process: the minor page faults the recorded run adds per
+   process (wait4's ru_minflt of the trees), the largest kernel cost of a short-lived child.
 
 CPU = user + sys of the whole process tree: every process in these trees is waited for by its
 parent, so rusage from wait4 (Linux: the child plus its reaped descendants) covers them all;
@@ -135,7 +137,8 @@ def kill_group(pgid):
 
 def run_tree(argv, env, timeout=TIMEOUT_S):
     """Runs argv in a session of its own and waits for it. Returns (status, wall s, CPU s of
-    the whole reaped tree, stdout, stderr, reap time from time.monotonic_ns)."""
+    the whole reaped tree, stdout, stderr, reap time from time.monotonic_ns, minor page
+    faults of the tree)."""
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
     cpu0 = children_cpu()
@@ -164,7 +167,7 @@ def run_tree(argv, env, timeout=TIMEOUT_S):
     stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     out.close()
     err.close()
-    return status, wall, cpu, stdout, stderr, reaped_ns
+    return status, wall, cpu, stdout, stderr, reaped_ns, ru.ru_minflt
 
 
 def failure(status, stderr):
@@ -343,7 +346,7 @@ def bench_exit(tmp):
         for rep in range(EXIT_REPS):
             order = configs[rep % 3:] + configs[:rep % 3]
             for c in order:
-                status, wall, cpu, out, err, reaped = run_tree([FLEET, "spin", "1"], envs[c])
+                status, wall, cpu, out, err, reaped, _ = run_tree([FLEET, "spin", "1"], envs[c])
                 why = failure(status, err)
                 f = fields(out)
                 if why is None and "exit_call_ns" not in f:
@@ -403,12 +406,13 @@ def record_runs(tmp, name, commands, reps):
             elif how == "perf":
                 argv = ["perf", "record", "-q", "-F", "1000", "-g", "-o", out + ".data", "--",
                         *argv]
-            status, wall, cpu, stdout, stderr, _ = run_tree(argv, env)
+            status, wall, cpu, stdout, stderr, _, faults = run_tree(argv, env)
             why = failure(status, stderr)
             f = fields(stdout)
             if why is None and "work_wall_s" not in f:
                 why = f"no result line: {stdout[:100]!r}"
-            r = {"wall": wall, "cpu": cpu, "sigprof": int(f.get("killed_by_sigprof", 0))}
+            r = {"wall": wall, "cpu": cpu, "sigprof": int(f.get("killed_by_sigprof", 0)),
+                 "faults": faults}
             if "tree_cpu_s" in f:  # the workload's own tree, without the daemon and record
                 r["tree_cpu"] = float(f["tree_cpu_s"])
             if why is None and recorded:
@@ -720,6 +724,13 @@ def report(bench, total_s):
                for r in churn_runs["record"] if r and "tree_cpu" in r]
     figures["record.churn_daemon_cpu_ms_per_process"] = (
         med(outside) if len(outside) == len(churn_runs["record"]) else math.nan, "ms", 3)
+    # The page faults a recorded process adds (its runtime's pages, the daemon's and
+    # `record`'s spread over the run): at 3-5 us each on a VM, the largest kernel cost of a
+    # short-lived process.
+    faults = [(r["faults"] - a["faults"]) / (CHURN_CHILDREN + 1)
+              for r, a in zip(churn_runs["record"], churn_runs["alone"]) if r and a]
+    figures["record.churn_page_faults_per_process"] = (
+        med(faults) if len(faults) == len(churn_runs["record"]) else math.nan, "faults", 0)
     for err in churn_errors:
         print(f"   FAILED {err}")
     sigprof = sum(r["sigprof"] for runs in (fleet_runs, churn_runs) for rs in runs.values()
