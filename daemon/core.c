@@ -44,7 +44,7 @@ void daemon__log(struct daemon *d, enum daemon_log_level level, const char *fmt,
     char line[512];
     va_list ap;
 
-    if (!d->opt.log)
+    if (!d->opt.log || level > d->opt.log_level)
         return;
     va_start(ap, fmt);
     (void)vsnprintf(line, sizeof(line), fmt, ap);

@@ -55,6 +55,10 @@ struct daemon_options {
     bool allow_any_uid; /* tests only: skip the peer uid check */
     daemon_log_fn log;  /* may be NULL */
     void *log_userdata;
+    /* The least severe level log keeps: lines past it are not even formatted (a few per
+     * process a fleet starts). 0 (DAEMON_LOG_ERROR) keeps errors alone; set it to
+     * DAEMON_LOG_DEBUG for every line. Read only when log is set. */
+    enum daemon_log_level log_level;
 };
 
 /* Opens the socket and starts serving on loop (borrowed, must outlive the daemon).

@@ -276,6 +276,7 @@ int main(int argc, char **argv)
         return 1;
     }
     opt.log = on_log;
+    opt.log_level = max_level;
     /* A child that dies mid-write must cost an EPIPE, not the daemon; a file size limit on
      * a capture's output an EFBIG (the capture fails and says so), not the daemon. */
     (void)signal(SIGPIPE, SIG_IGN);

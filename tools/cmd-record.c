@@ -835,6 +835,7 @@ int cmd_record(int argc, char **argv)
     }
     opt.socket_path = rec->socket;
     opt.log = on_daemon_log;
+    opt.log_level = DAEMON_LOG_ERROR; /* on_daemon_log() keeps no other */
     opt.log_userdata = rec;
     gather_meter_init(&rec->meter);
     r = daemon_new(&rec->loop, &opt, &rec->daemon);

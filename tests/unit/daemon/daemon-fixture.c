@@ -57,6 +57,7 @@ void fx_setup(struct fx *f, const struct daemon_options *o)
         opt.pace_ns = DAEMON_PACE_OFF;
     opt.log = on_log;
     opt.log_userdata = f;
+    opt.log_level = DAEMON_LOG_DEBUG; /* tests read the lines */
     assert_int_equal(uv_loop_init(&f->loop), 0);
     assert_int_equal(uv_timer_init(&f->loop, &f->tick), 0);
     assert_int_equal(daemon_new(&f->loop, &opt, &f->d), 0);
