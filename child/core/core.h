@@ -49,10 +49,15 @@
 /* Captures a thread's timer can make before the sampler empties them; the handler wakes the
  * sampler when half are full. */
 #define RT_CAPTURE_RING      8
-/* Captures a process takes with step-by-step dwarf walks before the sampler warms libunwind
- * for unw_backtrace() (stackwalk.c): about where the extra cost of those walks (10 µs or
- * more a sample at bench-handler's depths, against ~6 µs) reaches the warm-up's ~270 µs. */
-#define RT_WARM_CAPTURES     16
+/* The handler time a process spends in step-by-step dwarf walks before the sampler warms
+ * libunwind for unw_backtrace() (stackwalk.c): what the warm-up costs, measured at ~1 ms
+ * here (the warming thread, and each sampled thread's 256 KiB cache: ~136 page faults in a
+ * one-thread process). Rent until the rent paid equals the price, then buy: a process pays
+ * at most twice what the better choice in hindsight would have cost it, whatever its life,
+ * its stack depth and the kernel's timer resolution (CPU timers fire on the scheduler tick:
+ * every 4 ms at HZ=250). At 16 captures, a process of 60-100 ms of CPU paid the warm-up
+ * and got back less than it cost (0.7 ms more per process, measured). */
+#define RT_WARM_AFTER_NS     (1000 * 1000)
 /* How often the sampler empties the rings, writes idle time and counters, and serves the
  * daemon while some thread ran; and while none did. Every thread's samples are timed by
  * its own timer: these only bound how late they reach the buffer (a ring half full wakes
@@ -355,7 +360,7 @@ uint64_t rt_threads_generation(void);
 /* stackwalk.c */
 int rt_stackwalk_init(enum rt_stackwalk mode);
 void rt_stackwalk_warm_thread(void);
-/* The sampler thread, at each drain once the process has taken RT_WARM_CAPTURES captures:
+/* The sampler thread, at each drain once its handlers spent RT_WARM_AFTER_NS walking:
  * starts a thread that makes libunwind's one-time set-up, after which handlers use
  * unw_backtrace(), and joins it at a later call (never waits). True when it started it. */
 bool rt_stackwalk_warm_process(void);

@@ -95,15 +95,15 @@ static bool libunwind_key_is_static(void)
  * one-time set-up (a pthread_once and its key), on which a handler that interrupted it
  * would deadlock. So until the process is warmed, handlers walk with unw_init_local2() and
  * unw_step() (step_walk(): no trace cache, no once; a few µs a sample instead of ~0.4), and
- * the process is warmed by the sampler thread, on itself, once it has taken
- * RT_WARM_CAPTURES captures: a short-lived process pays for its samples, not for a
- * cache it would not use. After that the other threads' caches are made by their first
- * sample's handler: a thread that is never sampled (an idle pool: 64 threads cost 18 MiB
- * and 160 ms of CPU) pays nothing. That is safe as long as the cache's set-up in the
- * handler takes nothing a signal could find held: libunwind blocks signals around its own
- * pool's lock and maps its memory with mmap; only pthread_setspecific() could allocate, for
- * a key above glibc's static ones, in which case each thread registered from then on is
- * warmed as it registers, and the threads registered before keep walking step by step. */
+ * the process is warmed by the sampler thread, on itself, once its handlers have spent
+ * RT_WARM_AFTER_NS walking, what the warm-up costs: a short-lived process pays for its
+ * samples, not for a cache it would not use. After that the other threads' caches are made by their
+ * first sample's handler: a thread that is never sampled (an idle pool: 64 threads cost 18 MiB and
+ * 160 ms of CPU) pays nothing. That is safe as long as the cache's set-up in the handler takes
+ * nothing a signal could find held: libunwind blocks signals around its own pool's lock and maps
+ * its memory with mmap; only pthread_setspecific() could allocate, for a key above glibc's static
+ * ones, in which case each thread registered from then on is warmed as it registers, and the
+ * threads registered before keep walking step by step. */
 static void warm_this_thread(void)
 {
     void *frames[64];
