@@ -48,6 +48,14 @@
  *                                   report whether SIGPROF is pending (pending_sigprof).
  *                                   Meant for `ulimit -i 1` (RLIMIT_SIGPENDING)
  *   wl-signals unshare-user         reports unshare(CLONE_NEWUSER): 0 or the errno's name
+ *   wl-signals rt-flood CPU_S N     a thread queues N real-time signals (SIGRTMIN+3, each
+ *                                   with its number as value, one every 0.5 ms) to the main
+ *                                   thread, which spins CPU_S at the bottom of a 1,010-frame
+ *                                   recursion (deep_recurse, samples there walk far) and
+ *                                   then waits for them (5 s at most); its SA_SIGINFO
+ *                                   handler counts them. report: received (how many), in_order
+ *                                   (each value one more than the last); then one more sent
+ *                                   while blocked: blocked_held, unblocked_delivered
  *   wl-signals mask-errno           blocks every signal with sigprocmask, then
  *                                   pthread_sigmask, unblocks them: reports each call's
  *                                   result, errno after it, and the mask read back
@@ -56,6 +64,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -668,6 +677,73 @@ static int rlimit_sigpending(double cpu_s)
     return 0;
 }
 
+static _Atomic int flood_received, flood_next = 1, flood_in_order = 1;
+
+static void on_flood(int sig, siginfo_t *info, void *uc)
+{
+    (void)sig;
+    (void)uc;
+    if (info->si_value.sival_int != atomic_load(&flood_next))
+        atomic_store(&flood_in_order, 0);
+    atomic_store(&flood_next, info->si_value.sival_int + 1);
+    atomic_fetch_add(&flood_received, 1);
+}
+
+struct flood {
+    pthread_t target;
+    int count;
+};
+
+static void *flood_sender(void *arg)
+{
+    const struct flood *f = arg;
+    struct timespec gap = {0, 500 * 1000};
+
+    for (int i = 1; i <= f->count; i++) {
+        union sigval v = {.sival_int = i};
+
+        while (pthread_sigqueue(f->target, SIGRTMIN + 3, v) != 0)
+            (void)nanosleep(&gap, NULL); /* EAGAIN: the queue is full, the target catches up */
+        (void)nanosleep(&gap, NULL);
+    }
+    return NULL;
+}
+
+static int rt_flood(double cpu_s, int count)
+{
+    struct sigaction sa = {.sa_sigaction = on_flood, .sa_flags = SA_SIGINFO | SA_RESTART};
+    struct flood f = {pthread_self(), count};
+    pthread_t sender;
+
+    (void)sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGRTMIN + 3, &sa, NULL) < 0)
+        return 3;
+    if (pthread_create(&sender, NULL, flood_sender, &f) != 0)
+        return 5;
+    sigset_t one, pending;
+    union sigval last = {.sival_int = count + 1};
+    int held, after;
+
+    (void)deep_recurse(1, cpu_s * 1e3);
+    pthread_join(sender, NULL);
+    for (int i = 0; i < 5000 && atomic_load(&flood_received) < count; i++)
+        (void)usleep(1000);
+    printf("report: received=%d in_order=%d\n", atomic_load(&flood_received),
+           atomic_load(&flood_in_order));
+    /* The program's own mask changes after all those samples still take effect: one more,
+     * blocked, stays pending until it is unblocked. */
+    (void)sigemptyset(&one);
+    (void)sigaddset(&one, SIGRTMIN + 3);
+    (void)sigprocmask(SIG_BLOCK, &one, NULL);
+    (void)pthread_sigqueue(pthread_self(), SIGRTMIN + 3, last);
+    (void)sigpending(&pending);
+    held = sigismember(&pending, SIGRTMIN + 3) == 1 && atomic_load(&flood_received) == count;
+    (void)sigprocmask(SIG_UNBLOCK, &one, NULL);
+    after = atomic_load(&flood_received);
+    printf("report: blocked_held=%d unblocked_delivered=%d\n", held, after == count + 1);
+    return 0;
+}
+
 /* errno after successful mask changes (a server reads a failed select()'s errno after it
  * restored its mask), and the mask read back: every signal but glibc's own two and the
  * two no one can block. */
@@ -738,6 +814,8 @@ int main(int argc, char **argv)
         return unshare_user();
     if (!strcmp(mode, "mask-errno"))
         return mask_errno();
+    if (!strcmp(mode, "rt-flood") && argc > 3)
+        return rt_flood(atof(argv[2]), atoi(argv[3]));
     fprintf(stderr, "wl-signals: unknown mode '%s' (see the file's header)\n", mode);
     return 2;
 }
