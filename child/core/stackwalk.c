@@ -193,7 +193,9 @@ void rt_stackwalk_forget_after_fork(void)
  * libunwind blocks them): libunwind blocks and restores them around each of its lookups
  * itself, two system calls a frame (~30 a sample of a short-lived process, whose frames all
  * miss its caches); blocked once for the whole walk, they cost two, and preload.c's
- * sigprocmask() leaves libunwind's own calls undone meanwhile (rt_walk_masked). */
+ * sigprocmask() leaves libunwind's own calls undone meanwhile (rt_walk_masked). Only for
+ * step_walk(): a warm unw_backtrace() finds its frames in its trace cache, and masks only
+ * on a miss. */
 static void walk_mask_begin(sigset_t *old)
 {
     sigset_t all;
@@ -272,8 +274,8 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
             rt_loader_gate_leave();
             break;
         }
-        walk_mask_begin(&old_mask);
         if (!warmed && !atomic_load_explicit(&lazy_threads, memory_order_relaxed)) {
+            walk_mask_begin(&old_mask);
             n = step_walk(c->frames, PROF_MAX_FRAMES, ucontext);
             walk_mask_end(&old_mask);
             rt_loader_gate_leave();
@@ -287,7 +289,6 @@ void rt_stackwalk_capture(struct rt_capture *c, const struct rt_thread *t, void 
             break;
         }
         n = unw_backtrace((void **)c->frames, PROF_MAX_FRAMES);
-        walk_mask_end(&old_mask);
         rt_loader_gate_leave();
         for (int i = 0; i < n; i++) {
             if (c->frames[i] == ip) {
