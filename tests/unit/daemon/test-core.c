@@ -284,10 +284,18 @@ static void test_log_lines_reach_the_embedder(void **state)
     assert_int_equal(strlen(f.lines[1].text), 511);
     assert_int_equal(f.lines[1].text[0], 'x');
 
+    /* Past the embedder's level: the line never reaches it (record keeps errors alone). */
+    f.d->opt.log_level = DAEMON_LOG_WARNING;
+    daemon__log(f.d, DAEMON_LOG_INFO, "dropped");
+    assert_int_equal(f.line_count, 2);
+    daemon__log(f.d, DAEMON_LOG_WARNING, "kept");
+    assert_int_equal(f.line_count, 3);
+    assert_string_equal(f.lines[2].text, "kept");
+
     /* No log function: nothing happens. */
     f.d->opt.log = NULL;
     daemon__log(f.d, DAEMON_LOG_ERROR, "unseen");
-    assert_int_equal(f.line_count, 2);
+    assert_int_equal(f.line_count, 3);
     fx_teardown(&f);
 }
 
