@@ -1,15 +1,17 @@
 /* daemon/census.c - the processes the daemon learns of at their fork, and why one that never
  * said Hello is not in the file.
  *
- * A profiled process's forked child connects in its fork handler (child/ipc-module/ipc.c,
- * connect_early()), before the program runs in it, and says Hello at its start (its first
- * tick, within 10 ms, or its first call into the runtime). If the connection closes first
- * with nothing said, the child exec'd (close-on-exec), or ended. An exec'd image that loads
- * the runtime connects again with the same pid and reports for itself; one that does not,
- * or a child that ended before its runtime started, would vanish without a word: it is
- * remembered here as a departure with the likely reason, read off the process as it is now
- * (its program, its environment, its credentials), and the next capture names it unless a
- * later image of the same pid reported.
+ * A profiled process names the children it forks or spawns (Spawned, at its sampler's next
+ * tick); a forked child connects at its start (its first tick, within 10 ms, its first call
+ * into the runtime, or before it changes its user ids) and says Hello. A vfork child
+ * connects in the exec wrapper, saying nothing; so does a forked child whose parent gave up
+ * its connection, in its fork handler (child/ipc-module/ipc.c, connect_early()): if such a
+ * connection closes with nothing said, the child exec'd (close-on-exec), or ended. An
+ * exec'd image that loads the runtime connects with the same pid and reports for itself;
+ * one that does not, or a child that ended before its runtime started, would vanish without
+ * a word: it is remembered here as a departure with the likely reason, read off the process
+ * as it is now (its program, its environment, its credentials), and the next capture names
+ * it unless a later image of the same pid reported.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -50,10 +50,10 @@ int ipc_socket_file_check(const char *path, uid_t uid, char *reason, size_t reas
  * uid, at the resolved path, and stores it in *ret_fd; nothing is sent and the listener is
  * not yet checked (ipc_socket_listener_check(): ipc_conn_adopt() and a light connection do
  * that before the first byte). Made apart from the
- * libuv connection so that a forked child can connect in its fork handler, as the user it
- * was born as, before the program can drop its privileges, and hand the socket to its IPC
- * thread later. Returns 0 or the errors of the checks (with a reason) and of socket(2) and
- * connect(2): -ENOENT (no socket), -ECONNREFUSED (stale), -EACCES, -EAGAIN (backlog full). */
+ * libuv connection so that a forked child can connect as the user it was born as, before
+ * the program drops its privileges, and hand the socket to its IPC thread later. Returns 0 or the
+ * errors of the checks (with a reason) and of socket(2) and connect(2): -ENOENT (no socket),
+ * -ECONNREFUSED (stale), -EACCES, -EAGAIN (backlog full). */
 int ipc_socket_connect(const char *path, uid_t uid, char *reason, size_t reason_len, int *ret_fd);
 
 /* Whether the listener at the other end of fd (a socket connected to path) may be told

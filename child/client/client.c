@@ -142,6 +142,14 @@ void rt_ipc_welcome_wait(void)
         m->welcome_wait();
 }
 
+void rt_ipc_before_credentials(void)
+{
+    const struct rt_ipc_module *m = rt_ipc_module(false);
+
+    if (m)
+        m->before_credentials();
+}
+
 void rt_ipc_before_chroot(void)
 {
     const struct rt_ipc_module *m = rt_ipc_module(false);

@@ -25,7 +25,7 @@ void rt_ipc_tick(void);
 /* In a forked child: drop the parent's connection without touching it. */
 void rt_ipc_forget_after_fork(void);
 bool rt_ipc_connected(void);
-/* The program started pid with posix_spawn: the daemon is told (census). Connected only. */
+/* The program started pid (fork, posix_spawn): the daemon is told (census). Connected only. */
 void rt_ipc_spawned(int32_t pid);
 /* Why the daemon at FLEETPROF_SOCKET was not trusted with our data (said once on stderr), or
  * NULL: the process then profiles alone, as without a daemon. */
@@ -55,6 +55,10 @@ void rt_ipc_welcome_wait(void);
 /* The program is about to chroot: a light connection starts its IPC thread now, while the
  * libraries that takes can still be loaded (libuv). */
 void rt_ipc_before_chroot(void);
+/* The program is about to change its user ids: a forked child of a connected process that
+ * has not connected yet does now, as the user the daemon accepts (any thread; a lock is
+ * taken only that once). */
+void rt_ipc_before_credentials(void);
 
 /* struct rt_symbol_batch: child/core/ipc-module.h. */
 /* Sends batch through the daemon's symbol service and waits at most timeout_ns for the

@@ -30,7 +30,7 @@
 
 #define RT_IPC_MODULE_NAME  "libfleetprof-ipc.so"
 #define RT_IPC_MODULE_ENTRY "fleetprof_ipc_module"
-#define RT_IPC_MODULE_ABI   12u
+#define RT_IPC_MODULE_ABI   13u
 
 struct json_writer;
 struct progress_logger;
@@ -178,8 +178,8 @@ struct rt_ipc_module {
                             size_t *ret_len);
     /* Why the daemon at our socket was not trusted (its directory, socket or uid), or NULL. */
     const char *(*untrusted)(void);
-    /* The program started pid with posix_spawn: told to the daemon (Spawned) from the IPC
-     * thread; any thread, not from a signal handler. */
+    /* The program started pid (fork, posix_spawn): told to the daemon (Spawned) in a batch,
+     * at the sampler's next tick; any thread, not from a signal handler. */
     void (*spawned)(int32_t pid);
     /* Takes the daemon's Welcome if it is on its way and not read yet (a light connection,
      * ipc.c), waiting for it a bounded time: at exit, before the sampler's last drain. */
@@ -187,6 +187,10 @@ struct rt_ipc_module {
     /* Starts the IPC thread now if the connection is light (it loads libuv): the program is
      * about to leave the file system where libuv is (chroot). */
     void (*promote)(void);
+    /* The program is about to change its user ids (setuid, ...): a forked child of a
+     * connected process that has not connected yet connects now, as the user the daemon
+     * accepts, for its start to say Hello on. */
+    void (*before_credentials)(void);
 };
 
 /* The module's only exported symbol (RT_IPC_MODULE_ENTRY). */

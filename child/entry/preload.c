@@ -13,17 +13,20 @@
  *                        undone if exec fails (before_exec());
  *   fork                 like pthread_create and posix_spawn: one that fails with EAGAIN
  *                        under a process limit gets the runtime's threads' slots
- *                        (rt_slots_give_up()) and is made again;
+ *                        (rt_slots_give_up()) and is made again; the daemon is told the
+ *                        child's pid (rt_ipc_spawned()), to name it if none of its images
+ *                        connects (it connects at its start: preload-credentials.c);
  *   posix_spawn,         its child execs inside libc, past the wrappers above: the daemon
  *   posix_spawnp         is told its pid (rt_ipc_spawned()), to name it if it is never
  *                        profiled (a static program, ...);
  *   sigaction, signal,   SIGPROF: the program's action is kept aside, ours stays installed;
  *   bsd_signal, ssignal, a raw rt_sigaction that replaces ours stops sampling (sampler.c);
  *   sysv_signal, __sysv_signal, sigset, sigignore, siginterrupt
- *   chroot               remembered: the pid of each child forked since is told to the
- *                        daemon (rt_ipc_spawned()), which names it if it cannot connect
- *                        from inside the new root (nothing outside it is kept open: a
- *                        descriptor of a directory outside would let a jailed process out);
+ *   chroot               the IPC thread is started before (libuv cannot be loaded from
+ *                        inside the root); a child forked since, which cannot connect from
+ *                        in there, is named by the daemon from its pid (fork, above; nothing
+ *                        outside the root is kept open: a descriptor of a directory outside
+ *                        would let a jailed process out);
  *   close, close_range,  leave the runtime's own descriptors (its daemon connection, its
  *   closefrom            event loop's epoll and eventfd) open when the program closes
  *                        "every descriptor", as daemons do: libuv aborts the process when
@@ -90,8 +93,6 @@ static posix_spawn_fn real_posix_spawn;
 static posix_spawn_fn real_posix_spawnp;
 static close_fn real_close;
 static fork_fn real_fork;
-/* The process changed its root: its children may not reach the daemon's socket. */
-static _Atomic bool chrooted;
 static chroot_fn real_chroot;
 static signal_fn real_signal;
 static signal_fn real_bsd_signal;
@@ -228,8 +229,11 @@ FLEETPROF_EXPORT pid_t fork(void)
     rt_fork_light_done();
     if (pid > 0 && rt_slots_given_up()) /* it starts no runtime: the daemon names it */
         rt_region_note_unprofiled_child((int32_t)pid);
-    else if (pid > 0 && atomic_load(&chrooted) && rt_running())
-        rt_ipc_spawned((int32_t)pid); /* named if it cannot connect from inside the root */
+    else if (pid > 0 && atomic_load(&rt.running))
+        /* The daemon learns of the child from us, not from a connection of its own in its
+         * fork handler (preload-credentials.c): named if none of its images connects (one
+         * inside a root we chroot'ed to cannot). */
+        rt_ipc_spawned((int32_t)pid);
     return pid;
 }
 
@@ -333,8 +337,6 @@ FLEETPROF_EXPORT void closefrom(int lowfd)
 
 FLEETPROF_EXPORT int chroot(const char *path)
 {
-    int r;
-
     NEED_REAL(real_chroot);
     /* The daemon connection's thread may be needed later (a capture, the spawned pids of
      * the children forked in there), and libuv cannot be loaded from inside the root. Then
@@ -348,10 +350,7 @@ FLEETPROF_EXPORT int chroot(const char *path)
         libs = rt_modules_get(&error);
         rt_modules_put(libs);
     }
-    r = real_chroot(path);
-    if (r == 0)
-        atomic_store(&chrooted, true);
-    return r;
+    return real_chroot(path);
 }
 
 RT_NO_TSAN FLEETPROF_EXPORT void *dlopen(const char *file, int mode)
@@ -762,8 +761,9 @@ struct exec_state {
  * (close-on-exec). The daemon learns the child's pid from it (SO_PEERCRED) and, if no
  * image of that pid connects, names the process with why (daemon/census.c: a static
  * program, an environment without the preload, a set-user-ID program). A fork child does
- * the same in its fork handler (child/ipc-module/ipc.c). The parent's memory is ours here: only
- * system calls, nothing stored; the path was checked by the parent when it connected. */
+ * the same in its fork handler when its parent cannot name it (child/ipc-module/ipc.c). The
+ * parent's memory is ours here: only system calls, nothing stored; the path was checked by
+ * the parent when it connected. */
 static int vfork_child_says_here(void)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};

@@ -95,8 +95,9 @@ static struct {
     uid_t light_uid;
     bool hello_sent;         /* by light_start(): the IPC thread does not say it again */
     _Atomic int light_needs; /* something for the IPC thread (a wake while light) */
-    /* A forked child's connection, made in its fork handler as the user it was born as
-     * (connect_early()), for its first client_start() to adopt. */
+    /* A forked child's connection, made as the user it was born as (connect_early(): in
+     * its fork handler when its parent has no connection to name it by, else before it
+     * changes its user ids), for its first client_start() to adopt. */
     bool early;
     int early_fd;
     uid_t early_uid;
@@ -142,8 +143,9 @@ static struct {
     uint64_t sym_id;
 } ipc;
 
-/* Processes the program started with posix_spawn, for the next Spawned (any thread adds,
- * the IPC thread sends). Not in ipc: it outlives a reset of that. */
+/* Processes the program started (fork, posix_spawn), for the next Spawned (any thread adds,
+ * the sampler's tick sends them or wakes the IPC thread to). Not in ipc: it outlives a reset
+ * of that. */
 #define SPAWNED_MAX 256
 static pthread_mutex_t spawned_lock = PTHREAD_MUTEX_INITIALIZER;
 static int32_t spawned_pids[SPAWNED_MAX];
@@ -176,6 +178,16 @@ static int light_promote(void);
 static void light_wait_welcome(void);
 static void light_send_spawned(void);
 
+static bool spawned_waiting(void)
+{
+    size_t n;
+
+    (void)pthread_mutex_lock(&spawned_lock);
+    n = spawned_count;
+    (void)pthread_mutex_unlock(&spawned_lock);
+    return n > 0 && atomic_load(&ipc.linked);
+}
+
 static void client_tick(void)
 {
     uint64_t gen = core->groups_generation();
@@ -190,6 +202,8 @@ static void client_tick(void)
         (void)light_promote();
     if (ipc.light)
         light_send_spawned();
+    else if (spawned_waiting())
+        wake_ipc(); /* one wake-up a tick for the pids started since, not one a fork */
     (void)pthread_mutex_unlock(&light_lock);
     /* Totals changed, or the process ran (the daemon's fleet CPU is the process CPU these
      * carry, and it takes a process that sends nothing for a quiet one): one wake-up per
@@ -1007,23 +1021,19 @@ static void flush_spawned(void)
 static void client_spawned(int32_t pid)
 {
     size_t waiting;
-    bool light;
 
     (void)pthread_mutex_lock(&spawned_lock);
     if (spawned_count < SPAWNED_MAX) /* beyond: a burst the daemon cannot name; rare */
         spawned_pids[spawned_count++] = pid;
     waiting = spawned_count;
     (void)pthread_mutex_unlock(&spawned_lock);
-    /* A light connection sends them at the sampler's next tick (client_tick()). The daemon
-     * needs them only to name a spawned child that never connects, and that waits for its
-     * grace anyway; waking a thread for each cost every spawn a wake-up, and the first one
-     * the whole IPC thread and libuv. Half a batch waiting wakes it all the same. */
-    (void)pthread_mutex_lock(&light_lock);
-    light = ipc.light;
-    (void)pthread_mutex_unlock(&light_lock);
-    if (light && waiting < SPAWNED_MAX / 2)
-        return;
-    wake_ipc();
+    /* Sent at the sampler's next tick (client_tick()): on a light connection by it, else by
+     * the IPC thread it wakes. The daemon needs them only to name a child that never
+     * connects, and that waits for its grace anyway; waking a thread for each cost every
+     * fork a wake-up, and a light connection's first one the whole IPC thread and libuv.
+     * Half a batch waiting wakes it all the same. */
+    if (waiting >= SPAWNED_MAX / 2)
+        wake_ipc();
 }
 
 static void on_wake(uv_async_t *handle)
@@ -1733,13 +1743,16 @@ static int client_give_up(void)
     return r;
 }
 
-/* In the fork handler of a child whose parent talked to a daemon: the connection now, the
- * rest of the start at the first tick. A server's worker often drops its privileges at
- * once (nginx, httpd, postfix: setuid to an unprivileged user), after which it can neither
- * reach the socket (a directory only we may enter) nor pass the daemon's check of who
- * connects; connected now, as the user the daemon accepted, it stays in the fleet to its
- * end. A few system calls; a child that execs closes the socket unused (close-on-exec) and
- * the daemon forgets a connection that never said Hello. */
+/* A forked child's connection before its start makes one (which adopts it): a server's
+ * worker often drops its privileges at once (nginx, httpd, postfix: setuid to an
+ * unprivileged user), after which it can neither reach the socket (a directory only we may
+ * enter) nor pass the daemon's check of who connects; connected before, as the user the
+ * daemon accepted, it stays in the fleet to its end. Made in the fork handler only when the
+ * parent gave its connection up, so that the daemon learns of the child from it; else the
+ * parent names its children (Spawned), and the connection waits for the child's start or
+ * its first change of user ids (client_before_credentials()): most forked children exec at
+ * once, and each early connection cost them and the daemon 0.2-0.3 ms for a socket the exec
+ * closed unused. */
 static void connect_early(const char *path)
 {
     char reason[IPC_TRUST_REASON_MAX];
@@ -1758,6 +1771,23 @@ static void connect_early(const char *path)
     ipc.early = true;
     ipc.early_fd = fd;
     ipc.early_uid = uid;
+}
+
+/* Where a forked child connects before it changes its user ids, "" when it does not: its
+ * parent's daemon (the parent was connected). Under light_lock after the fork. */
+static char connect_before_credentials[sizeof(ipc.socket_path)];
+static _Atomic bool connect_before_credentials_set; /* the unlocked test of every call */
+
+static void client_before_credentials(void)
+{
+    if (!atomic_load_explicit(&connect_before_credentials_set, memory_order_acquire))
+        return;
+    (void)pthread_mutex_lock(&light_lock);
+    atomic_store(&connect_before_credentials_set, false);
+    if (connect_before_credentials[0] && !ipc.early && !ipc.light && !atomic_load(&ipc.linked))
+        connect_early(connect_before_credentials);
+    connect_before_credentials[0] = '\0'; /* once: as the user it was born as */
+    (void)pthread_mutex_unlock(&light_lock);
 }
 
 static void client_forget_after_fork(void)
@@ -1799,8 +1829,14 @@ static void client_forget_after_fork(void)
     memset(&ipc, 0, sizeof(ipc));
     ipc.defer_start = true; /* this child may exec at once: start at the first tick */
     atomic_store(&ipc.start_not_before_ns, 0);
-    if (linked || children_connect)
+    connect_before_credentials[0] = '\0';
+    atomic_store(&connect_before_credentials_set, false);
+    if (children_connect) {
         connect_early(path);
+    } else if (linked) { /* the parent names this child (Spawned) */
+        memcpy(connect_before_credentials, path, sizeof(path));
+        atomic_store_explicit(&connect_before_credentials_set, true, memory_order_release);
+    }
 }
 
 /* --- the module's table (child/core/ipc-module.h) ------------------------------------------ */
@@ -1835,6 +1871,7 @@ static const struct rt_ipc_module module = {
         .spawned = client_spawned,
         .welcome_wait = client_welcome_wait,
         .promote = client_promote,
+        .before_credentials = client_before_credentials,
 };
 
 __attribute__((visibility("default"))) const struct rt_ipc_module *fleetprof_ipc_module(void)

@@ -201,8 +201,8 @@ static uint64_t fork_thread_cpu_ns;
  * own), how its children went: exec'd while their start was still deferred ("quick"), or
  * started. Once FORK_LIGHT_AFTER children in a row were quick (and at most one in
  * FORK_LIGHT_RATIO started), its fork wrapper asks for a light child: the fork handler makes
- * nothing but the early connection (the daemon knows the child from its start, as any
- * fork's), and the child's first call that needs the runtime (rt_running(): the API,
+ * nothing (the daemon knows the child from its start, as any fork's: its parent names it),
+ * and the child's first call that needs the runtime (rt_running(): the API,
  * pthread_create, its exit) makes the whole start, its CPU since the fork charged as the
  * CPU before the start. A light child that did not exec at once counts as started, so its
  * parent's next children are full ones again. What a light child that computes before
@@ -300,9 +300,8 @@ static int fork_start_begin(bool light)
     if (r < 0)
         return r;
     if (rt_self) {
-        /* The fork made the thread: its CPU clock counts from there (the forgetting and
-         * the early connection above, 0.2-0.5 ms; a light child's life since). No image
-         * before it charged any of it. */
+        /* The fork made the thread: its CPU clock counts from there (the forgetting,
+         * 0.1-0.3 ms; a light child's life since). No image before it charged any of it. */
         rt.before_start_cpu_ns = rt_self->last_cpu_ns;
         atomic_store(&rt.before_start_accounted_ns, 0);
         atomic_store(&rt.before_start, RT_BEFORE_START_KNOWN);
