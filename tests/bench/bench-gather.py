@@ -38,7 +38,10 @@
    tree_cpu_s): what the children pay, and what the daemon and `record` pay
    (record.churn_daemon_cpu_ms_per_process, their fixed cost spread over the run's processes).
    record.churn_page_faults_per_process: the minor page faults the recorded run adds per
-   process (wait4's ru_minflt of the trees), the largest kernel cost of a short-lived child.
+   process (wait4's ru_minflt of the trees), the largest kernel cost of a short-lived child;
+   record.churn_context_switches_per_process: the context switches it adds (ru_nvcsw +
+   ru_nivcsw), its wake-ups: both counts move little from run to run, where the CPU ratios
+   move by a few percent.
 
 CPU = user + sys of the whole process tree: every process in these trees is waited for by its
 parent, so rusage from wait4 (Linux: the child plus its reaped descendants) covers them all;
@@ -137,8 +140,8 @@ def kill_group(pgid):
 
 def run_tree(argv, env, timeout=TIMEOUT_S):
     """Runs argv in a session of its own and waits for it. Returns (status, wall s, CPU s of
-    the whole reaped tree, stdout, stderr, reap time from time.monotonic_ns, minor page
-    faults of the tree)."""
+    the whole reaped tree, stdout, stderr, reap time from time.monotonic_ns, the tree's
+    resource usage from wait4: its minor page faults, its context switches)."""
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
     cpu0 = children_cpu()
@@ -167,7 +170,7 @@ def run_tree(argv, env, timeout=TIMEOUT_S):
     stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     out.close()
     err.close()
-    return status, wall, cpu, stdout, stderr, reaped_ns, ru.ru_minflt
+    return status, wall, cpu, stdout, stderr, reaped_ns, ru
 
 
 def failure(status, stderr):
@@ -406,13 +409,13 @@ def record_runs(tmp, name, commands, reps):
             elif how == "perf":
                 argv = ["perf", "record", "-q", "-F", "1000", "-g", "-o", out + ".data", "--",
                         *argv]
-            status, wall, cpu, stdout, stderr, _, faults = run_tree(argv, env)
+            status, wall, cpu, stdout, stderr, _, ru = run_tree(argv, env)
             why = failure(status, stderr)
             f = fields(stdout)
             if why is None and "work_wall_s" not in f:
                 why = f"no result line: {stdout[:100]!r}"
             r = {"wall": wall, "cpu": cpu, "sigprof": int(f.get("killed_by_sigprof", 0)),
-                 "faults": faults}
+                 "faults": ru.ru_minflt, "switches": ru.ru_nvcsw + ru.ru_nivcsw}
             if "tree_cpu_s" in f:  # the workload's own tree, without the daemon and record
                 r["tree_cpu"] = float(f["tree_cpu_s"])
             if why is None and recorded:
@@ -731,6 +734,13 @@ def report(bench, total_s):
               for r, a in zip(churn_runs["record"], churn_runs["alone"]) if r and a]
     figures["record.churn_page_faults_per_process"] = (
         med(faults) if len(faults) == len(churn_runs["record"]) else math.nan, "faults", 0)
+    # The context switches it adds (voluntary and not, of the whole tree, the daemon's and
+    # `record`'s included): the wake-ups a process costs, each a few microseconds of the
+    # kernel's and the caches', which no CPU figure above shows apart.
+    switches = [(r["switches"] - a["switches"]) / (CHURN_CHILDREN + 1)
+                for r, a in zip(churn_runs["record"], churn_runs["alone"]) if r and a]
+    figures["record.churn_context_switches_per_process"] = (
+        med(switches) if len(switches) == len(churn_runs["record"]) else math.nan, "switches", 1)
     for err in churn_errors:
         print(f"   FAILED {err}")
     sigprof = sum(r["sigprof"] for runs in (fleet_runs, churn_runs) for rs in runs.values()
