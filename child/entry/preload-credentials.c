@@ -9,7 +9,10 @@
  * enter) nor pass its check of who connects. So these calls connect it first, as the user it
  * was born as (child/ipc-module/ipc.c, client_before_credentials()), and its start says Hello
  * on that connection: setuid, seteuid, setreuid, setresuid, setfsuid. Group ids do not
- * decide who reaches the socket or who the daemon accepts.
+ * decide who reaches the socket or who the daemon accepts. The start itself is made there
+ * too, if it is still to come: a process that drops its privileges is a worker that will
+ * live, not a child about to exec, and a light child (child/lifecycle/runtime.c), which has
+ * no timer until its start, would otherwise compute unsampled until it calls the runtime.
  *
  * The C library's functions are looked up in the constructor: setuid and seteuid may be
  * called from a signal handler, where a lookup could not be made.
@@ -21,6 +24,7 @@
 
 #include "child/client/client.h"
 #include "child/include/fleetprof.h"
+#include "child/lifecycle/lifecycle.h"
 
 /* Each wrapper: ret name(params), the real one's pointer, called with args. */
 #define CREDENTIALS(X)                                                          \
@@ -39,6 +43,13 @@ __attribute__((constructor(101))) static void resolve_credentials(void)
     CREDENTIALS(RESOLVE)
 }
 
+/* Connected first, then started: the start's Hello goes on that connection. */
+static void before_credentials(void)
+{
+    rt_ipc_before_credentials();
+    (void)rt_running(); /* a forked child's start still to come is made now */
+}
+
 /* A call before the constructor ran (another library's constructor): looked up now. Never
  * missing from a C library that has these calls at all. */
 #define DEFINE_CREDENTIALS(ret, name, params, args) \
@@ -46,7 +57,7 @@ __attribute__((constructor(101))) static void resolve_credentials(void)
     {                                               \
         if (!real_##name)                           \
             resolve_credentials();                  \
-        rt_ipc_before_credentials();                \
+        before_credentials();                       \
         return real_##name args;                    \
     }
 CREDENTIALS(DEFINE_CREDENTIALS)

@@ -69,6 +69,10 @@ def check_workers(tmp, way, seconds=0.6):
     assert "cannot write the exit profile" not in r.stderr, r.stderr
     doc = pc.load_valid(out)
     procs = doc.get("processes") or []
+    if way == "after-execs":  # the ten /bin/true first, each in the file too
+        execd = [p for p in procs if name_of(p) == "true"]
+        assert len(execd) == 10, f"want the 10 exec'd children, got {len(execd)}"
+        procs = [p for p in procs if name_of(p) != "true"]
     master = [p for p in procs if not p["meta"]["fleetprof"].get("forked")]
     workers = [p for p in procs if p["meta"]["fleetprof"].get("forked")]
     print(f"# {way}: {len(procs)} processes, stderr: {r.stderr.strip().splitlines()[-1:]}")
@@ -89,6 +93,15 @@ def test_workers_that_setuid_at_once_are_in_the_file(tmp):
 
 def test_workers_that_setresuid_at_once_are_in_the_file(tmp):
     check_workers(tmp, "setresuid")
+
+
+def test_workers_forked_after_children_that_exec_are_in_the_file(tmp):
+    """After ten children in a row that exec at once, the next forked children are light
+    (child/lifecycle/runtime.c): nothing of the runtime, not even its timer, is made in them
+    until they need it. The workers forked then drop to nobody first thing: they must still
+    connect before the drop, and be sampled from it on (a light child otherwise computes
+    unsampled until it calls the runtime, at its exit for these)."""
+    check_workers(tmp, "after-execs")
 
 
 def test_workers_that_drop_after_working_are_in_the_file(tmp):
@@ -249,6 +262,7 @@ def test_nginx_master_and_workers_are_in_the_file(tmp):
 if __name__ == "__main__":
     taplib.run([
         test_workers_that_setuid_at_once_are_in_the_file,
+        test_workers_forked_after_children_that_exec_are_in_the_file,
         test_workers_that_setresuid_at_once_are_in_the_file,
         test_workers_that_drop_after_working_are_in_the_file,
         test_a_child_forked_after_chroot_is_named,

@@ -7,8 +7,9 @@
  *   workload setuid-workers N SECONDS UID [WAY]
  *                                      as prefork, but each worker first drops to UID (and
  *                                      its group) the way servers do: WAY setuid (default),
- *                                      setresuid, or late (after half its work); exits 7 if
- *                                      a drop fails
+ *                                      setresuid, late (after half its work), or after-execs
+ *                                      (setuid, the workers forked after 10 children that
+ *                                      exec /bin/true at once); exits 7 if a drop fails
  *   workload dlopen SECONDS PLUGIN     loops dlopen/dlclose of PLUGIN while spinning
  *   workload exec SECONDS              execs itself as "busy"
  *   workload burn-exec S1 S2           wl_before_exec works S1 seconds, then execs itself as
@@ -573,6 +574,19 @@ int main(int argc, char **argv)
         uid_t uid = (uid_t)atol(argv[4]);
         const char *way = argc > 5 ? argv[5] : "setuid";
 
+        /* after-execs: first 10 children that exec /bin/true at once, one at a time, as a
+         * spawner's are; the workers forked after them drop with setuid. */
+        for (int i = 0; !strcmp(way, "after-execs") && i < 10; i++) {
+            pid_t pid = fork();
+
+            if (pid == 0) {
+                execl("/bin/true", "true", (char *)NULL);
+                _exit(127);
+            }
+            if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+                WEXITSTATUS(status) != 0)
+                return 7;
+        }
         for (int i = 0; i < n; i++) {
             pid_t pid = fork();
 
