@@ -101,6 +101,9 @@ static struct {
     bool early;
     int early_fd;
     uid_t early_uid;
+    /* A forked child of a connected process: it connects (to socket_path, kept across the
+     * fork's reset) before it first changes its user ids. Tested unlocked by every call. */
+    _Atomic bool connect_before_credentials;
     uint64_t poll_id;            /* IPC thread only: outstanding poll, 0 = none */
     bool poll_standing;          /* IPC thread only: poll_id stays outstanding once answered */
     struct buf_update_pace pace; /* IPC thread only: hold and retry (buffer/update.h) */
@@ -1773,20 +1776,15 @@ static void connect_early(const char *path)
     ipc.early_uid = uid;
 }
 
-/* Where a forked child connects before it changes its user ids, "" when it does not: its
- * parent's daemon (the parent was connected). Under light_lock after the fork. */
-static char connect_before_credentials[sizeof(ipc.socket_path)];
-static _Atomic bool connect_before_credentials_set; /* the unlocked test of every call */
-
 static void client_before_credentials(void)
 {
-    if (!atomic_load_explicit(&connect_before_credentials_set, memory_order_acquire))
+    if (!atomic_load_explicit(&ipc.connect_before_credentials, memory_order_acquire))
         return;
     (void)pthread_mutex_lock(&light_lock);
-    atomic_store(&connect_before_credentials_set, false);
-    if (connect_before_credentials[0] && !ipc.early && !ipc.light && !atomic_load(&ipc.linked))
-        connect_early(connect_before_credentials);
-    connect_before_credentials[0] = '\0'; /* once: as the user it was born as */
+    /* Once: as the user it was born as. */
+    if (atomic_exchange(&ipc.connect_before_credentials, false) && !ipc.early && !ipc.light &&
+        !atomic_load(&ipc.linked))
+        connect_early(ipc.socket_path);
     (void)pthread_mutex_unlock(&light_lock);
 }
 
@@ -1829,13 +1827,11 @@ static void client_forget_after_fork(void)
     memset(&ipc, 0, sizeof(ipc));
     ipc.defer_start = true; /* this child may exec at once: start at the first tick */
     atomic_store(&ipc.start_not_before_ns, 0);
-    connect_before_credentials[0] = '\0';
-    atomic_store(&connect_before_credentials_set, false);
     if (children_connect) {
         connect_early(path);
-    } else if (linked) { /* the parent names this child (Spawned) */
-        memcpy(connect_before_credentials, path, sizeof(path));
-        atomic_store_explicit(&connect_before_credentials_set, true, memory_order_release);
+    } else if (linked) {                                 /* the parent names this child (Spawned) */
+        memcpy(ipc.socket_path, path, strlen(path) + 1); /* pages the reset wrote already */
+        atomic_store_explicit(&ipc.connect_before_credentials, true, memory_order_release);
     }
 }
 
