@@ -28,35 +28,15 @@
 
 #define ENVIRON_MAX_BYTES (256u << 10) /* of /proc/PID/environ read at most */
 
-/* The parent pid in /proc/pid/stat, or -1. */
-static int32_t parent_of(int32_t pid)
-{
-    char path[64], buf[1024];
-    const char *p;
-    ssize_t n;
-    int fd, ppid;
-
-    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    n = read(fd, buf, sizeof(buf) - 1);
-    (void)close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    p = strrchr(buf, ')'); /* the name may hold anything, even ") " */
-    if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
-        return -1;
-    return ppid;
-}
-
 void daemon__census_accept(struct conn *c)
 {
     /* Read now, while the process is there: its parent may not have said Hello yet (it
      * forked right after connecting), so whether that is a profiled process is decided at
      * the close. */
-    c->ppid = parent_of((int32_t)c->peer.pid);
+    uint64_t start;
+
+    if (!daemon__process_parent((int32_t)c->peer.pid, &c->ppid, &start))
+        c->ppid = -1;
 }
 
 /* The profiled process pid, connected, or ended with a profile kept; NULL if none. */
@@ -225,6 +205,10 @@ struct census_wait {
     char parent[64];    /* its name; an exec'd image's own name */
     uint64_t since_ns;  /* a connection of pid made after this is its new image's */
     uint64_t due_ns;
+    /* Spawned: pid started (/proc's clock ticks since boot) no sooner than its reporter's
+     * runtime (0: unknown) and no later than the report; an orphan of an ended reporter is
+     * its child only within these. */
+    uint64_t born_after_ticks, born_before_ticks;
 };
 
 struct census_waits {
@@ -271,14 +255,28 @@ static void judge_fork_child(struct daemon *d, const struct census_wait *w)
         daemon__departure_never(d, w->pid, name, why);
 }
 
+/* Whether pid, whose parent is not the process that reported it, is that process's orphan:
+ * the reporter ended (its children went to init or a subreaper, record among them), and pid
+ * started between the reporter's start and the report, which a pid taken by another process
+ * since cannot have. A process of ours could name another of ours so, by reporting it and
+ * ending: it would be named lost with the reason read off it, nothing worse. */
+static bool orphan_of(const struct census_wait *w, uint64_t start_ticks)
+{
+    return w->born_before_ticks && daemon__process_gone(w->parent_pid, 0) &&
+           start_ticks >= w->born_after_ticks && start_ticks <= w->born_before_ticks;
+}
+
 static void judge_spawned(struct daemon *d, const struct census_wait *w)
 {
     char name[64];
     const char *why;
-    int32_t ppid = parent_of(w->pid);
+    uint64_t start = 0;
+    int32_t ppid = -1;
 
-    /* Only its own children (gone ones are taken at its word: it connected as itself). */
-    if (ppid > 0 && ppid != w->parent_pid)
+    /* Only its own children (gone ones are taken at its word: it connected as itself), or
+     * its orphans: a shell's `cmd &` outlives the shell. */
+    if (daemon__process_parent(w->pid, &ppid, &start) && ppid > 0 && ppid != w->parent_pid &&
+        !orphan_of(w, start))
         return;
     (void)snprintf(name, sizeof(name), "%s", w->parent);
     why = why_not_profiled(w->pid, name, sizeof(name));
@@ -412,9 +410,19 @@ void daemon__census_close_timer(struct daemon *d)
 void daemon__census_spawned(struct conn *c, const int32_t *pids, size_t count)
 {
     struct daemon *d = c->d;
+    uint64_t now = daemon__now_ns(), after = 0, before = daemon__boot_ticks(now) + 1;
+    double lived_ms = daemon__epoch_ms() - c->start_epoch_ms;
 
+    /* A tick of slack each way: /proc counts starts in whole ticks. */
+    if (c->start_epoch_ms > 0 && lived_ms >= 0 && lived_ms * 1e6 < (double)now)
+        after = daemon__boot_ticks(now - (uint64_t)(lived_ms * 1e6));
+    after = after > 0 ? after - 1 : 0;
     for (size_t i = 0; i < count; i++) {
-        struct census_wait w = {.pid = pids[i], .kind = CENSUS_SPAWNED, .parent_pid = c->pid};
+        struct census_wait w = {.pid = pids[i],
+                                .kind = CENSUS_SPAWNED,
+                                .parent_pid = c->pid,
+                                .born_after_ticks = after,
+                                .born_before_ticks = before};
 
         if (pids[i] <= 0 || daemon__child_by_pid(d, pids[i]))
             continue;

@@ -155,7 +155,7 @@ void daemon__maybe_finish_close(struct daemon *d)
 
 /* Reads the state, flags and start time (clock ticks since boot) of pid off /proc; false
  * when it has no entry. Only the process's own entry is read. */
-static bool read_stat(int32_t pid, char *ret_state, unsigned long *ret_flags,
+static bool read_stat(int32_t pid, char *ret_state, int *ret_ppid, unsigned long *ret_flags,
                       unsigned long long *ret_start)
 {
     char path[64], buf[1024];
@@ -173,15 +173,16 @@ static bool read_stat(int32_t pid, char *ret_state, unsigned long *ret_flags,
         return false;
     buf[n] = '\0';
     *ret_state = '?';
+    *ret_ppid = -1;
     *ret_flags = 0;
     *ret_start = 0;
     p = strrchr(buf, ')'); /* the name may hold anything, even ") " */
     /* state ppid pgrp session tty tpgid flags, then 12 more, then starttime (field 22) */
     if (p)
         (void)sscanf(p + 1,
-                     " %c %*d %*d %*d %*d %*d %lu %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                     " %c %d %*d %*d %*d %*d %lu %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
                      "%*d %llu",
-                     ret_state, ret_flags, ret_start);
+                     ret_state, ret_ppid, ret_flags, ret_start);
     return true;
 }
 
@@ -190,8 +191,9 @@ bool daemon__process_gone(int32_t pid, uint64_t start_ticks)
     unsigned long long start;
     unsigned long flags;
     char state;
+    int ppid;
 
-    if (!read_stat(pid, &state, &flags, &start))
+    if (!read_stat(pid, &state, &ppid, &flags, &start))
         return true;
     /* The kernel closes a dying process's descriptors after it marks it exiting
      * (PF_EXITING), so a death is seen as such even before the process is a zombie. */
@@ -202,12 +204,36 @@ bool daemon__process_gone(int32_t pid, uint64_t start_ticks)
 
 bool daemon__process_start(int32_t pid, uint64_t *ret_start_ticks)
 {
+    int32_t ppid;
+
+    return daemon__process_parent(pid, &ppid, ret_start_ticks);
+}
+
+bool daemon__process_parent(int32_t pid, int32_t *ret_ppid, uint64_t *ret_start_ticks)
+{
     unsigned long long start;
     unsigned long flags;
     char state;
+    int ppid;
 
-    if (!read_stat(pid, &state, &flags, &start))
+    if (!read_stat(pid, &state, &ppid, &flags, &start))
         return false;
+    *ret_ppid = ppid;
     *ret_start_ticks = start;
     return true;
+}
+
+uint64_t daemon__boot_ticks(uint64_t monotonic_ns)
+{
+    struct timespec boot;
+    uint64_t now = daemon__now_ns(), boot_ns;
+    long hz = sysconf(_SC_CLK_TCK);
+
+    /* The boot clock runs on through a suspend, the monotonic one does not: the difference
+     * now is what to add. */
+    (void)clock_gettime(CLOCK_BOOTTIME, &boot);
+    boot_ns = (uint64_t)boot.tv_sec * 1000000000u + (uint64_t)boot.tv_nsec;
+    if (hz <= 0)
+        hz = 100;
+    return (monotonic_ns + (boot_ns - now)) / (1000000000u / (uint64_t)hz);
 }

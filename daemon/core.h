@@ -42,6 +42,10 @@ int daemon__send(struct conn *c, Fleetprof__Envelope *env);
 bool daemon__process_gone(int32_t pid, uint64_t start_ticks);
 /* pid's start time (clock ticks since boot) in *ret_start_ticks; false when it has no entry. */
 bool daemon__process_start(int32_t pid, uint64_t *ret_start_ticks);
+/* pid's parent and start time (as above); false when it has no entry. */
+bool daemon__process_parent(int32_t pid, int32_t *ret_ppid, uint64_t *ret_start_ticks);
+/* A time of daemon__now_ns()'s clock in /proc's clock ticks since boot (start times). */
+uint64_t daemon__boot_ticks(uint64_t monotonic_ns);
 
 /* Once closing and nothing is left (connections, capture): d->finish_close(d), which frees
  * the daemon. */

@@ -446,6 +446,78 @@ static void test_spawned_processes_are_judged_as_they_are(void **state)
     fx_teardown(&f);
 }
 
+/* A process a profiled one forked, then ended without waiting for: an orphan, whose parent
+ * is now a subreaper (here this test) or init, as a shell's `program &` is once the shell
+ * ended. Its reporter's report still names it (it exec'd a program without the preload);
+ * the same report from a live process that is not its parent does not. */
+static void test_a_spawned_orphan_of_an_ended_reporter_is_named(void **state)
+{
+    char comm[32] = "";
+    const struct departure *dep;
+    struct fx f;
+    struct conn *liar, *shell;
+    pid_t reporter, orphan = 0, idle;
+    int fds[2], status;
+
+    (void)state;
+    assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    assert_int_equal(pipe(fds), 0);
+    reporter = fork();
+    assert_true(reporter >= 0);
+    if (reporter == 0) {
+        char *const argv[] = {(char *)dynamic_program(), "30", NULL};
+        char *const env[] = {NO_PRELOAD, NULL};
+        pid_t pid = fork();
+
+        if (pid == 0) {
+            (void)execve(argv[0], argv, env);
+            _exit(127);
+        }
+        _exit(write(fds[1], &pid, sizeof(pid)) == sizeof(pid) ? 0 : 1);
+    }
+    (void)close(fds[1]);
+    assert_int_equal(read(fds[0], &orphan, sizeof(orphan)), sizeof(orphan));
+    (void)close(fds[0]);
+    while (waitpid(reporter, &status, 0) < 0)
+        assert_int_equal(errno, EINTR);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 2000 && strcmp(comm, "sleep\n") != 0; i++) { /* its exec done */
+        FILE *fp;
+        char path[64];
+
+        (void)snprintf(path, sizeof(path), "/proc/%d/comm", (int)orphan);
+        fp = fopen(path, "r");
+        if (!fp || !fgets(comm, sizeof(comm), fp))
+            comm[0] = '\0';
+        if (fp)
+            (void)fclose(fp);
+        (void)usleep(1000);
+    }
+    assert_string_equal(comm, "sleep\n");
+    idle = fx_fork_idle();
+    fx_setup(&f, NULL);
+
+    liar = fx_child(&f, idle, "alive, not its parent");
+    liar->start_epoch_ms = (double)daemon__epoch_ms() - 60000.0;
+    daemon__census_spawned(liar, &orphan, 1);
+    daemon__census_settle(f.d, true);
+    assert_int_equal(f.d->departure_count, 0);
+
+    shell = fx_child(&f, reporter, "shell");
+    shell->start_epoch_ms = (double)daemon__epoch_ms() - 60000.0;
+    daemon__census_spawned(shell, &orphan, 1);
+    daemon__census_settle(f.d, true);
+    assert_int_equal(f.d->departure_count, 1);
+    dep = named(&f, orphan);
+    assert_non_null(dep);
+    assert_non_null(strstr(dep->never, "does not preload the profiler"));
+
+    end(orphan); /* ours to reap: we are its subreaper */
+    fx_kill_reap(idle);
+    fx_teardown(&f);
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
 /* ---- a profiled image that exec'd ------------------------------------------------ */
 
 static void test_an_exec_into_a_program_that_will_not_report_is_named(void **state)
@@ -584,6 +656,7 @@ int main(void)
             cmocka_unit_test(test_not_named_without_a_profiled_parent_or_while_closing),
             cmocka_unit_test(test_a_parent_connecting_or_ended_with_its_profile_counts),
             cmocka_unit_test(test_spawned_processes_are_judged_as_they_are),
+            cmocka_unit_test(test_a_spawned_orphan_of_an_ended_reporter_is_named),
             cmocka_unit_test(test_an_exec_into_a_program_that_will_not_report_is_named),
             cmocka_unit_test(test_judged_when_the_grace_is_over),
             cmocka_unit_test(test_a_new_image_that_connects_in_its_grace_is_not_judged),
