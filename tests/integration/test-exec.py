@@ -245,6 +245,14 @@ def test_a_shells_child_that_execs_a_static_program_is_named(tmp):
                          "static program", parent_argv=["/bin/sh", "-c"])
 
 
+def test_a_shells_background_child_that_outlives_it_is_named(tmp):
+    """`program &`: the shell forks the child, which execs a static program, and exits at
+    once. The child, an orphan by the time the daemon judges it (its parent is init's or a
+    subreaper's then), is still named from the shell's report of its fork."""
+    check_never_profiled(tmp, lambda release: [f"'{STATIC}' --until '{release}' & exit 0"],
+                         "static program", parent_argv=["/bin/sh", "-c"])
+
+
 def test_a_program_exec_d_inside_a_chroot_is_named(tmp):
     """chroot(1) changes its root and execs there: the new image cannot reach the daemon's
     socket (its path names nothing inside the root), and its life was lost without a word.
@@ -283,6 +291,7 @@ if __name__ == "__main__":
         test_a_child_that_execs_a_static_program_is_named,
         test_a_child_that_execs_with_a_cleared_environment_is_named,
         test_a_shells_child_that_execs_a_static_program_is_named,
+        test_a_shells_background_child_that_outlives_it_is_named,
         test_a_program_exec_d_inside_a_chroot_is_named,
         test_a_posix_spawned_static_program_is_named,
     ])
