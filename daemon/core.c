@@ -153,8 +153,8 @@ void daemon__maybe_finish_close(struct daemon *d)
 
 /* ---- processes, off /proc ---------------------------------------------------------- */
 
-/* Reads the state, flags and start time (clock ticks since boot) of pid off /proc; false
- * when it has no entry. Only the process's own entry is read. */
+/* Reads the state, parent, flags and start time (clock ticks since boot) of pid off /proc;
+ * false when it has no entry. Only the process's own entry is read. */
 static bool read_stat(int32_t pid, char *ret_state, int *ret_ppid, unsigned long *ret_flags,
                       unsigned long long *ret_start)
 {
